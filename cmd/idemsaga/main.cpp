@@ -1,0 +1,184 @@
+// idemsaga: one binary for every service and tool.
+//   idemsaga dev                      the whole stack on a private PostgreSQL (.idemsaga/)
+//   idemsaga inventory|payment ...    one demo participant
+//   idemsaga migrate ...              apply the embedded SQL migrations
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "cmd/idemsaga/signals.hpp"
+#include "common/log.hpp"
+#include "common/pg/cluster.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "services_mock/service.hpp"
+
+namespace {
+
+using services_mock::ParticipantKind;
+using services_mock::ParticipantService;
+
+struct ParticipantFlags {
+  std::string listen;
+  std::string database_url;
+  std::string service_token = "dev-service-token";
+  bool migrate = false;
+  services_mock::FaultSettings faults;
+};
+
+void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags& flags,
+                           std::function<void()>& run) {
+  const std::string name = services_mock::NameOf(kind);
+  auto* cmd = app.add_subcommand(name, "Run the demo " + name + " participant");
+  flags.listen = kind == ParticipantKind::kInventory ? "127.0.0.1:8081" : "127.0.0.1:8082";
+  cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
+  cmd->add_option("--database-url", flags.database_url, "postgresql:// URL of its database")
+      ->envname("IDEMSAGA_" + std::string(name == "inventory" ? "INVENTORY" : "PAYMENT") +
+                "_DATABASE_URL")
+      ->required();
+  cmd->add_option("--service-token", flags.service_token,
+                  "bearer token callers must present (dev default: dev-service-token)")
+      ->envname("IDEMSAGA_SERVICE_TOKEN");
+  cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
+  cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
+                  "share of requests committed, then dropped without an answer")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--fault-latency-ms", flags.faults.latency_ms, "delay added to every answer")
+      ->check(CLI::Range(0, 600000));
+  cmd->callback([&flags, kind, &run] {
+    run = [&flags, kind] {
+      if (flags.migrate) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
+        common::pg::Migrate(conn, services_mock::NameOf(kind));
+      }
+      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      ParticipantService svc(kind, flags.database_url, {.service_token = flags.service_token},
+                             flags.faults);
+      int bound = svc.Bind(host, port);
+      std::thread server([&] { svc.Serve(); });
+      std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
+                << std::endl;
+      int sig = idemsaga_cmd::WaitForStopSignal();
+      common::Log("shutdown", {{"service", services_mock::NameOf(kind)},
+                               {"signal", std::to_string(sig)}});
+      svc.Stop();
+      server.join();
+    };
+  });
+}
+
+struct MigrateFlags {
+  std::string database_url;
+  std::string kind;
+  std::string server_url;
+};
+
+void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>& run) {
+  auto* cmd = app.add_subcommand(
+      "migrate", "Apply pending migrations to one database, or create and migrate all three");
+  cmd->add_option("--database-url", flags.database_url, "the database to migrate");
+  cmd->add_option("--kind", flags.kind, "what that database is for")
+      ->check(CLI::IsMember(common::pg::DatabaseKinds()));
+  cmd->add_option("--server-url", flags.server_url,
+                  "instead: create idemsaga_orchestrator, _inventory and _payment on this "
+                  "server if missing, and migrate each");
+  cmd->callback([&flags, &run] {
+    run = [&flags] {
+      std::vector<std::pair<std::string, std::string>> targets;  // kind, url
+      if (!flags.server_url.empty()) {
+        for (const auto& kind : common::pg::DatabaseKinds()) {
+          std::string db = "idemsaga_" + kind;
+          common::pg::CreateDatabaseIfMissing(flags.server_url, db);
+          targets.emplace_back(kind, common::pg::WithDatabase(flags.server_url, db));
+        }
+      } else if (!flags.database_url.empty() && !flags.kind.empty()) {
+        targets.emplace_back(flags.kind, flags.database_url);
+      } else {
+        throw CLI::ValidationError("migrate", "give --database-url with --kind, or --server-url");
+      }
+      for (const auto& [kind, url] : targets) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(url));
+        int ran = common::pg::Migrate(conn, kind);
+        std::cout << kind << ": applied " << ran << " migration(s)" << std::endl;
+      }
+    };
+  });
+}
+
+struct DevFlags {
+  std::string dir = ".idemsaga";
+  int pg_port = 54329;
+  int inventory_port = 8081;
+  int payment_port = 8082;
+};
+
+void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
+  auto* cmd = app.add_subcommand(
+      "dev", "Run the whole stack locally on a private PostgreSQL cluster (no Docker)");
+  cmd->add_option("--dir", flags.dir, "where the private cluster lives")->capture_default_str();
+  cmd->add_option("--pg-port", flags.pg_port, "PostgreSQL port (loopback)")->capture_default_str();
+  cmd->add_option("--inventory-port", flags.inventory_port)->capture_default_str();
+  cmd->add_option("--payment-port", flags.payment_port)->capture_default_str();
+  cmd->callback([&flags, &run] {
+    run = [&flags] {
+      auto dir = common::pg::PrivateCluster::ReachableDir(std::filesystem::absolute(flags.dir) /
+                                                          "pg");
+      std::cout << "starting PostgreSQL in " << dir.string() << std::endl;
+      auto cluster = common::pg::PrivateCluster::Start({.dir = dir, .port = flags.pg_port});
+      std::map<std::string, std::string> urls;
+      for (const auto& kind : common::pg::DatabaseKinds()) {
+        std::string db = "idemsaga_" + kind;
+        common::pg::CreateDatabaseIfMissing(cluster->Url(), db);
+        urls[kind] = cluster->Url(db);
+        pqxx::connection conn(common::pg::WithSessionTimeouts(urls[kind]));
+        common::pg::Migrate(conn, kind);
+        std::cout << "  " << kind << " database: " << urls[kind] << std::endl;
+      }
+      ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], {});
+      ParticipantService payment(ParticipantKind::kPayment, urls["payment"], {});
+      inventory.Bind("127.0.0.1", flags.inventory_port);
+      payment.Bind("127.0.0.1", flags.payment_port);
+      std::thread t1([&] { inventory.Serve(); });
+      std::thread t2([&] { payment.Serve(); });
+      std::cout << "idemsaga dev ready: inventory http://127.0.0.1:" << flags.inventory_port
+                << " payment http://127.0.0.1:" << flags.payment_port
+                << " (service token: dev-service-token). Ctrl-C stops everything." << std::endl;
+      idemsaga_cmd::WaitForStopSignal();
+      inventory.Stop();
+      payment.Stop();
+      t1.join();
+      t2.join();
+      cluster->Stop();
+      std::cout << "stopped" << std::endl;
+    };
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  idemsaga_cmd::BlockStopSignals();
+  CLI::App app{"idemsaga: a saga orchestrator with idempotency keys end to end"};
+  app.require_subcommand(1);
+  std::function<void()> run;
+  ParticipantFlags inventory_flags, payment_flags;
+  MigrateFlags migrate_flags;
+  DevFlags dev_flags;
+  AddDevCommand(app, dev_flags, run);
+  AddParticipantCommand(app, ParticipantKind::kInventory, inventory_flags, run);
+  AddParticipantCommand(app, ParticipantKind::kPayment, payment_flags, run);
+  AddMigrateCommand(app, migrate_flags, run);
+  try {
+    app.parse(argc, argv);
+    if (run) run();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "idemsaga: " << e.what() << std::endl;
+    return 1;
+  }
+}

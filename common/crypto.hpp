@@ -1,0 +1,18 @@
+// Small cryptographic helpers on top of OpenSSL's libcrypto. Thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace common {
+
+// Lower-case hex SHA-256 of `data`.
+std::string Sha256Hex(std::string_view data);
+
+// Compares secrets without leaking where they first differ.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+// `bytes` random bytes from the OS CSPRNG, as lower-case hex.
+std::string RandomHex(size_t bytes);
+
+}  // namespace common

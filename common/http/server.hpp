@@ -1,0 +1,62 @@
+// An httplib::Server with the limits a public service needs, and the helpers every route uses.
+//
+// Debian's cpp-httplib is a compiled library, so its limits are runtime settings; this sets
+// them all in one place: body size, read/write timeouts, keep-alive, a fixed thread pool whose
+// queue blocks the accept loop when full (back-pressure into the kernel backlog instead of an
+// unbounded queue), and a listen backlog larger than the .so's fixed 5.
+// Thread-safety: configure before Listen(); handlers run on the pool's threads.
+//   common::http::Server server({.threads = 32});
+//   int port = server.BindAnyPort("127.0.0.1"); server.Listen();
+#pragma once
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace common::http {
+
+struct Limits {
+  size_t max_body_bytes = 64 * 1024;  // orders and step calls are < 2 KiB; 64 KiB is generous
+  int max_json_depth = 16;            // our payloads nest 3 deep
+  size_t threads = 32;                // handlers block on PostgreSQL and participants
+  size_t queue = 256;                 // accepted connections waiting for a thread
+  int backlog = 1024;                 // kernel queue for bursts (duplicate storms)
+  time_t read_timeout_s = 5;
+  time_t write_timeout_s = 5;
+  size_t keep_alive_max_count = 1000;
+  time_t keep_alive_timeout_s = 5;
+};
+
+class Server : public httplib::Server {
+ public:
+  explicit Server(Limits limits = {});
+  const Limits& limits() const { return limits_; }
+  // Binds and returns the port (0 picks a free one); -1 on failure.
+  int Bind(const std::string& host, int port);
+  // Serves until Stop(); returns false if the listen loop failed.
+  bool Listen() { return listen_after_bind(); }
+
+ private:
+  Limits limits_;
+};
+
+// The one error body: {"error":{"code":...,"message":...}}.
+std::string ErrorBody(std::string_view code, std::string_view message);
+void SetError(httplib::Response& res, int status, std::string_view code,
+              std::string_view message);
+
+// Parses the body as JSON once, within the server's depth limit. On failure sets a 400 or 415
+// on `res` and returns nullopt.
+std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
+                                            const Limits& limits);
+
+// The token of an `Authorization: Bearer <token>` header, or "" when absent or malformed.
+std::string BearerToken(const httplib::Request& req);
+
+// Splits "host:port"; throws std::invalid_argument on a malformed value.
+std::pair<std::string, int> SplitHostPort(const std::string& listen);
+
+}  // namespace common::http

@@ -1,0 +1,188 @@
+#include "common/pg/cluster.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+#include "common/crypto.hpp"
+#include "common/process.hpp"
+
+namespace common::pg {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::string_view kServerUser = "postgres";
+
+bool IsRoot() { return geteuid() == 0; }
+
+// Server commands: as root they run as `postgres` (initdb and postgres refuse root).
+std::vector<std::string> AsServerUser(std::vector<std::string> argv) {
+  if (!IsRoot()) return argv;
+  std::vector<std::string> out = {"runuser", "-u", std::string(kServerUser), "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+void GiveToServerUser(const fs::path& path) {
+  if (!IsRoot()) return;
+  struct passwd* pw = getpwnam(std::string(kServerUser).c_str());
+  if (pw == nullptr) {
+    throw std::runtime_error("running as root needs the 'postgres' system user to own the cluster");
+  }
+  if (chown(path.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+    throw std::runtime_error("cannot chown " + path.string());
+  }
+}
+
+std::string FindBindir() {
+  std::vector<std::string> candidates;
+  try {
+    candidates.push_back(ReadProgramOutput({"pg_config", "--bindir"}));
+  } catch (const std::exception&) {
+  }
+  candidates.emplace_back("/usr/lib/postgresql/15/bin");
+  for (const auto& dir : candidates) {
+    if (fs::exists(fs::path(dir) / "initdb") && fs::exists(fs::path(dir) / "pg_ctl")) return dir;
+  }
+  throw std::runtime_error(
+      "PostgreSQL 15 server binaries not found (pg_config --bindir, /usr/lib/postgresql/15/bin); "
+      "install postgresql-15");
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("cannot find a free loopback port");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+fs::path PrivateCluster::MakeTempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                     "/idemsaga-pg-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  return tmpl;
+}
+
+fs::path PrivateCluster::ReachableDir(const fs::path& preferred) {
+  if (!IsRoot()) return preferred;
+  fs::path parent = fs::absolute(preferred).parent_path();
+  fs::create_directories(parent);
+  if (RunProgram(AsServerUser({"test", "-x", parent.string()})) == 0) return preferred;
+  return fs::path("/var/lib/idemsaga") / Sha256Hex(fs::absolute(preferred).string()).substr(0, 16);
+}
+
+std::unique_ptr<PrivateCluster> PrivateCluster::Start(Options options) {
+  std::unique_ptr<PrivateCluster> cluster(new PrivateCluster(std::move(options)));
+  cluster->bindir_ = FindBindir();
+  cluster->InitIfNeeded();
+  cluster->StartServer();
+  return cluster;
+}
+
+PrivateCluster::~PrivateCluster() {
+  try {
+    Stop();
+  } catch (...) {
+  }
+}
+
+int PrivateCluster::PgCtl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {bindir_ + "/pg_ctl", "-D", (options_.dir / "data").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(AsServerUser(argv), (options_.dir / "pg_ctl.log").string());
+}
+
+void PrivateCluster::InitIfNeeded() {
+  fs::create_directories(options_.dir);
+  fs::permissions(options_.dir, fs::perms::owner_all, fs::perm_options::replace);
+  GiveToServerUser(options_.dir);
+  if (fs::exists(options_.dir / "data" / "PG_VERSION")) return;
+  // trust on loopback only: a private, throwaway cluster reachable from this machine alone.
+  int rc = RunProgram(AsServerUser({bindir_ + "/initdb", "-D", (options_.dir / "data").string(),
+                                    "-U", "postgres", "--auth=trust", "--encoding=UTF8",
+                                    "--no-locale", "--no-instructions"}),
+                      (options_.dir / "initdb.log").string());
+  if (rc != 0) {
+    throw std::runtime_error("initdb failed; see " + (options_.dir / "initdb.log").string());
+  }
+  std::ofstream conf(options_.dir / "data" / "postgresql.conf", std::ios::app);
+  conf << "\ninclude_if_exists = 'idemsaga.conf'\n";
+}
+
+void PrivateCluster::WriteSettings() {
+  fs::path path = options_.dir / "data" / "idemsaga.conf";
+  std::ofstream conf(path, std::ios::trunc);
+  conf << "# Written by idemsaga on every start.\n"
+       << "port = " << port_ << "\n"
+       << "listen_addresses = '127.0.0.1'\n"
+       << "unix_socket_directories = ''\n"
+       << "max_connections = 300\n"
+       << "shared_buffers = '128MB'\n"
+       << "fsync = " << (options_.durable ? "on" : "off") << "\n"
+       << "full_page_writes = " << (options_.durable ? "on" : "off") << "\n"
+       << "logging_collector = off\n";
+  conf.close();
+  GiveToServerUser(path);
+}
+
+void PrivateCluster::StartServer() {
+  // A server left running on this folder (its owner was killed) holds the port and data.
+  if (PgCtl({"status"}) == 0) PgCtl({"stop", "-m", "fast", "-w"});
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    port_ = options_.port != 0 ? options_.port : FreeLoopbackPort();
+    WriteSettings();
+    if (PgCtl({"start", "-w", "-t", "60", "-l", (options_.dir / "server.log").string()}) == 0) {
+      running_ = true;
+      return;
+    }
+    if (options_.port != 0) break;  // a fixed port will not get better by retrying
+  }
+  throw std::runtime_error("PostgreSQL did not start; see " +
+                           (options_.dir / "server.log").string());
+}
+
+void PrivateCluster::Stop() {
+  if (running_) {
+    PgCtl({"stop", "-m", "fast", "-w"});
+    running_ = false;
+  }
+  if (options_.temporary && fs::exists(options_.dir)) fs::remove_all(options_.dir);
+}
+
+void PrivateCluster::Crash() {
+  PgCtl({"stop", "-m", "immediate", "-w"});
+  running_ = false;
+}
+
+void PrivateCluster::Restart() {
+  if (PgCtl({"start", "-w", "-t", "60", "-l", (options_.dir / "server.log").string()}) != 0) {
+    throw std::runtime_error("PostgreSQL did not restart; see " +
+                             (options_.dir / "server.log").string());
+  }
+  running_ = true;
+}
+
+std::string PrivateCluster::Url(std::string_view dbname) const {
+  return "postgresql://postgres@127.0.0.1:" + std::to_string(port_) + "/" + std::string(dbname);
+}
+
+}  // namespace common::pg

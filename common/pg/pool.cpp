@@ -1,0 +1,75 @@
+#include "common/pg/pool.hpp"
+
+#include <pqxx/pqxx>
+
+#include "common/pg/url.hpp"
+
+namespace common::pg {
+
+Pool::Lease::Lease(Pool* pool, std::unique_ptr<pqxx::connection> conn)
+    : pool_(pool), conn_(std::move(conn)) {}
+
+Pool::Lease::Lease(Lease&& other) noexcept
+    : pool_(other.pool_), conn_(std::move(other.conn_)), discard_(other.discard_) {
+  other.pool_ = nullptr;
+}
+
+Pool::Lease::~Lease() {
+  if (pool_ != nullptr) pool_->Return(std::move(conn_), discard_);
+}
+
+Pool::Pool(Options options) : url_(WithSessionTimeouts(options.url)), options_(options) {}
+
+Pool::~Pool() = default;
+
+Pool::Lease Pool::Borrow() {
+  std::unique_lock lock(mutex_);
+  bool ok = available_.wait_for(lock, options_.borrow_timeout,
+                                [&] { return !idle_.empty() || open_ < options_.size; });
+  if (!ok) throw PoolUnavailable("no database connection became free in time");
+  if (!idle_.empty()) {
+    auto conn = std::move(idle_.back());
+    idle_.pop_back();
+    return Lease(this, std::move(conn));
+  }
+  ++open_;  // reserve the slot, connect outside the lock
+  lock.unlock();
+  try {
+    return Lease(this, std::make_unique<pqxx::connection>(url_));
+  } catch (const std::exception& e) {
+    lock.lock();
+    --open_;
+    available_.notify_one();
+    throw PoolUnavailable(std::string("cannot connect to the database: ") + e.what());
+  }
+}
+
+void Pool::Return(std::unique_ptr<pqxx::connection> conn, bool discard) {
+  bool keep = conn && !discard && conn->is_open();
+  std::unique_ptr<pqxx::connection> closing;
+  {
+    std::lock_guard lock(mutex_);
+    if (keep) {
+      idle_.push_back(std::move(conn));
+    } else {
+      closing = std::move(conn);
+      --open_;
+    }
+  }
+  available_.notify_one();
+  // `closing` disconnects here, outside the lock.
+}
+
+void Pool::DiscardIfBroken(Lease& lease) {
+  try {
+    throw;
+  } catch (const pqxx::broken_connection&) {
+    lease.Discard();
+  } catch (const pqxx::in_doubt_error&) {
+    lease.Discard();
+  } catch (...) {
+  }
+  if (!lease->is_open()) lease.Discard();
+}
+
+}  // namespace common::pg

@@ -1,0 +1,88 @@
+// A bounded pool of libpqxx connections (libpqxx 6.4 has none).
+//
+// Borrow() hands a connection to one thread at a time and waits up to `borrow_timeout` for a
+// free one. A lease whose user saw the connection break (or that is found closed) is dropped
+// and its slot refilled by the next borrower, so a database restart heals without a process
+// restart. Thread-safe.
+//   auto lease = pool.Borrow();
+//   pqxx::work tx(*lease); ...; tx.commit();
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+
+namespace common::pg {
+
+// No connection became free in time, or none could be opened: the database is unavailable.
+class PoolUnavailable : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Pool {
+ public:
+  struct Options {
+    std::string url;  // session timeouts are added (see url.hpp)
+    size_t size = 16;
+    std::chrono::milliseconds borrow_timeout{2000};
+  };
+
+  class Lease {
+   public:
+    Lease(Lease&& other) noexcept;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+    pqxx::connection& operator*() const { return *conn_; }
+    pqxx::connection* operator->() const { return conn_.get(); }
+    // The connection is unusable (broken_connection seen): close it instead of returning it.
+    void Discard() { discard_ = true; }
+
+   private:
+    friend class Pool;
+    Lease(Pool* pool, std::unique_ptr<pqxx::connection> conn);
+    Pool* pool_;
+    std::unique_ptr<pqxx::connection> conn_;
+    bool discard_ = false;
+  };
+
+  explicit Pool(Options options);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // Throws PoolUnavailable after `borrow_timeout`, or when a new connection cannot be opened.
+  Lease Borrow();
+
+  // Runs `fn(connection)`; a broken connection is discarded and the exception rethrown.
+  template <typename Fn>
+  auto With(Fn&& fn) {
+    Lease lease = Borrow();
+    try {
+      return fn(*lease);
+    } catch (...) {
+      DiscardIfBroken(lease);
+      throw;
+    }
+  }
+
+  const std::string& url() const { return url_; }
+
+ private:
+  void Return(std::unique_ptr<pqxx::connection> conn, bool discard);
+  static void DiscardIfBroken(Lease& lease);
+
+  const std::string url_;
+  const Options options_;
+  std::mutex mutex_;
+  std::condition_variable available_;
+  std::vector<std::unique_ptr<pqxx::connection>> idle_;
+  size_t open_ = 0;  // idle plus borrowed
+};
+
+}  // namespace common::pg

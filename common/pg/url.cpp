@@ -1,0 +1,77 @@
+#include "common/pg/url.hpp"
+
+#include <stdexcept>
+
+namespace common::pg {
+namespace {
+
+struct Parts {
+  std::string_view head;   // scheme://authority
+  std::string_view db;     // without the leading '/'
+  std::string_view query;  // without the leading '?'
+};
+
+Parts Split(std::string_view url) {
+  auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) {
+    throw std::invalid_argument("expected a postgresql:// URL, got '" + std::string(url) + "'");
+  }
+  auto q = url.find('?', scheme + 3);
+  std::string_view before_query = url.substr(0, q);
+  std::string_view query = q == std::string_view::npos ? "" : url.substr(q + 1);
+  auto slash = before_query.find('/', scheme + 3);
+  if (slash == std::string_view::npos) return {before_query, "", query};
+  return {before_query.substr(0, slash), before_query.substr(slash + 1), query};
+}
+
+std::string PercentEncode(std::string_view v) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xf]);
+    }
+  }
+  return out;
+}
+
+std::string Join(const Parts& p) {
+  std::string out(p.head);
+  out.append("/").append(p.db);
+  if (!p.query.empty()) out.append("?").append(p.query);
+  return out;
+}
+
+}  // namespace
+
+std::string WithDatabase(std::string_view url, std::string_view dbname) {
+  Parts p = Split(url);
+  p.db = dbname;
+  return Join(p);
+}
+
+std::string WithParam(std::string_view url, std::string_view key, std::string_view value) {
+  Parts p = Split(url);
+  std::string query(p.query);
+  if (!query.empty()) query.push_back('&');
+  query.append(key).append("=").append(PercentEncode(value));
+  p.query = query;
+  return Join(p);
+}
+
+std::string DatabaseOf(std::string_view url) { return std::string(Split(url).db); }
+
+std::string WithSessionTimeouts(std::string_view url, const SessionTimeouts& t) {
+  std::string options = "-c statement_timeout=" + std::to_string(t.statement_timeout_ms) +
+                        " -c lock_timeout=" + std::to_string(t.lock_timeout_ms) +
+                        " -c idle_in_transaction_session_timeout=" +
+                        std::to_string(t.idle_in_transaction_timeout_ms);
+  std::string out = WithParam(url, "connect_timeout", std::to_string(t.connect_timeout_s));
+  return WithParam(out, "options", options);
+}
+
+}  // namespace common::pg

@@ -1,0 +1,51 @@
+// Fault injection for the demo participants, set by flags and at run time (PUT /admin/faults).
+//
+// - error_rate: answer 503 before doing anything (a transient failure; nothing stored)
+// - drop_after_commit_rate: commit the effect, then drop the connection without an answer
+//   (the caller is left in doubt and must retry with the same key)
+// - latency_ms: delay every answer after its commit (drives callers into read timeouts)
+// - hang: hold every new request, doing nothing, until the hang is cleared
+// Thread-safe; all off by default.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace services_mock {
+
+struct FaultSettings {
+  double error_rate = 0;
+  double drop_after_commit_rate = 0;
+  int latency_ms = 0;
+  bool hang = false;
+};
+
+// Parses and range-checks a settings object; on error returns nullopt and sets `error`.
+std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::string& error);
+nlohmann::json ToJson(const FaultSettings& s);
+
+class Faults {
+ public:
+  explicit Faults(FaultSettings initial = {}) : settings_(initial) {}
+  FaultSettings Get() const;
+  void Set(const FaultSettings& s);
+
+  bool ShouldFail();
+  bool ShouldDropAfterCommit();
+  void DelayAnswer() const;
+  // Blocks while `hang` is set (or until Release()).
+  void HoldWhileHung() const;
+  // Lets every held request go (server shutdown).
+  void Release() { released_ = true; }
+
+ private:
+  bool Roll(double rate);
+  mutable std::mutex mutex_;
+  FaultSettings settings_;
+  std::atomic<bool> released_{false};
+};
+
+}  // namespace services_mock

@@ -1,0 +1,70 @@
+// The plumbing every participant route shares, so a service only writes validation and effect:
+// service-token auth and tenant scope, the Idempotency-Key, the JSON body, the guard, the
+// replay header, fault injection, and the admin/health routes.
+//
+// Thread-safe once routes are registered.
+//   Participant p("inventory", pool, faults, options);
+//   p.Action(server, "/v1/reservations", ValidateReservation, Reserve);
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/http/server.hpp"
+#include "common/pg/pool.hpp"
+#include "services_mock/faults.hpp"
+#include "steps/guard/guard.hpp"
+
+namespace services_mock {
+
+struct ParticipantOptions {
+  std::string service_token = "dev-service-token";
+  common::http::Limits limits;
+  size_t pool_size = 16;
+};
+
+// Returns "" when `body` is acceptable, else a message naming the offending field.
+using Validate = std::function<std::string(const nlohmann::json& body)>;
+
+// The business effect of an action, run by the guard inside its transaction.
+using Effect = std::function<steps::guard::Response(pqxx::work& tx,
+                                                    const steps::guard::Request& req)>;
+// Undoes a successful action inside the guard's transaction; returns details for the answer.
+using Undo = std::function<nlohmann::json(pqxx::work& tx, const steps::guard::Request& req,
+                                          const steps::guard::ActionRecord& action)>;
+
+// The longest key a participant accepts (the orchestrator's 200 plus a derived suffix).
+inline constexpr size_t kMaxStepKeyLength = 255;
+
+class Participant {
+ public:
+  Participant(std::string service, common::pg::Pool& pool, Faults& faults,
+              ParticipantOptions options);
+
+  void Action(common::http::Server& server, const std::string& path, Validate validate,
+              Effect effect);
+  // The body is {"action_key": "..."}: the key of the action this compensation undoes.
+  void Compensation(common::http::Server& server, const std::string& path, Undo undo);
+  // /healthz, /readyz, GET and PUT /admin/faults.
+  void AdminRoutes(common::http::Server& server);
+
+  // True when the request carries the service token; otherwise answers 401.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+
+  common::pg::Pool& pool() { return pool_; }
+
+ private:
+  // Auth, tenant, key and body; nullopt after answering a 4xx.
+  std::optional<steps::guard::Request> Admit(const httplib::Request& req,
+                                             httplib::Response& res) const;
+  void Answer(const steps::guard::Response& answer, httplib::Response& res);
+
+  std::string service_;
+  common::pg::Pool& pool_;
+  Faults& faults_;
+  ParticipantOptions options_;
+  steps::guard::Guard guard_;
+};
+
+}  // namespace services_mock

@@ -1,0 +1,44 @@
+#include "services_mock/service.hpp"
+
+#include <stdexcept>
+
+namespace services_mock {
+
+const char* NameOf(ParticipantKind kind) {
+  return kind == ParticipantKind::kInventory ? "inventory" : "payment";
+}
+
+ParticipantService::ParticipantService(ParticipantKind kind, const std::string& database_url,
+                                       ParticipantOptions options, FaultSettings faults)
+    : kind_(kind),
+      pool_({.url = database_url, .size = options.pool_size}),
+      faults_(faults),
+      participant_(NameOf(kind), pool_, faults_, options),
+      server_(options.limits) {
+  participant_.AdminRoutes(server_);
+  if (kind_ == ParticipantKind::kInventory) {
+    RegisterInventoryRoutes(server_, participant_);
+  } else {
+    RegisterPaymentRoutes(server_, participant_);
+  }
+}
+
+ParticipantService::~ParticipantService() { Stop(); }
+
+int ParticipantService::Bind(const std::string& host, int port) {
+  int bound = server_.Bind(host, port);
+  if (bound < 0) {
+    throw std::runtime_error(std::string(NameOf(kind_)) + ": cannot listen on " + host + ":" +
+                             std::to_string(port));
+  }
+  return bound;
+}
+
+void ParticipantService::Serve() { server_.Listen(); }
+
+void ParticipantService::Stop() {
+  faults_.Release();
+  server_.stop();
+}
+
+}  // namespace services_mock

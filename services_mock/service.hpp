@@ -1,0 +1,46 @@
+// A runnable demo participant (inventory or payment): its pool, faults, guard and server.
+//
+// Used by `idemsaga inventory|payment|dev` and by tests, which bind port 0 and serve on a
+// thread. Bind() and Serve() from one thread; Stop() from any.
+//   ParticipantService svc(ParticipantKind::kInventory, url, {});
+//   int port = svc.Bind("127.0.0.1", 0); std::thread t([&] { svc.Serve(); }); ... svc.Stop();
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "services_mock/faults.hpp"
+#include "services_mock/participant.hpp"
+
+namespace services_mock {
+
+enum class ParticipantKind { kInventory, kPayment };
+
+// "inventory" or "payment": the service name and the database kind it migrates.
+const char* NameOf(ParticipantKind kind);
+
+// Routes of each demo participant (see README "Participants").
+void RegisterInventoryRoutes(common::http::Server& server, Participant& participant);
+void RegisterPaymentRoutes(common::http::Server& server, Participant& participant);
+
+class ParticipantService {
+ public:
+  ParticipantService(ParticipantKind kind, const std::string& database_url,
+                     ParticipantOptions options, FaultSettings faults = {});
+  ~ParticipantService();
+
+  // Returns the bound port; throws std::runtime_error when the address is taken.
+  int Bind(const std::string& host, int port);
+  void Serve();
+  void Stop();
+  Faults& faults() { return faults_; }
+
+ private:
+  ParticipantKind kind_;
+  common::pg::Pool pool_;
+  Faults faults_;
+  Participant participant_;
+  common::http::Server server_;
+};
+
+}  // namespace services_mock

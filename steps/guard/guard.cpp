@@ -1,0 +1,157 @@
+#include "steps/guard/guard.hpp"
+
+#include <optional>
+
+#include "common/crypto.hpp"
+#include "common/http/server.hpp"
+
+namespace steps::guard {
+namespace {
+
+// Blocks on the unique index while a concurrent duplicate is uncommitted (bounded by the
+// session's lock_timeout); returns a row only to the request that now owns the key.
+constexpr const char* kClaim = R"sql(
+  INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, status)
+  VALUES ($1, $2, $3, 'started')
+  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+  RETURNING 1)sql";
+
+constexpr const char* kLoad = R"sql(
+  SELECT status, request_hash, response_status, response_content_type, response_body
+  FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql";
+
+constexpr const char* kStore = R"sql(
+  UPDATE idempotency_keys
+  SET status = 'completed', response_status = $3, response_content_type = $4, response_body = $5
+  WHERE tenant_id = $1 AND idempotency_key = $2)sql";
+
+constexpr const char* kTombstone = R"sql(
+  INSERT INTO idempotency_keys
+    (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
+     response_body)
+  VALUES ($1, $2, NULL, 'tombstone', 409, 'application/json', $3)
+  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+  RETURNING 1)sql";
+
+constexpr const char* kLockAction = R"sql(
+  SELECT status, response_status, response_body, compensated_at IS NOT NULL
+  FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2
+  FOR UPDATE)sql";
+
+constexpr const char* kMarkCompensated = R"sql(
+  UPDATE idempotency_keys SET compensated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2)sql";
+
+// A transaction that lost a serialization or deadlock race is retried at once; it stored
+// nothing. Anything else (including an in-doubt commit) goes to the caller.
+constexpr int kRaceAttempts = 3;
+
+Response Json(int status, const std::string& code, const std::string& message) {
+  return Response{status, common::http::ErrorBody(code, message), "application/json", false};
+}
+
+// What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
+std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash) {
+  auto rows = tx.exec_params(kLoad, req.tenant_id, req.key);
+  if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
+  const auto& row = rows[0];
+  auto status = row[0].as<std::string>();
+  Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""),
+                  false};
+  if (status == "tombstone") return stored;  // compensated before it arrived: refuse
+  if (row[1].as<std::string>() != hash) {
+    return Json(kKeyReusedStatus, "idempotency_key_reused",
+                "this Idempotency-Key was used with a different request");
+  }
+  stored.replayed = true;
+  return stored;
+}
+
+// Claims the key or answers from what is stored; nullopt means the caller owns the key now.
+std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req,
+                                      const std::string& hash) {
+  if (!tx.exec_params(kClaim, req.tenant_id, req.key, hash).empty()) return std::nullopt;
+  if (auto existing = Existing(tx, req, hash)) return existing;
+  // Vanished between the two statements (its claimant rolled back): the next try claims it.
+  throw pqxx::serialization_failure("idempotency key claim raced with a rollback");
+}
+
+void Store(pqxx::work& tx, const Request& req, const Response& res) {
+  tx.exec_params(kStore, req.tenant_id, req.key, res.status, res.content_type, res.body);
+}
+
+bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
+
+}  // namespace
+
+std::string Fingerprint(const Request& req) {
+  return common::Sha256Hex(req.method + "\n" + req.path + "\n" + req.body.dump());
+}
+
+template <typename Body>
+Response Guard::InTransaction(const Body& body) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return pool_.With([&](pqxx::connection& conn) {
+        pqxx::work tx(conn);
+        Response res = body(tx);
+        tx.commit();  // no-op if `body` already answered without claiming
+        return res;
+      });
+    } catch (const pqxx::transaction_rollback&) {
+      if (attempt >= kRaceAttempts) throw;
+    } catch (const pqxx::sql_error& e) {
+      if (!IsLockTimeout(e)) throw;
+      return Json(kInProgressStatus, "idempotency_key_in_progress",
+                  "a request with this Idempotency-Key is still being processed; retry later");
+    }
+  }
+}
+
+Response Guard::Run(const Request& req, const Effect& effect) {
+  const std::string hash = Fingerprint(req);
+  return InTransaction([&](pqxx::work& tx) {
+    if (auto answered = ClaimOrReplay(tx, req, hash)) return *answered;
+    Response res = effect(tx);
+    res.replayed = false;
+    Store(tx, req, res);
+    return res;
+  });
+}
+
+Response Guard::Compensate(const Request& req, const std::string& action_key, const Undo& undo) {
+  const std::string hash = Fingerprint(req);
+  return InTransaction([&](pqxx::work& tx) {
+    if (auto answered = ClaimOrReplay(tx, req, hash)) return *answered;
+    nlohmann::json body = {{"action_key", action_key}};
+    std::string refusal = common::http::ErrorBody(
+        "cancelled", "this step was compensated before it arrived; it will not be applied");
+    if (!tx.exec_params(kTombstone, req.tenant_id, action_key, refusal).empty()) {
+      body["outcome"] = "cancelled";
+    } else {
+      // The action committed (the tombstone insert waited for it if it was in flight).
+      auto row = tx.exec_params(kLockAction, req.tenant_id, action_key)[0];
+      auto status = row[0].as<std::string>();
+      int action_status = row[1].as<int>(0);
+      if (status == "tombstone") {
+        body["outcome"] = "cancelled";
+      } else if (row[3].as<bool>()) {
+        body["outcome"] = "already_undone";
+      } else if (action_status < 200 || action_status > 299) {
+        body["outcome"] = "nothing_to_undo";
+      } else {
+        ActionRecord action{action_key, action_status,
+                            nlohmann::json::parse(row[2].as<std::string>(), nullptr, false)};
+        nlohmann::json detail = undo(tx, action);
+        tx.exec_params(kMarkCompensated, req.tenant_id, action_key);
+        body["outcome"] = "undone";
+        if (detail.is_object()) body.update(detail);
+      }
+    }
+    Response res{200, body.dump(), "application/json", false};
+    Store(tx, req, res);
+    return res;
+  });
+}
+
+}  // namespace steps::guard

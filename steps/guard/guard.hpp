@@ -1,0 +1,82 @@
+// The participant-side idempotency guard: makes any endpoint's effect happen at most once per
+// (tenant, key), and answers every retry with the first answer, byte for byte.
+//
+// The claim, the business effect and the stored response commit in one transaction, so a
+// crash or a transient error leaves nothing behind and the retry simply runs again. A
+// concurrent duplicate blocks on the key's unique index until the first commits, then replays.
+// Business failures (a 4xx the effect returns) are stored and replayed like successes; an
+// effect that answers non-2xx must therefore change nothing.
+//
+// Compensations name the action key they undo. If the action is there, it is undone once
+// (however often the compensation is retried, under whichever key). If it never arrived, a
+// tombstone is stored under the action key so a late action is refused (409 `cancelled`).
+//
+// Thread-safe; one Guard per participant database.
+//   guard::Guard g(pool);
+//   auto res = g.Run(req, [&](pqxx::work& tx) { return Reserve(tx, items); });
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+#include <string>
+
+#include "common/pg/pool.hpp"
+
+namespace steps::guard {
+
+struct Request {
+  std::string tenant_id;
+  std::string key;
+  std::string method;
+  std::string path;
+  nlohmann::json body;  // parsed and validated at the route
+};
+
+struct Response {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  bool replayed = false;  // answered from the stored response; send Idempotent-Replayed: true
+};
+
+// The stored answer of the action a compensation undoes.
+struct ActionRecord {
+  std::string key;
+  int status = 0;
+  nlohmann::json body;
+};
+
+// SHA-256 over method, path and the canonical (key-sorted) JSON body.
+std::string Fingerprint(const Request& req);
+
+// Statuses the guard answers itself (never stored): key reused with another request, or a
+// concurrent duplicate still running past the lock timeout.
+inline constexpr int kKeyReusedStatus = 422;
+inline constexpr int kInProgressStatus = 409;
+
+class Guard {
+ public:
+  using Effect = std::function<Response(pqxx::work& tx)>;
+  // Undoes a successful action inside `tx`; returns details for the compensation's answer.
+  using Undo = std::function<nlohmann::json(pqxx::work& tx, const ActionRecord& action)>;
+
+  explicit Guard(common::pg::Pool& pool) : pool_(pool) {}
+
+  // Runs `effect` at most once for (tenant, key). Throws on transient failure (database
+  // unavailable or broken mid-way): nothing is stored and a retry with the key runs again.
+  Response Run(const Request& req, const Effect& effect);
+
+  // Runs `undo` at most once for the action under (tenant, action_key). The compensation's
+  // own key makes the compensation itself replayable. Answers 200 with
+  // {"action_key", "outcome": "undone" | "already_undone" | "nothing_to_undo" | "cancelled"}.
+  Response Compensate(const Request& req, const std::string& action_key, const Undo& undo);
+
+ private:
+  template <typename Body>
+  Response InTransaction(const Body& body);
+
+  common::pg::Pool& pool_;
+};
+
+}  // namespace steps::guard
