@@ -181,6 +181,13 @@ void PrivateCluster::Restart() {
   running_ = true;
 }
 
+void PrivateCluster::StopDetached(const fs::path& dir, bool remove) {
+  PrivateCluster cluster({.dir = dir, .temporary = remove});
+  cluster.bindir_ = FindBindir();
+  cluster.running_ = fs::exists(dir / "data" / "postmaster.pid");
+  cluster.Stop();
+}
+
 std::string PrivateCluster::Url(std::string_view dbname) const {
   return "postgresql://postgres@127.0.0.1:" + std::to_string(port_) + "/" + std::string(dbname);
 }

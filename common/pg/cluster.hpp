@@ -48,6 +48,15 @@ class PrivateCluster {
   // Starts again on the same port after Stop() or Crash().
   void Restart();
 
+  // Leaves the server running past this object (a CTest fixture's setup step);
+  // StopDetached() ends it later.
+  void Detach() {
+    running_ = false;
+    options_.temporary = false;
+  }
+  // Fast shutdown of a detached cluster in `dir`, removing `dir` when `remove` is set.
+  static void StopDetached(const std::filesystem::path& dir, bool remove);
+
   std::string Url(std::string_view dbname = "postgres") const;
   int port() const { return port_; }
   const std::filesystem::path& dir() const { return options_.dir; }

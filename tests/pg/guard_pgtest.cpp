@@ -1,0 +1,207 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "common/http/server.hpp"
+#include "steps/guard/guard.hpp"
+#include "tests/support/pg_harness.hpp"
+
+namespace {
+
+using steps::guard::ActionRecord;
+using steps::guard::Guard;
+using steps::guard::Request;
+using steps::guard::Response;
+using test_support::ScratchDatabase;
+
+// A participant database plus a table of effects, so tests count what really happened.
+class GuardTest : public ::testing::Test {
+ protected:
+  GuardTest() : db_("payment"), pool_({.url = db_.url(), .size = 64}), guard_(pool_) {
+    db_.Exec(
+        "CREATE TABLE effects (tenant_id text, key text, undone boolean NOT NULL DEFAULT false)");
+  }
+
+  Request Req(std::string key, nlohmann::json body = {{"amount", 1}},
+              std::string tenant = "demo") {
+    return Request{std::move(tenant), std::move(key), "POST", "/v1/things", std::move(body)};
+  }
+
+  // Records one effect row and answers with a body unique to this execution.
+  Guard::Effect RecordEffect(int status = 201) {
+    return [this, status](pqxx::work& tx) {
+      tx.exec_params("INSERT INTO effects (tenant_id, key) VALUES ($1, $2)", "t", "k");
+      ++runs_;
+      auto id = tx.exec("SELECT gen_random_uuid()::text")[0][0].as<std::string>();
+      return Response{status, nlohmann::json{{"id", id}}.dump()};
+    };
+  }
+
+  Guard::Undo CountUndo() {
+    return [this](pqxx::work& tx, const ActionRecord&) {
+      tx.exec("UPDATE effects SET undone = true");
+      ++undos_;
+      return nlohmann::json{{"undone_here", true}};
+    };
+  }
+
+  long long Effects() { return db_.Count("SELECT count(*) FROM effects"); }
+
+  ScratchDatabase db_;
+  common::pg::Pool pool_;
+  Guard guard_;
+  std::atomic<int> runs_{0};
+  std::atomic<int> undos_{0};
+};
+
+TEST_F(GuardTest, FirstRequestRunsTheEffectOnce) {
+  auto res = guard_.Run(Req("A-payment"), RecordEffect());
+  EXPECT_EQ(res.status, 201);
+  EXPECT_FALSE(res.replayed);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'completed'"), 1);
+}
+
+TEST_F(GuardTest, ReplayIsByteIdenticalAndMarkedAndRunsNothing) {
+  auto first = guard_.Run(Req("A-payment"), RecordEffect());
+  auto again = guard_.Run(Req("A-payment"), RecordEffect());
+  EXPECT_EQ(again.status, first.status);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.content_type, first.content_type);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(GuardTest, SameKeyWithAnotherBodyIs422AndChangesNothing) {
+  auto first = guard_.Run(Req("A-payment", {{"amount", 1}}), RecordEffect());
+  auto reused = guard_.Run(Req("A-payment", {{"amount", 2}}), RecordEffect());
+  EXPECT_EQ(reused.status, 422);
+  EXPECT_NE(reused.body.find("idempotency_key_reused"), std::string::npos);
+  EXPECT_EQ(Effects(), 1);
+  // The stored answer is untouched: the original request still replays it.
+  EXPECT_EQ(guard_.Run(Req("A-payment", {{"amount", 1}}), RecordEffect()).body, first.body);
+}
+
+TEST_F(GuardTest, FiftyConcurrentDuplicatesRunTheEffectOnceAndAllGetTheSameBody) {
+  constexpr int kThreads = 50;
+  std::vector<Response> answers(kThreads);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  auto slow_effect = [this](pqxx::work& tx) {
+    tx.exec("SELECT pg_sleep(0.2)");  // hold the key so the others pile up on it
+    return RecordEffect()(tx);
+  };
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      while (!go) std::this_thread::yield();
+      answers[i] = guard_.Run(Req("storm-payment"), slow_effect);
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(runs_, 1);
+  std::set<std::string> bodies;
+  int replays = 0;
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 201);
+    bodies.insert(a.body);
+    replays += a.replayed ? 1 : 0;
+  }
+  EXPECT_EQ(bodies.size(), 1u);
+  EXPECT_EQ(replays, kThreads - 1);
+}
+
+TEST_F(GuardTest, AStoredBusinessFailureIsReplayedWithoutRunningAgain) {
+  auto declined = guard_.Run(Req("B-payment"), [](pqxx::work&) {
+    return Response{402, common::http::ErrorBody("card_declined", "the card was declined")};
+  });
+  auto again = guard_.Run(Req("B-payment"), RecordEffect());
+  EXPECT_EQ(again.status, 402);
+  EXPECT_EQ(again.body, declined.body);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(Effects(), 0);
+}
+
+TEST_F(GuardTest, ATransientFailureStoresNothingAndTheRetryRuns) {
+  EXPECT_THROW(guard_.Run(Req("C-payment"),
+                          [](pqxx::work& tx) -> Response {
+                            tx.exec("INSERT INTO effects (tenant_id, key) VALUES ('t', 'k')");
+                            throw std::runtime_error("participant crashed mid-effect");
+                          }),
+               std::runtime_error);
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
+  auto retry = guard_.Run(Req("C-payment"), RecordEffect());
+  EXPECT_EQ(retry.status, 201);
+  EXPECT_FALSE(retry.replayed);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(GuardTest, AConnectionLostMidEffectStoresNothingAndTheRetryRuns) {
+  EXPECT_ANY_THROW(guard_.Run(Req("D-payment"), [](pqxx::work& tx) -> Response {
+    tx.exec("INSERT INTO effects (tenant_id, key) VALUES ('t', 'k')");
+    tx.exec("SELECT pg_terminate_backend(pg_backend_pid())");
+    return Response{201, "{}"};
+  }));
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(guard_.Run(Req("D-payment"), RecordEffect()).status, 201);
+  EXPECT_EQ(Effects(), 1);
+}
+
+TEST_F(GuardTest, SameKeyInTwoTenantsGivesTwoIndependentEffects) {
+  auto demo = guard_.Run(Req("A-payment", {{"amount", 1}}, "demo"), RecordEffect());
+  auto acme = guard_.Run(Req("A-payment", {{"amount", 1}}, "acme"), RecordEffect());
+  EXPECT_FALSE(acme.replayed);
+  EXPECT_NE(demo.body, acme.body);
+  EXPECT_EQ(Effects(), 2);
+}
+
+TEST_F(GuardTest, CompensationUndoesACompletedActionExactlyOnce) {
+  guard_.Run(Req("A-payment"), RecordEffect());
+  auto comp = Req("A-payment-compensate", {{"action_key", "A-payment"}});
+  auto first = guard_.Compensate(comp, "A-payment", CountUndo());
+  auto again = guard_.Compensate(comp, "A-payment", CountUndo());
+  auto other_key = guard_.Compensate(Req("A-payment-compensate-2", {{"action_key", "A-payment"}}),
+                                     "A-payment", CountUndo());
+  EXPECT_EQ(undos_, 1);
+  EXPECT_EQ(nlohmann::json::parse(first.body)["outcome"], "undone");
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(nlohmann::json::parse(other_key.body)["outcome"], "already_undone");
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects WHERE undone"), 1);
+}
+
+TEST_F(GuardTest, CompensationBeforeTheActionLeavesATombstoneThatRefusesTheLateAction) {
+  auto comp = guard_.Compensate(Req("E-payment-compensate", {{"action_key", "E-payment"}}),
+                                "E-payment", CountUndo());
+  EXPECT_EQ(nlohmann::json::parse(comp.body)["outcome"], "cancelled");
+  auto late = guard_.Run(Req("E-payment"), RecordEffect());
+  EXPECT_EQ(late.status, 409);
+  EXPECT_EQ(nlohmann::json::parse(late.body)["error"]["code"], "cancelled");
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(undos_, 0);
+}
+
+TEST_F(GuardTest, CompensatingAFailedActionHasNothingToUndo) {
+  guard_.Run(Req("F-payment"), [](pqxx::work&) {
+    return Response{402, common::http::ErrorBody("card_declined", "declined")};
+  });
+  auto comp = guard_.Compensate(Req("F-payment-compensate", {{"action_key", "F-payment"}}),
+                                "F-payment", CountUndo());
+  EXPECT_EQ(nlohmann::json::parse(comp.body)["outcome"], "nothing_to_undo");
+  EXPECT_EQ(undos_, 0);
+}
+
+TEST_F(GuardTest, ATombstoneIsPerTenant) {
+  guard_.Compensate(Req("G-payment-compensate", {{"action_key", "G-payment"}}, "demo"),
+                    "G-payment", CountUndo());
+  auto other_tenant = guard_.Run(Req("G-payment", {{"amount", 1}}, "acme"), RecordEffect());
+  EXPECT_EQ(other_tenant.status, 201);
+  EXPECT_EQ(Effects(), 1);
+}
+
+}  // namespace

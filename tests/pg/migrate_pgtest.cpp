@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "tests/support/pg_harness.hpp"
+
+namespace {
+
+using test_support::ScratchDatabase;
+
+int MigrationsOf(const std::string& kind) {
+  int n = 0;
+  for (const auto& set : common::pg::SetsFor(kind)) {
+    for (const auto& m : common::pg::AllMigrations()) n += m.set == set ? 1 : 0;
+  }
+  return n;
+}
+
+TEST(Migrate, EveryKindHasEmbeddedMigrations) {
+  for (const auto& kind : common::pg::DatabaseKinds()) {
+    if (kind == "orchestrator") continue;  // arrives with the orchestrator
+    EXPECT_GT(MigrationsOf(kind), 0) << kind;
+  }
+}
+
+TEST(Migrate, AScratchDatabaseIsFullyMigratedAndASecondRunAppliesNothing) {
+  ScratchDatabase db("inventory");
+  EXPECT_EQ(db.Count("SELECT count(*) FROM schema_migrations"), MigrationsOf("inventory"));
+  pqxx::connection conn(db.url());
+  EXPECT_EQ(common::pg::Migrate(conn, "inventory"), 0);
+}
+
+TEST(Migrate, ParticipantsGetTheGuardTableAndTheirOwnTablesOnly) {
+  ScratchDatabase payment("payment");
+  EXPECT_EQ(payment.Count("SELECT count(*) FROM idempotency_keys"), 0);
+  EXPECT_EQ(payment.Count("SELECT count(*) FROM charges"), 0);
+  EXPECT_EQ(payment.Count("SELECT count(*) FROM pg_tables WHERE tablename = 'reservations'"), 0);
+  ScratchDatabase inventory("inventory");
+  EXPECT_EQ(inventory.Count("SELECT available FROM stock WHERE sku = 'widget'"), 1000000);
+  EXPECT_EQ(inventory.Count("SELECT available FROM stock WHERE sku = 'gadget'"), 10);
+}
+
+TEST(Migrate, RefusesADatabaseWhoseAppliedMigrationWasEdited) {
+  ScratchDatabase db("payment");
+  db.Exec("UPDATE schema_migrations SET checksum = 'edited' WHERE set_name = 'payment'");
+  pqxx::connection conn(db.url());
+  EXPECT_THROW(common::pg::Migrate(conn, "payment"), std::runtime_error);
+}
+
+TEST(Migrate, ConcurrentRunnersOnAnEmptyDatabaseApplyEachMigrationOnce) {
+  ScratchDatabase scratch("payment");
+  // A database with no schema at all: create a new empty one next to the scratch copy.
+  std::string url = common::pg::WithDatabase(scratch.url(),
+                                             common::pg::DatabaseOf(scratch.url()) + "_empty");
+  common::pg::CreateDatabaseIfMissing(scratch.url(), common::pg::DatabaseOf(url));
+  int applied[2] = {0, 0};
+  std::thread a([&] {
+    pqxx::connection c(url);
+    applied[0] = common::pg::Migrate(c, "payment");
+  });
+  std::thread b([&] {
+    pqxx::connection c(url);
+    applied[1] = common::pg::Migrate(c, "payment");
+  });
+  a.join();
+  b.join();
+  EXPECT_EQ(applied[0] + applied[1], MigrationsOf("payment"));
+  EXPECT_TRUE(applied[0] == 0 || applied[1] == 0);
+  {
+    pqxx::connection admin(common::pg::WithDatabase(url, "postgres"));
+    pqxx::nontransaction tx(admin);
+    tx.exec("DROP DATABASE " + tx.quote_name(common::pg::DatabaseOf(url)) + " WITH (FORCE)");
+  }
+}
+
+TEST(Migrate, UnknownKindIsRefused) {
+  EXPECT_THROW(common::pg::SetsFor("billing"), std::invalid_argument);
+}
+
+}  // namespace

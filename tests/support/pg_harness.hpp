@@ -1,0 +1,49 @@
+// The test suite's PostgreSQL: one real server per test run, a fresh database per test.
+//
+// The server is, in order: IDEMSAGA_TEST_DATABASE_URL (a server of yours; the URL's user must
+// be allowed to CREATE DATABASE), the cluster the CTest fixture started (its URL is in the
+// file named by IDEMSAGA_TEST_CLUSTER_FILE), or a temporary cluster this process starts.
+// Each kind of database is migrated once per process into a template, and every
+// ScratchDatabase is a copy of it, so tests never see each other's rows.
+// Thread-safe.
+//   test_support::ScratchDatabase db("inventory");
+//   EXPECT_EQ(db.Count("SELECT count(*) FROM reservations"), 1);
+#pragma once
+
+#include <pqxx/pqxx>
+#include <string>
+
+namespace test_support {
+
+const std::string& ServerUrl();
+
+class ScratchDatabase {
+ public:
+  explicit ScratchDatabase(const std::string& kind);
+  ~ScratchDatabase();
+  ScratchDatabase(const ScratchDatabase&) = delete;
+  ScratchDatabase& operator=(const ScratchDatabase&) = delete;
+
+  const std::string& url() const { return url_; }
+
+  // One integer from a fixed query (counts for assertions).
+  template <typename... Args>
+  long long Count(const std::string& sql, Args&&... args) const {
+    pqxx::connection conn(url_);
+    pqxx::nontransaction tx(conn);
+    return tx.exec_params1(sql, std::forward<Args>(args)...)[0].template as<long long>();
+  }
+  // Runs a statement (test set-up).
+  template <typename... Args>
+  void Exec(const std::string& sql, Args&&... args) const {
+    pqxx::connection conn(url_);
+    pqxx::nontransaction tx(conn);
+    tx.exec_params(sql, std::forward<Args>(args)...);
+  }
+
+ private:
+  std::string name_;
+  std::string url_;
+};
+
+}  // namespace test_support

@@ -1,0 +1,48 @@
+#include <gtest/gtest.h>
+
+#include "services_mock/faults.hpp"
+
+namespace {
+
+using services_mock::ParseFaultSettings;
+
+TEST(FaultSettings, ParsesEveryField) {
+  std::string error;
+  auto s = ParseFaultSettings(
+      {{"error_rate", 0.5}, {"drop_after_commit_rate", 1}, {"latency_ms", 250}, {"hang", true}},
+      error);
+  ASSERT_TRUE(s) << error;
+  EXPECT_DOUBLE_EQ(s->error_rate, 0.5);
+  EXPECT_DOUBLE_EQ(s->drop_after_commit_rate, 1.0);
+  EXPECT_EQ(s->latency_ms, 250);
+  EXPECT_TRUE(s->hang);
+}
+
+TEST(FaultSettings, AnEmptyObjectTurnsEverythingOff) {
+  std::string error;
+  auto s = ParseFaultSettings(nlohmann::json::object(), error);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->error_rate, 0);
+  EXPECT_FALSE(s->hang);
+}
+
+TEST(FaultSettings, RejectsOutOfRangeWrongTypeAndUnknownFields) {
+  for (const auto& bad : {nlohmann::json{{"error_rate", 1.5}}, nlohmann::json{{"error_rate", -0.1}},
+                          nlohmann::json{{"latency_ms", -1}}, nlohmann::json{{"latency_ms", 0.5}},
+                          nlohmann::json{{"hang", "yes"}}, nlohmann::json{{"typo", 1}},
+                          nlohmann::json::array()}) {
+    std::string error;
+    EXPECT_FALSE(ParseFaultSettings(bad, error)) << bad.dump();
+    EXPECT_FALSE(error.empty());
+  }
+}
+
+TEST(Faults, RateOneAlwaysFiresAndRateZeroNever) {
+  services_mock::Faults faults({.error_rate = 1, .drop_after_commit_rate = 0});
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_TRUE(faults.ShouldFail());
+    EXPECT_FALSE(faults.ShouldDropAfterCommit());
+  }
+}
+
+}  // namespace
