@@ -3,12 +3,10 @@
 
 #include "common/http/server.hpp"
 #include "services_mock/service.hpp"
+#include "steps/order_schema.hpp"
 
 namespace services_mock {
 namespace {
-
-constexpr long long kMaxQuantity = 1'000'000;
-constexpr size_t kMaxItems = 100;
 
 constexpr const char* kLockSku = "SELECT available FROM stock WHERE sku = $1 FOR UPDATE";
 constexpr const char* kTake =
@@ -24,42 +22,6 @@ constexpr const char* kRelease = R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'reserved'
   RETURNING reservation_id, items::text)sql";
 constexpr const char* kStockOf = "SELECT available, reserved FROM stock WHERE sku = $1";
-
-bool IsSku(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
-  }
-  return true;
-}
-
-std::string ValidateReservation(const nlohmann::json& body) {
-  if (!body.is_object()) return "the body must be a JSON object";
-  for (const auto& [name, _] : body.items()) {
-    if (name != "items") return "unknown field '" + name + "'";
-  }
-  if (!body.contains("items") || !body["items"].is_array() || body["items"].empty() ||
-      body["items"].size() > kMaxItems) {
-    return "items must be an array of 1 to " + std::to_string(kMaxItems) + " entries";
-  }
-  for (size_t i = 0; i < body["items"].size(); ++i) {
-    const auto& item = body["items"][i];
-    std::string at = "items[" + std::to_string(i) + "]";
-    if (!item.is_object()) return at + " must be an object";
-    for (const auto& [name, _] : item.items()) {
-      if (name != "sku" && name != "quantity") return at + " has unknown field '" + name + "'";
-    }
-    if (!item.contains("sku") || !item["sku"].is_string() ||
-        !IsSku(item["sku"].get<std::string>())) {
-      return at + ".sku must be 1-64 of [a-z0-9_-]";
-    }
-    if (!item.contains("quantity") || !item["quantity"].is_number_integer() ||
-        item["quantity"].get<long long>() < 1 || item["quantity"].get<long long>() > kMaxQuantity) {
-      return at + ".quantity must be an integer from 1 to " + std::to_string(kMaxQuantity);
-    }
-  }
-  return "";
-}
 
 // Quantities per SKU, in SKU order: rows are locked in one global order to avoid deadlocks.
 std::map<std::string, long long> BySku(const nlohmann::json& items) {
@@ -105,7 +67,7 @@ nlohmann::json Release(pqxx::work& tx, const steps::guard::Request& req,
 }  // namespace
 
 void RegisterInventoryRoutes(common::http::Server& server, Participant& participant) {
-  participant.Action(server, "/v1/reservations", ValidateReservation, Reserve);
+  participant.Action(server, "/v1/reservations", steps::ValidateReservation, Reserve);
   participant.Compensation(server, "/v1/reservations/release", Release);
   server.Get(R"(/v1/stock/([a-z0-9_-]{1,64}))",
              [&participant](const httplib::Request& req, httplib::Response& res) {

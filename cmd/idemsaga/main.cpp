@@ -1,7 +1,10 @@
 // idemsaga: one binary for every service and tool.
 //   idemsaga dev                      the whole stack on a private PostgreSQL (.idemsaga/)
+//   idemsaga orchestrator ...         the coordinator service
 //   idemsaga inventory|payment ...    one demo participant
 //   idemsaga migrate ...              apply the embedded SQL migrations
+//   idemsaga tenant create NAME       a tenant and its API key (printed once)
+//   idemsaga order ... / orders get K submit an order, read a saga
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +15,10 @@
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
+#include "cmd/idemsaga/client_commands.hpp"
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "services_mock/service.hpp"
 
 namespace {
@@ -108,18 +115,95 @@ void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>
   });
 }
 
+struct OrchestratorFlags {
+  std::string listen = "127.0.0.1:8080";
+  bool migrate = false;
+  orchestrator::OrchestratorOptions options;
+};
+
+void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::function<void()>& run) {
+  auto* cmd = app.add_subcommand("orchestrator", "Run the coordinator service (order API)");
+  auto& o = flags.options;
+  cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
+  cmd->add_option("--database-url", o.database_url, "postgresql:// URL of its database")
+      ->envname("IDEMSAGA_DATABASE_URL")
+      ->required();
+  cmd->add_option("--inventory-url", o.inventory_url)->capture_default_str();
+  cmd->add_option("--payment-url", o.payment_url)->capture_default_str();
+  cmd->add_option("--service-token", o.service_token, "token presented to participants")
+      ->envname("IDEMSAGA_SERVICE_TOKEN");
+  cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
+  cmd->add_option("--max-attempts", o.retry.max_attempts, "attempts per step action")
+      ->capture_default_str();
+  cmd->add_option("--lease-seconds", o.store.lease, "saga lease, renewed while it runs")
+      ->capture_default_str();
+  cmd->add_option("--response-budget-ms", o.sagas.response_budget,
+                  "answer 202 when a saga takes longer")
+      ->capture_default_str();
+  cmd->callback([&flags, &run] {
+    run = [&flags] {
+      if (flags.migrate) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(flags.options.database_url));
+        common::pg::Migrate(conn, "orchestrator");
+      }
+      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      orchestrator::Orchestrator o(flags.options);
+      int bound = o.Bind(host, port);
+      std::thread server([&] { o.Serve(); });
+      std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
+      idemsaga_cmd::WaitForStopSignal();
+      o.Stop();
+      server.join();
+    };
+  });
+}
+
+struct TenantFlags {
+  std::string name;
+  std::string database_url;
+};
+
+void AddTenantCommand(CLI::App& app, TenantFlags& flags, std::function<void()>& run) {
+  auto* tenant = app.add_subcommand("tenant", "Manage tenants");
+  auto* create = tenant->add_subcommand("create", "Create a tenant (or give it a new API key)");
+  tenant->require_subcommand(1);
+  create->add_option("name", flags.name, "tenant id: 1-64 of [A-Za-z0-9_-]")->required();
+  create->add_option("--database-url", flags.database_url, "the orchestrator's database")
+      ->envname("IDEMSAGA_DATABASE_URL")
+      ->required();
+  create->callback([&flags, &run] {
+    run = [&flags] {
+      if (!common::IsValidTenantId(flags.name)) {
+        throw CLI::ValidationError("name", "must be 1-64 of [A-Za-z0-9_-]");
+      }
+      common::pg::Pool pool({.url = flags.database_url, .size = 1});
+      orchestrator::ParentStore store(pool, {});
+      std::string api_key = "isk_" + common::RandomHex(32);
+      store.UpsertTenant(flags.name, common::Sha256Hex(api_key));
+      std::cout << "tenant " << flags.name << " API key (shown once, store it now):\n"
+                << api_key << std::endl;
+    };
+  });
+}
+
 struct DevFlags {
   std::string dir = ".idemsaga";
   int pg_port = 54329;
+  int orchestrator_port = 8080;
   int inventory_port = 8081;
   int payment_port = 8082;
 };
+
+// Fixed, dev-only API keys so the README's examples work as written. Never use them elsewhere.
+constexpr std::pair<const char*, const char*> kDevTenants[] = {{"demo", "dev-key-demo"},
+                                                               {"acme", "dev-key-acme"}};
 
 void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
   auto* cmd = app.add_subcommand(
       "dev", "Run the whole stack locally on a private PostgreSQL cluster (no Docker)");
   cmd->add_option("--dir", flags.dir, "where the private cluster lives")->capture_default_str();
   cmd->add_option("--pg-port", flags.pg_port, "PostgreSQL port (loopback)")->capture_default_str();
+  cmd->add_option("--orchestrator-port", flags.orchestrator_port)->capture_default_str();
   cmd->add_option("--inventory-port", flags.inventory_port)->capture_default_str();
   cmd->add_option("--payment-port", flags.payment_port)->capture_default_str();
   cmd->callback([&flags, &run] {
@@ -141,14 +225,29 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
       ParticipantService payment(ParticipantKind::kPayment, urls["payment"], {});
       inventory.Bind("127.0.0.1", flags.inventory_port);
       payment.Bind("127.0.0.1", flags.payment_port);
+      std::string local = "http://127.0.0.1:";
+      orchestrator::Orchestrator orch(
+          {.database_url = urls["orchestrator"],
+           .inventory_url = local + std::to_string(flags.inventory_port),
+           .payment_url = local + std::to_string(flags.payment_port)});
+      for (const auto& [tenant, key] : kDevTenants) {
+        orch.store().UpsertTenant(tenant, common::Sha256Hex(key));
+      }
+      orch.Bind("127.0.0.1", flags.orchestrator_port);
       std::thread t1([&] { inventory.Serve(); });
       std::thread t2([&] { payment.Serve(); });
-      std::cout << "idemsaga dev ready: inventory http://127.0.0.1:" << flags.inventory_port
-                << " payment http://127.0.0.1:" << flags.payment_port
-                << " (service token: dev-service-token). Ctrl-C stops everything." << std::endl;
+      std::thread t3([&] { orch.Serve(); });
+      std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
+                << "  inventory http://127.0.0.1:" << flags.inventory_port
+                << ", payment http://127.0.0.1:" << flags.payment_port
+                << " (service token: dev-service-token)\n"
+                << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
+                << " (Ctrl-C stops everything)" << std::endl;
       idemsaga_cmd::WaitForStopSignal();
+      orch.Stop();
       inventory.Stop();
       payment.Stop();
+      t3.join();
       t1.join();
       t2.join();
       cluster->Stop();
@@ -167,14 +266,20 @@ int main(int argc, char** argv) {
   ParticipantFlags inventory_flags, payment_flags;
   MigrateFlags migrate_flags;
   DevFlags dev_flags;
+  OrchestratorFlags orchestrator_flags;
+  TenantFlags tenant_flags;
+  idemsaga_cmd::ClientFlags client_flags;
   AddDevCommand(app, dev_flags, run);
+  AddOrchestratorCommand(app, orchestrator_flags, run);
   AddParticipantCommand(app, ParticipantKind::kInventory, inventory_flags, run);
   AddParticipantCommand(app, ParticipantKind::kPayment, payment_flags, run);
   AddMigrateCommand(app, migrate_flags, run);
+  AddTenantCommand(app, tenant_flags, run);
+  idemsaga_cmd::AddClientCommands(app, client_flags, run);
   try {
     app.parse(argc, argv);
     if (run) run();
-    return 0;
+    return idemsaga_cmd::ExitCode();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

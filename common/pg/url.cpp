@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "common/percent_encode.hpp"
+
 namespace common::pg {
 namespace {
 
@@ -24,21 +26,6 @@ Parts Split(std::string_view url) {
   return {before_query.substr(0, slash), before_query.substr(slash + 1), query};
 }
 
-std::string PercentEncode(std::string_view v) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : v) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xf]);
-    }
-  }
-  return out;
-}
-
 std::string Join(const Parts& p) {
   std::string out(p.head);
   out.append("/").append(p.db);
@@ -58,7 +45,7 @@ std::string WithParam(std::string_view url, std::string_view key, std::string_vi
   Parts p = Split(url);
   std::string query(p.query);
   if (!query.empty()) query.push_back('&');
-  query.append(key).append("=").append(PercentEncode(value));
+  query.append(key).append("=").append(common::PercentEncode(value));
   p.query = query;
   return Join(p);
 }

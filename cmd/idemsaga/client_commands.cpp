@@ -1,0 +1,88 @@
+#include "cmd/idemsaga/client_commands.hpp"
+
+#include <httplib.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/percent_encode.hpp"
+
+namespace idemsaga_cmd {
+namespace {
+
+int exit_code = 0;
+
+void AddConnectionFlags(CLI::App* cmd, ClientFlags& f) {
+  cmd->add_option("--url", f.url, "orchestrator base URL")->capture_default_str();
+  cmd->add_option("--api-key", f.api_key, "tenant API key")
+      ->envname("IDEMSAGA_API_KEY")
+      ->required();
+}
+
+std::unique_ptr<httplib::Client> Connect(const ClientFlags& f) {
+  auto c = std::make_unique<httplib::Client>(f.url);
+  c->set_connection_timeout(3);
+  c->set_read_timeout(30);
+  return c;
+}
+
+void Print(const httplib::Result& r) {
+  if (!r) {
+    std::cerr << "request failed: " << httplib::to_string(r.error())
+              << " (retrying with the same key is safe)" << std::endl;
+    exit_code = 1;
+    return;
+  }
+  std::cout << "HTTP " << r->status << std::endl;
+  for (const char* h : {"Idempotent-Replayed", "Retry-After", "Location"}) {
+    if (r->has_header(h)) std::cout << h << ": " << r->get_header_value(h) << std::endl;
+  }
+  auto body = nlohmann::json::parse(r->body, nullptr, false);
+  std::cout << (body.is_discarded() ? r->body : body.dump(2)) << std::endl;
+  if (r->status >= 400) exit_code = 1;
+}
+
+}  // namespace
+
+int ExitCode() { return exit_code; }
+
+void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run) {
+  auto* order = app.add_subcommand("order", "Submit an order (POST /v1/orders)");
+  AddConnectionFlags(order, f);
+  order->add_option("--key", f.key, "Idempotency-Key (reuse it to retry safely)")->required();
+  order->add_option("--customer-id", f.customer_id)->capture_default_str();
+  order->add_option("--sku", f.sku)->capture_default_str();
+  order->add_option("--quantity", f.quantity)->capture_default_str();
+  order->add_option("--amount-cents", f.amount_cents)->capture_default_str();
+  order->add_option("--currency", f.currency)->capture_default_str();
+  order->add_option("--payment-method", f.payment_method,
+                    "pm_card_visa, or pm_card_declined to see a compensation")
+      ->capture_default_str();
+  order->callback([&f, &run] {
+    run = [&f] {
+      nlohmann::json body = {{"customer_id", f.customer_id},
+                             {"items", {{{"sku", f.sku}, {"quantity", f.quantity}}}},
+                             {"amount_cents", f.amount_cents},
+                             {"currency", f.currency},
+                             {"payment_method", f.payment_method}};
+      Print(Connect(f)->Post(
+          "/v1/orders",
+          {{"Authorization", "Bearer " + f.api_key}, {"Idempotency-Key", f.key}},
+          body.dump(), "application/json"));
+    };
+  });
+
+  auto* orders = app.add_subcommand("orders", "Inspect orders");
+  orders->require_subcommand(1);
+  auto* get = orders->add_subcommand("get", "Show a saga: status, steps, stored response");
+  AddConnectionFlags(get, f);
+  get->add_option("key", f.key, "the order's Idempotency-Key")->required();
+  get->callback([&f, &run] {
+    run = [&f] {
+      Print(Connect(f)->Get(("/v1/orders/" + common::PercentEncode(f.key)).c_str(),
+                            {{"Authorization", "Bearer " + f.api_key}}));
+    };
+  });
+}
+
+}  // namespace idemsaga_cmd

@@ -1,0 +1,27 @@
+// The client side of the CLI: `idemsaga order` and `idemsaga orders get`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace idemsaga_cmd {
+
+struct ClientFlags {
+  std::string url = "http://127.0.0.1:8080";
+  std::string api_key;
+  std::string key;
+  std::string customer_id = "cust_1";
+  std::string sku = "widget";
+  long long quantity = 1;
+  long long amount_cents = 2500;
+  std::string currency = "USD";
+  std::string payment_method = "pm_card_visa";
+};
+
+void AddClientCommands(CLI::App& app, ClientFlags& flags, std::function<void()>& run);
+
+// 0, or 1 when a client command got an error status (for scripts).
+int ExitCode();
+
+}  // namespace idemsaga_cmd

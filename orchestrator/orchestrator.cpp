@@ -1,0 +1,178 @@
+#include "orchestrator/orchestrator.hpp"
+
+#include <unistd.h>
+
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+#include "common/log.hpp"
+#include "steps/order_schema.hpp"
+#include "steps/place_order.hpp"
+
+namespace orchestrator {
+namespace {
+
+using common::http::SetError;
+
+void Send(const Answer& a, httplib::Response& res) {
+  res.status = a.status;
+  res.set_content(a.body, "application/json");
+  for (const auto& [k, v] : a.headers) res.set_header(k.c_str(), v);
+}
+
+void Unavailable(httplib::Response& res, const std::string& what) {
+  SetError(res, 503, "unavailable", what + "; retrying with the same key is safe");
+  res.set_header("Retry-After", "1");
+}
+
+nlohmann::json SagaView(const SagaRow& row) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : row.steps) {
+    steps.push_back({{"name", s.value("name", "")},
+                     {"derived_key", s.value("action_key", "")},
+                     {"status", s.value("status", "")},
+                     {"attempts", s.value("attempts", 0)},
+                     {"compensation_attempts", s.value("compensation_attempts", 0)},
+                     {"replayed", s.value("replayed", false)}});
+  }
+  nlohmann::json view = {{"idempotency_key", row.key},
+                         {"order_id", row.order_id},
+                         {"saga", row.saga_name},
+                         {"status", row.status},
+                         {"stuck", row.stuck},
+                         {"steps", steps},
+                         {"trace_id", row.trace_id},
+                         {"created_at", row.created_at},
+                         {"updated_at", row.updated_at}};
+  if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
+  if (row.response_status != 0) {
+    view["response"] = {{"status", row.response_status},
+                        {"body", nlohmann::json::parse(row.response_body, nullptr, false)}};
+  } else {
+    view["response"] = nullptr;
+  }
+  return view;
+}
+
+}  // namespace
+
+std::string MakeOwnerId() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(getpid()) + ":" + common::RandomHex(3);
+}
+
+Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factory)
+    : options_(std::move(options)),
+      pool_({.url = options_.database_url, .size = options_.pool_size}),
+      store_(pool_, options_.store),
+      inventory_({.base_url = options_.inventory_url, .service_token = options_.service_token}),
+      payment_({.base_url = options_.payment_url, .service_token = options_.service_token}),
+      definition_(factory ? factory(inventory_, payment_)
+                          : steps::MakePlaceOrderSaga(inventory_, payment_)),
+      sagas_(store_, definition_, options_.retry,
+             [&] {
+               auto s = options_.sagas;
+               if (s.owner.empty()) s.owner = MakeOwnerId();
+               return s;
+             }()),
+      server_(options_.limits) {
+  Routes();
+}
+
+Orchestrator::~Orchestrator() { Stop(); }
+
+int Orchestrator::Bind(const std::string& host, int port) {
+  int bound = server_.Bind(host, port);
+  if (bound < 0) {
+    throw std::runtime_error("orchestrator: cannot listen on " + host + ":" + std::to_string(port));
+  }
+  return bound;
+}
+
+void Orchestrator::Serve() { server_.Listen(); }
+
+void Orchestrator::Stop() {
+  server_.stop();
+  sagas_.Shutdown();
+}
+
+std::optional<std::string> Orchestrator::Authenticate(const httplib::Request& req) {
+  std::string token = common::http::BearerToken(req);
+  if (token.empty() || token.size() > 256) return std::nullopt;
+  std::string hash = common::Sha256Hex(token);
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(tenant_cache_mutex_);
+    auto it = tenant_cache_.find(hash);
+    if (it != tenant_cache_.end() && it->second.second > now) return it->second.first;
+  }
+  // Cached so that an order costs no extra transaction for authentication.
+  auto tenant = store_.TenantForKeyHash(hash);
+  if (tenant) {
+    std::lock_guard lock(tenant_cache_mutex_);
+    if (tenant_cache_.size() > 10000) tenant_cache_.clear();
+    tenant_cache_[hash] = {*tenant, now + options_.tenant_cache_ttl};
+  }
+  return tenant;
+}
+
+void Orchestrator::Routes() {
+  server_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  server_.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    try {
+      pool_.With([](pqxx::connection& conn) {
+        pqxx::nontransaction tx(conn);
+        tx.exec("SELECT 1");
+      });
+      res.set_content(R"({"status":"ready"})", "application/json");
+    } catch (const std::exception&) {
+      Unavailable(res, "the database is not reachable");
+    }
+  });
+
+  server_.Post("/v1/orders", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      auto tenant = Authenticate(req);
+      if (!tenant) {
+        SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+        res.set_header("WWW-Authenticate", "Bearer");
+        return;
+      }
+      auto key = common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+                                             req.get_header_value("Idempotency-Key"),
+                                             kMaxParentKeyLength);
+      if (!key.ok()) return SetError(res, 400, key.error, key.message);
+      auto body = common::http::ParseJsonBody(req, res, options_.limits);
+      if (!body) return;
+      if (auto problem = steps::ValidateOrder(*body); !problem.empty()) {
+        return SetError(res, 400, "invalid_request", problem);
+      }
+      common::Log("order_received", {{"tenant", *tenant}, {"key", key.key}});
+      Submission s{*tenant, key.key, common::Sha256Hex("POST /v1/orders\n" + body->dump()), *body,
+                   common::RandomHex(16)};
+      Send(sagas_.Submit(s), res);
+    } catch (const common::pg::PoolUnavailable& e) {
+      Unavailable(res, "the database is unavailable");
+    } catch (const pqxx::broken_connection&) {
+      Unavailable(res, "the database is unavailable");
+    } catch (const pqxx::sql_error& e) {
+      // Lock or statement timeouts while the database is overloaded or restarting.
+      common::Log("order_db_error", {{"error", e.what()}, {"sqlstate", e.sqlstate()}});
+      Unavailable(res, "the database did not answer in time");
+    }
+  });
+
+  server_.Get(R"(/v1/orders/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    auto tenant = Authenticate(req);
+    if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
+    std::string key = req.matches[1];
+    auto row = store_.Get(*tenant, key);
+    // Another tenant's key is indistinguishable from a key that does not exist.
+    if (!row) return SetError(res, 404, "not_found", "no order with this Idempotency-Key");
+    res.set_content(SagaView(*row).dump(), "application/json");
+  });
+}
+
+}  // namespace orchestrator

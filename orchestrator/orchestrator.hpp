@@ -1,0 +1,78 @@
+// The coordinator service: the order API over a SagaService, the parent-key store and the
+// participant clients, all in one object that main() or a test can start.
+//
+// Bind() and Serve() from one thread; Stop() from any.
+//   orchestrator::Orchestrator o({.database_url = url});
+//   int port = o.Bind("127.0.0.1", 0); std::thread t([&] { o.Serve(); }); ...; o.Stop();
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/http/server.hpp"
+#include "common/pg/pool.hpp"
+#include "orchestrator/saga/definition.hpp"
+#include "orchestrator/saga/runner.hpp"
+#include "orchestrator/saga_service.hpp"
+#include "orchestrator/store/parent_store.hpp"
+#include "steps/client/participant_client.hpp"
+
+namespace orchestrator {
+
+struct OrchestratorOptions {
+  std::string database_url;
+  std::string inventory_url = "http://127.0.0.1:8081";
+  std::string payment_url = "http://127.0.0.1:8082";
+  std::string service_token = "dev-service-token";
+  saga::RetryPolicy retry;
+  StoreOptions store;
+  SagaServiceOptions sagas;
+  common::http::Limits limits;
+  size_t pool_size = 32;
+  // How long a tenant's API key is trusted without asking the database again.
+  std::chrono::seconds tenant_cache_ttl{30};
+};
+
+// Makes the saga this orchestrator serves, given its participant clients.
+using DefinitionFactory = std::function<saga::Definition(steps::client::ParticipantClient& inventory,
+                                                         steps::client::ParticipantClient& payment)>;
+
+// Parent keys may be 1..200 printable ASCII (derived keys add up to 45 more, under 255).
+inline constexpr size_t kMaxParentKeyLength = 200;
+
+class Orchestrator {
+ public:
+  // Serves the place_order saga unless `factory` says otherwise (tests, examples).
+  explicit Orchestrator(OrchestratorOptions options, DefinitionFactory factory = {});
+  ~Orchestrator();
+
+  int Bind(const std::string& host, int port);
+  void Serve();
+  void Stop();
+
+  ParentStore& store() { return store_; }
+
+ private:
+  void Routes();
+  std::optional<std::string> Authenticate(const httplib::Request& req);
+
+  OrchestratorOptions options_;
+  common::pg::Pool pool_;
+  ParentStore store_;
+  steps::client::ParticipantClient inventory_;
+  steps::client::ParticipantClient payment_;
+  saga::Definition definition_;
+  SagaService sagas_;
+  common::http::Server server_;
+
+  std::mutex tenant_cache_mutex_;
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>>
+      tenant_cache_;
+};
+
+// "host:pid:random": unique per process, readable in the parent row and the logs.
+std::string MakeOwnerId();
+
+}  // namespace orchestrator

@@ -1,0 +1,36 @@
+#include "orchestrator/saga/response.hpp"
+
+namespace saga {
+
+StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ctx) {
+  if (result.end == SagaEnd::kCompleted) {
+    nlohmann::json body = {{"status", "completed"},
+                           {"order_id", ctx.order_id},
+                           {"idempotency_key", ctx.idempotency_key}};
+    for (const auto& [step, output] : result.outputs.items()) {
+      if (!output.is_object()) continue;
+      for (const auto& [field, value] : output.items()) {
+        if (field.size() > 3 && field.compare(field.size() - 3, 3, "_id") == 0) body[field] = value;
+      }
+    }
+    body["trace_id"] = ctx.trace_id;
+    return {201, body.dump()};
+  }
+  const StepResult& f = result.failure;
+  bool business = f.outcome == Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
+  int status = business ? f.http_status : 503;
+  std::string code = business && !f.error_code.empty() ? f.error_code
+                                                       : result.failed_step + "_unavailable";
+  std::string message = business ? f.detail
+                                 : "the " + result.failed_step +
+                                       " step did not answer in time; completed steps were "
+                                       "compensated";
+  nlohmann::json body = {{"status", "failed"},
+                         {"error", {{"code", code}, {"message", message}, {"step", result.failed_step}}},
+                         {"compensated", result.compensated},
+                         {"idempotency_key", ctx.idempotency_key},
+                         {"trace_id", ctx.trace_id}};
+  return {status, body.dump()};
+}
+
+}  // namespace saga

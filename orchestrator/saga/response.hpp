@@ -1,0 +1,31 @@
+// The answer a finished saga stores under its parent key and replays to every retry.
+//
+// Generic over definitions, so a saga declared in code needs no response code of its own:
+//   completed -> 201 {"status":"completed","order_id","idempotency_key",<each step output's
+//                     *_id fields>,"trace_id"}
+//   failed    -> the failing step's 4xx (402 card_declined, 409 insufficient_stock, ...), or
+//                503 <step>_unavailable when retries ran out, with
+//                {"status":"failed","error":{...},"compensated":[...],"trace_id"}
+// Pure function.
+#pragma once
+
+#include <string>
+
+#include "orchestrator/saga/runner.hpp"
+
+namespace saga {
+
+struct StoredResponse {
+  int status = 0;
+  std::string body;
+};
+
+struct ResponseContext {
+  std::string order_id;
+  std::string idempotency_key;
+  std::string trace_id;
+};
+
+StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ctx);
+
+}  // namespace saga

@@ -1,0 +1,229 @@
+#include "orchestrator/saga/runner.hpp"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "common/crypto.hpp"
+#include "common/log.hpp"
+
+namespace saga {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void LogStep(const char* event, const StepContext& ctx, const StepResult& r) {
+  common::Log(event, {{"tenant", ctx.tenant_id},
+                      {"key", ctx.parent_key},
+                      {"step", ctx.step_name},
+                      {"derived_key", ctx.derived_key},
+                      {"attempt", std::to_string(ctx.attempt)},
+                      {"outcome", ToString(r.outcome)},
+                      {"http_status", std::to_string(r.http_status)},
+                      {"detail", r.detail},
+                      {"trace_id", ctx.trace.trace_id}});
+}
+
+// A step function that throws is a bug or a library failure; it cannot have been applied
+// with certainty either way, so it counts as in doubt (retry with the same key).
+StepResult Call(const StepFn& fn, StepContext& ctx) {
+  try {
+    return fn(ctx);
+  } catch (const std::exception& e) {
+    return StepResult::InDoubt(std::string("step threw: ") + e.what());
+  }
+}
+
+}  // namespace
+
+nlohmann::json StepRecord::ToJson() const {
+  nlohmann::json j = {{"name", name},
+                      {"action_key", action_key},
+                      {"status", status},
+                      {"attempts", attempts},
+                      {"compensation_attempts", compensation_attempts},
+                      {"replayed", replayed}};
+  if (!output.is_null()) j["output"] = output;
+  if (!detail.empty()) j["detail"] = detail;
+  return j;
+}
+
+StepRecord StepRecord::FromJson(const nlohmann::json& j) {
+  StepRecord r;
+  r.name = j.value("name", "");
+  r.action_key = j.value("action_key", "");
+  r.status = j.value("status", "not_run");
+  r.attempts = j.value("attempts", 0);
+  r.compensation_attempts = j.value("compensation_attempts", 0);
+  r.replayed = j.value("replayed", false);
+  if (j.contains("output")) r.output = j["output"];
+  r.detail = j.value("detail", "");
+  return r;
+}
+
+Runner::Runner(const Definition& definition, RetryPolicy policy, Sleep sleep,
+               ShouldStop should_stop)
+    : definition_(definition),
+      policy_(policy),
+      sleep_(sleep ? std::move(sleep) : [](std::chrono::milliseconds d) {
+        std::this_thread::sleep_for(d);
+      }),
+      should_stop_(should_stop ? std::move(should_stop) : [] { return false; }) {}
+
+StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
+                            const nlohmann::json& outputs, const std::string& key) const {
+  StepContext ctx;
+  ctx.saga_name = definition_.name();
+  ctx.step_name = step.name;
+  ctx.tenant_id = input.tenant_id;
+  ctx.parent_key = input.parent_key;
+  ctx.derived_key = key;
+  ctx.action_key = ActionKey(input.parent_key, step.name);
+  ctx.request = &input.request;
+  ctx.outputs = &outputs;
+  ctx.trace = {input.trace_id, common::RandomHex(8)};
+  return ctx;
+}
+
+void Runner::Backoff(int attempt) const {
+  // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
+  auto cap = std::min<long long>(policy_.max_backoff.count(),
+                                 policy_.initial_backoff.count() << std::min(attempt, 20));
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  sleep_(std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng)));
+}
+
+StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
+                       const nlohmann::json& outputs, StepRecord& record, Journal& journal,
+                       bool& fenced) const {
+  auto deadline = Clock::now() + policy_.step_deadline;
+  StepContext ctx = Context(step, input, outputs, record.action_key);
+  ctx.deadline = deadline;
+  bool in_doubt = false;
+  StepResult last = StepResult::Retryable("not attempted");
+  for (int attempt = 1; attempt <= policy_.max_attempts; ++attempt) {
+    if (!journal.KeepLease()) {
+      fenced = true;
+      return last;
+    }
+    ctx.attempt = attempt;
+    ctx.trace.parent_span_id = common::RandomHex(8);
+    record.attempts = attempt;
+    last = Call(step.action, ctx);
+    LogStep("step_outcome", ctx, last);
+    if (last.outcome == Outcome::kSucceeded || last.outcome == Outcome::kTerminal) return last;
+    in_doubt = in_doubt || last.outcome == Outcome::kInDoubt;
+    if (attempt == policy_.max_attempts || Clock::now() >= deadline || should_stop_()) break;
+    Backoff(attempt);
+  }
+  // Once any attempt may have been applied, the step stays "possibly applied".
+  if (in_doubt) last.outcome = Outcome::kInDoubt;
+  return last;
+}
+
+bool Runner::Compensate(const StepDefinition& step, const SagaInput& input,
+                        const nlohmann::json& outputs, StepRecord& record,
+                        std::vector<StepRecord>& all, Journal& journal,
+                        bool& stuck_marked) const {
+  StepContext ctx =
+      Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
+  for (;;) {
+    if (should_stop_() || !journal.KeepLease()) return false;
+    ctx.attempt = ++record.compensation_attempts;
+    ctx.trace.parent_span_id = common::RandomHex(8);
+    ctx.deadline = Clock::now() + policy_.step_deadline;
+    StepResult r = Call(step.compensation, ctx);
+    LogStep("compensation_outcome", ctx, r);
+    if (r.outcome == Outcome::kSucceeded) {
+      record.status = "compensated";
+      return true;
+    }
+    record.detail = r.detail;
+    if (record.compensation_attempts < policy_.compensation_stuck_after) {
+      Backoff(record.compensation_attempts);
+      continue;
+    }
+    if (!stuck_marked) {
+      common::Log("saga_stuck", {{"tenant", input.tenant_id},
+                                 {"key", input.parent_key},
+                                 {"step", step.name},
+                                 {"attempts", std::to_string(record.compensation_attempts)},
+                                 {"detail", r.detail},
+                                 {"trace_id", input.trace_id}});
+      if (!journal.MarkStuck(all)) return false;
+      stuck_marked = true;
+    }
+    sleep_(policy_.stuck_retry_interval);
+  }
+}
+
+SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
+  SagaResult result;
+  const auto& defs = definition_.steps();
+  if (input.compensating) {
+    result.steps = *input.compensating;
+    result.failure = input.failure.value_or(StepResult::Retryable("resumed"));
+    result.failed_step = input.failed_step;
+  } else {
+    for (const auto& s : defs) {
+      StepRecord r;
+      r.name = s.name;
+      r.action_key = ActionKey(input.parent_key, s.name);
+      result.steps.push_back(r);
+    }
+    for (size_t i = 0; i < defs.size(); ++i) {
+      if (should_stop_()) return result;  // kAbandoned
+      bool fenced = false;
+      auto& record = result.steps[i];
+      StepResult r = Act(defs[i], input, result.outputs, record, journal, fenced);
+      if (fenced) {
+        result.end = SagaEnd::kFenced;
+        return result;
+      }
+      record.replayed = r.replayed;
+      if (r.outcome == Outcome::kSucceeded) {
+        record.status = "succeeded";
+        record.output = r.output;
+        result.outputs[defs[i].name] = r.output;
+        continue;
+      }
+      // A definite refusal applied nothing; anything else may have been applied.
+      record.status = r.outcome == Outcome::kTerminal ? "failed" : "in_doubt";
+      record.detail = r.detail;
+      result.failure = r;
+      result.failed_step = defs[i].name;
+      break;
+    }
+    if (result.failed_step.empty()) {
+      result.end = SagaEnd::kCompleted;
+      return result;
+    }
+    for (auto& s : result.steps) {
+      if (s.status == "succeeded" || s.status == "in_doubt") s.status = "compensating";
+    }
+    if (!journal.BeginCompensation(result.steps, result.failure, result.failed_step)) {
+      result.end = SagaEnd::kFenced;
+      return result;
+    }
+  }
+  bool stuck_marked = false;
+  for (size_t i = result.steps.size(); i-- > 0;) {
+    auto& record = result.steps[i];
+    if (record.status != "compensating") continue;
+    auto def = std::find_if(defs.begin(), defs.end(),
+                            [&](const StepDefinition& d) { return d.name == record.name; });
+    if (def == defs.end()) continue;  // a step this build no longer defines: nothing to call
+    if (!Compensate(*def, input, result.outputs, record, result.steps, journal, stuck_marked)) {
+      result.end = should_stop_() ? SagaEnd::kAbandoned : SagaEnd::kFenced;
+      return result;
+    }
+  }
+  // Reverse order, including steps compensated by an earlier owner before a crash.
+  for (size_t i = result.steps.size(); i-- > 0;) {
+    if (result.steps[i].status == "compensated") result.compensated.push_back(result.steps[i].name);
+  }
+  result.end = SagaEnd::kFailed;
+  return result;
+}
+
+}  // namespace saga

@@ -1,0 +1,51 @@
+#include "orchestrator/saga/step.hpp"
+
+namespace saga {
+
+const char* ToString(Outcome o) {
+  switch (o) {
+    case Outcome::kSucceeded: return "succeeded";
+    case Outcome::kRetryable: return "retryable";
+    case Outcome::kTerminal: return "terminal";
+    case Outcome::kInDoubt: return "in_doubt";
+  }
+  return "unknown";
+}
+
+StepResult StepResult::Succeeded(nlohmann::json output, bool replayed) {
+  StepResult r;
+  r.outcome = Outcome::kSucceeded;
+  r.output = std::move(output);
+  r.replayed = replayed;
+  return r;
+}
+
+StepResult StepResult::Retryable(std::string detail, int http_status) {
+  StepResult r;
+  r.outcome = Outcome::kRetryable;
+  r.detail = std::move(detail);
+  r.http_status = http_status;
+  return r;
+}
+
+StepResult StepResult::Terminal(int http_status, std::string error_code, std::string detail) {
+  StepResult r;
+  r.outcome = Outcome::kTerminal;
+  r.http_status = http_status;
+  r.error_code = std::move(error_code);
+  r.detail = std::move(detail);
+  return r;
+}
+
+StepResult StepResult::InDoubt(std::string detail) {
+  StepResult r;
+  r.outcome = Outcome::kInDoubt;
+  r.detail = std::move(detail);
+  return r;
+}
+
+std::string TraceContext::Traceparent() const {
+  return "00-" + trace_id + "-" + parent_span_id + "-01";
+}
+
+}  // namespace saga

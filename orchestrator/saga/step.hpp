@@ -1,0 +1,59 @@
+// What a saga step is given and what it answers.
+//
+// A step's action and compensation are callables `StepResult(StepContext&)`. The result says
+// what the runner should do next: go on, retry with the same key, give up (compensate), or
+// treat the call as possibly applied (retry with the same key; compensate if it never settles).
+// Plain values; not shared between threads.
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace saga {
+
+enum class Outcome {
+  kSucceeded,  // done; `output` is kept for later steps and the response
+  kRetryable,  // certainly not applied, or may be retried safely (connect error, 5xx, 409 busy)
+  kTerminal,   // a definite business answer (declined, out of stock): compensate
+  kInDoubt,    // the request was sent and no answer came: it may have been applied
+};
+
+const char* ToString(Outcome o);
+
+struct [[nodiscard]] StepResult {
+  Outcome outcome = Outcome::kRetryable;
+  nlohmann::json output;  // kSucceeded: the participant's answer
+  std::string detail;     // human-readable reason for anything but success
+  int http_status = 0;    // the participant's status, when there was one
+  std::string error_code; // the participant's error code, when there was one
+  bool replayed = false;  // the participant answered from its stored response
+
+  static StepResult Succeeded(nlohmann::json output, bool replayed = false);
+  static StepResult Retryable(std::string detail, int http_status = 0);
+  static StepResult Terminal(int http_status, std::string error_code, std::string detail);
+  static StepResult InDoubt(std::string detail);
+};
+
+// The W3C trace context of the step call (filled in by the runner).
+struct TraceContext {
+  std::string trace_id;        // 32 hex
+  std::string parent_span_id;  // 16 hex
+  std::string Traceparent() const;
+};
+
+struct StepContext {
+  std::string saga_name;
+  std::string step_name;
+  std::string tenant_id;
+  std::string parent_key;
+  std::string derived_key;         // "A-inventory", or "A-inventory-compensate"
+  std::string action_key;          // the action's key (what a compensation undoes)
+  const nlohmann::json* request;   // the parent request body
+  const nlohmann::json* outputs;   // earlier steps' outputs, by step name
+  TraceContext trace;
+  std::chrono::steady_clock::time_point deadline;  // of this attempt's step
+  int attempt = 1;
+};
+
+}  // namespace saga

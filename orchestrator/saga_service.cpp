@@ -1,0 +1,191 @@
+#include "orchestrator/saga_service.hpp"
+
+#include <boost/asio/post.hpp>
+#include <cmath>
+#include <future>
+
+#include "common/http/server.hpp"
+#include "common/log.hpp"
+#include "common/percent_encode.hpp"
+#include "orchestrator/saga/response.hpp"
+
+namespace orchestrator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : steps) j.push_back(s.ToJson());
+  return j;
+}
+
+// The runner's durable side: the parent row, written only under this saga's lease.
+class StoreJournal : public saga::Journal {
+ public:
+  StoreJournal(ParentStore& store, Lease lease)
+      : store_(store), lease_(std::move(lease)), renewed_at_(Clock::now()) {}
+
+  // Renews once a third of the lease has passed: the happy path (well under that) adds no
+  // commit, and a slow saga renews long before its lease could expire.
+  bool KeepLease() override {
+    if (Clock::now() - renewed_at_ < store_.options().lease / 3) return true;
+    if (!store_.Renew(lease_)) return false;
+    renewed_at_ = Clock::now();
+    return true;
+  }
+
+  bool BeginCompensation(const std::vector<saga::StepRecord>& steps,
+                         const saga::StepResult& cause, const std::string& failed_step) override {
+    return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
+  }
+
+  bool MarkStuck(const std::vector<saga::StepRecord>& steps) override {
+    return store_.MarkStuck(lease_, StepsJson(steps));
+  }
+
+ private:
+  ParentStore& store_;
+  Lease lease_;
+  Clock::time_point renewed_at_;
+};
+
+Answer Error(int status, const std::string& code, const std::string& message) {
+  return Answer{status, common::http::ErrorBody(code, message), {}};
+}
+
+Answer InProgress(const SagaRow& row) {
+  Answer a = Error(409, "idempotency_key_in_progress",
+                   "a request with this Idempotency-Key is still being processed; retry later");
+  int seconds = std::max(1, static_cast<int>(std::ceil(std::min(row.lease_seconds_left, 5.0))));
+  a.headers["Retry-After"] = std::to_string(seconds);
+  return a;
+}
+
+}  // namespace
+
+nlohmann::json FailureToJson(const saga::StepResult& r) {
+  return {{"outcome", saga::ToString(r.outcome)},
+          {"http_status", r.http_status},
+          {"error_code", r.error_code},
+          {"detail", r.detail}};
+}
+
+saga::StepResult FailureFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return saga::StepResult::Retryable("unknown");
+  if (j.value("outcome", "") == "terminal") {
+    return saga::StepResult::Terminal(j.value("http_status", 0), j.value("error_code", ""),
+                                      j.value("detail", ""));
+  }
+  auto r = saga::StepResult::InDoubt(j.value("detail", ""));
+  r.http_status = j.value("http_status", 0);
+  return r;
+}
+
+SagaService::SagaService(ParentStore& store, const saga::Definition& definition,
+                         saga::RetryPolicy policy, SagaServiceOptions options)
+    : store_(store),
+      options_(std::move(options)),
+      runner_(definition, policy, {}, [this] { return stopping_.load(); }),
+      pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {}
+
+SagaService::~SagaService() { Shutdown(); }
+
+void SagaService::Shutdown() {
+  stopping_ = true;
+  if (pool_) {
+    pool_->join();
+    pool_.reset();
+  }
+}
+
+Answer SagaService::Replay(const SagaRow& row) const {
+  Answer a{row.response_status, row.response_body, {}};
+  a.headers["Idempotent-Replayed"] = "true";
+  return a;
+}
+
+Answer SagaService::Drive(const Claim& claim) {
+  ++running_;
+  struct Done {
+    std::atomic<long long>& n;
+    ~Done() { --n; }
+  } done{running_};
+  const SagaRow& row = claim.row;
+  saga::SagaInput input{row.tenant_id, row.key, row.request_body, row.trace_id, {}, {}, ""};
+  if (row.status == "compensating") {
+    std::vector<saga::StepRecord> steps;
+    for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
+    input.compensating = std::move(steps);
+    input.failure = FailureFromJson(row.failure);
+    input.failed_step = row.failed_step;
+  }
+  StoreJournal journal(store_, claim.lease);
+  try {
+    saga::SagaResult result = runner_.Run(input, journal);
+    if (result.end == saga::SagaEnd::kAbandoned) {
+      return Error(503, "unavailable", "the service is shutting down; retry with the same key");
+    }
+    if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
+      auto response = saga::BuildResponse(result, {row.order_id, row.key, row.trace_id});
+      bool completed = result.end == saga::SagaEnd::kCompleted;
+      if (store_.Finish(claim.lease, completed, response.status, response.body,
+                        StepsJson(result.steps))) {
+        common::Log("saga_finished", {{"tenant", row.tenant_id},
+                                      {"key", row.key},
+                                      {"status", completed ? "completed" : "failed"},
+                                      {"http_status", std::to_string(response.status)},
+                                      {"trace_id", row.trace_id}});
+        return Answer{response.status, response.body, {}};
+      }
+    }
+    // Fenced: another owner has the saga now; answer from what it has stored, if anything.
+    auto now = store_.Get(row.tenant_id, row.key);
+    if (now && !now->response_body.empty()) return Replay(*now);
+    return InProgress(now.value_or(row));
+  } catch (const std::exception& e) {
+    // The database (or a bug) stopped us mid-saga: nothing final was stored; the lease
+    // expires and a retry or the sweeper resumes with the same derived keys.
+    common::Log("saga_interrupted", {{"tenant", row.tenant_id},
+                                     {"key", row.key},
+                                     {"error", e.what()},
+                                     {"trace_id", row.trace_id}});
+    return Error(503, "unavailable", "the order could not be completed now; retry with the same key");
+  }
+}
+
+void SagaService::Resume(const Claim& claim) { Drive(claim); }
+
+Answer SagaService::Submit(const Submission& s) {
+  if (stopping_) return Error(503, "unavailable", "the service is shutting down");
+  Claim claim = store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request,
+                                 runner_.definition().name(), options_.owner, s.trace_id});
+  switch (claim.kind) {
+    case Claim::kMismatch:
+      return Error(422, "idempotency_key_reused",
+                   "this Idempotency-Key was used with a different request body");
+    case Claim::kFinished:
+      return Replay(claim.row);
+    case Claim::kInProgress:
+      return InProgress(claim.row);
+    case Claim::kClaimed:
+    case Claim::kTakenOver:
+      break;
+  }
+  common::Log(claim.kind == Claim::kClaimed ? "saga_started" : "saga_resumed",
+              {{"tenant", s.tenant_id},
+               {"key", s.key},
+               {"order_id", claim.row.order_id},
+               {"trace_id", claim.row.trace_id}});
+  auto promise = std::make_shared<std::promise<Answer>>();
+  auto future = promise->get_future();
+  boost::asio::post(*pool_, [this, claim, promise] { promise->set_value(Drive(claim)); });
+  if (future.wait_for(options_.response_budget) == std::future_status::ready) return future.get();
+  nlohmann::json body = {{"status", "started"},
+                         {"order_id", claim.row.order_id},
+                         {"idempotency_key", s.key},
+                         {"trace_id", claim.row.trace_id}};
+  return Answer{202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(s.key)}}};
+}
+
+}  // namespace orchestrator

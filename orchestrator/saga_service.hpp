@@ -1,0 +1,73 @@
+// Runs submitted sagas end to end: claims the parent key, drives the saga on a thread pool
+// (Boost.Asio) with a store-backed, lease-fenced journal, stores the final response, and
+// answers the HTTP request within the response budget (or 202 while the saga goes on).
+//
+// Thread-safe. Shutdown() stops new work and lets running sagas stop at their next step
+// boundary; their leases expire and recovery resumes them.
+//   SagaService svc(store, definition, policy, {.owner = "host:1234"});
+//   Answer a = svc.Submit({tenant, key, hash, body, trace_id});
+#pragma once
+
+#include <atomic>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "orchestrator/saga/runner.hpp"
+#include "orchestrator/store/parent_store.hpp"
+
+namespace orchestrator {
+
+struct Answer {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+};
+
+struct Submission {
+  std::string tenant_id;
+  std::string key;
+  std::string request_hash;
+  nlohmann::json request;
+  std::string trace_id;
+};
+
+struct SagaServiceOptions {
+  std::string owner;                                 // this process's lease identity
+  size_t threads = 64;                               // sagas block on participant calls
+  std::chrono::milliseconds response_budget{10000};  // then 202 and the saga goes on
+};
+
+// The saga's failure as stored in the parent row (for a resumed compensation).
+nlohmann::json FailureToJson(const saga::StepResult& r);
+saga::StepResult FailureFromJson(const nlohmann::json& j);
+
+class SagaService {
+ public:
+  SagaService(ParentStore& store, const saga::Definition& definition, saga::RetryPolicy policy,
+              SagaServiceOptions options);
+  ~SagaService();
+
+  Answer Submit(const Submission& submission);
+
+  // Drives a saga this process has just taken over (recovery); blocks until it ends.
+  void Resume(const Claim& claim);
+
+  void Shutdown();
+  long long running() const { return running_; }
+
+ private:
+  Answer Drive(const Claim& claim);
+  Answer Replay(const SagaRow& row) const;
+
+  ParentStore& store_;
+  SagaServiceOptions options_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<long long> running_{0};
+  saga::Runner runner_;
+  std::unique_ptr<boost::asio::thread_pool> pool_;
+};
+
+}  // namespace orchestrator

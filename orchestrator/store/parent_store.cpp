@@ -1,0 +1,231 @@
+#include "orchestrator/store/parent_store.hpp"
+
+#include "common/log.hpp"
+
+namespace orchestrator {
+namespace {
+
+constexpr const char* kColumns = R"sql(
+  tenant_id, idempotency_key, request_hash, request_body::text, saga_name, order_id, status,
+  coalesce(lease_owner, ''), lease_epoch, coalesce(lease_expires_at > now(), false),
+  coalesce(extract(epoch FROM lease_expires_at - now()), 0)::float8,
+  steps::text, coalesce(failed_step, ''), coalesce(failure::text, 'null'), stuck,
+  coalesce(response_status, 0), coalesce(response_headers::text, 'null'),
+  coalesce(response_body, ''), trace_id, created_at::text, updated_at::text)sql";
+
+// Claims a new key. The conflicting case returns nothing and the row is read next.
+const std::string kClaim = std::string(R"sql(
+  INSERT INTO idempotency_keys
+    (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
+     lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at)
+  VALUES ($1, $2, $3, $4::jsonb, $5, 'ord_' || replace(gen_random_uuid()::text, '-', ''),
+          'started', $6, 1, now() + make_interval(secs => $7), $8,
+          now() + make_interval(secs => $9))
+  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+  RETURNING )sql") + kColumns;
+
+const std::string kGet = std::string("SELECT ") + kColumns +
+                         " FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2";
+
+// One conditional UPDATE: of all the processes that see the lease expired, exactly one wins.
+const std::string kTakeOver = std::string(R"sql(
+  UPDATE idempotency_keys
+  SET lease_owner = $3, lease_epoch = lease_epoch + 1,
+      lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2
+    AND status IN ('started', 'compensating') AND lease_expires_at < now()
+  RETURNING )sql") + kColumns;
+
+constexpr const char* kRenew = R"sql(
+  UPDATE idempotency_keys
+  SET lease_expires_at = now() + make_interval(secs => $5), updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
+    AND status IN ('started', 'compensating'))sql";
+
+constexpr const char* kBeginCompensation = R"sql(
+  UPDATE idempotency_keys
+  SET status = 'compensating', steps = $5::jsonb, failed_step = $6, failure = $7::jsonb,
+      updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
+    AND status = 'started')sql";
+
+constexpr const char* kMarkStuck = R"sql(
+  UPDATE idempotency_keys SET stuck = true, steps = $5::jsonb, updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
+    AND status IN ('started', 'compensating'))sql";
+
+constexpr const char* kFinish = R"sql(
+  UPDATE idempotency_keys
+  SET status = $5, response_status = $6, response_body = $7,
+      response_headers = '{"Content-Type":"application/json"}'::jsonb, steps = $8::jsonb,
+      stuck = false, lease_owner = NULL, lease_expires_at = NULL,
+      completed_at = now(), updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
+    AND status IN ('started', 'compensating'))sql";
+
+constexpr const char* kTenantForKey = "SELECT tenant_id FROM tenants WHERE api_key_hash = $1";
+
+constexpr const char* kUpsertTenant = R"sql(
+  INSERT INTO tenants (tenant_id, api_key_hash) VALUES ($1, $2)
+  ON CONFLICT (tenant_id) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash)sql";
+
+SagaRow ToRow(const pqxx::row& r) {
+  SagaRow s;
+  s.tenant_id = r[0].as<std::string>();
+  s.key = r[1].as<std::string>();
+  s.request_hash = r[2].as<std::string>();
+  s.request_body = nlohmann::json::parse(r[3].as<std::string>());
+  s.saga_name = r[4].as<std::string>();
+  s.order_id = r[5].as<std::string>();
+  s.status = r[6].as<std::string>();
+  s.lease_owner = r[7].as<std::string>();
+  s.lease_epoch = r[8].as<long long>();
+  s.lease_live = r[9].as<bool>();
+  s.lease_seconds_left = r[10].as<double>();
+  s.steps = nlohmann::json::parse(r[11].as<std::string>());
+  s.failed_step = r[12].as<std::string>();
+  s.failure = nlohmann::json::parse(r[13].as<std::string>());
+  s.stuck = r[14].as<bool>();
+  s.response_status = r[15].as<int>();
+  s.response_headers = nlohmann::json::parse(r[16].as<std::string>());
+  s.response_body = r[17].as<std::string>();
+  s.trace_id = r[18].as<std::string>();
+  s.created_at = r[19].as<std::string>();
+  s.updated_at = r[20].as<std::string>();
+  return s;
+}
+
+double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); }
+
+}  // namespace
+
+Claim ParentStore::ClaimKey(const ClaimRequest& req) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto claimed = tx.exec_params(kClaim, req.tenant_id, req.key, req.request_hash,
+                                  req.request_body.dump(), req.saga_name, req.owner,
+                                  Seconds(options_.lease), req.trace_id,
+                                  Seconds(std::chrono::duration_cast<std::chrono::seconds>(
+                                      options_.retention)));
+    if (!claimed.empty()) {
+      tx.commit();
+      SagaRow row = ToRow(claimed[0]);
+      return Claim{Claim::kClaimed, row, {req.tenant_id, req.key, req.owner, row.lease_epoch}};
+    }
+    SagaRow row = ToRow(tx.exec_params1(kGet, req.tenant_id, req.key));
+    tx.commit();
+    if (row.request_hash != req.request_hash) return Claim{Claim::kMismatch, row, {}};
+    if (row.status == "completed" || row.status == "failed") return Claim{Claim::kFinished, row, {}};
+    if (row.lease_live) return Claim{Claim::kInProgress, row, {}};
+    // The owner died (or stalled past its lease): resume it here, if no one beats us to it.
+    if (auto taken = TakeOverExpired(req.tenant_id, req.key, req.owner)) return *taken;
+    auto now = Get(req.tenant_id, req.key);
+    if (now && (now->status == "completed" || now->status == "failed")) {
+      return Claim{Claim::kFinished, *now, {}};
+    }
+    return Claim{Claim::kInProgress, now.value_or(row), {}};
+  });
+}
+
+std::optional<Claim> ParentStore::TakeOverExpired(const std::string& tenant_id,
+                                                  const std::string& key,
+                                                  const std::string& owner) {
+  return pool_.With([&](pqxx::connection& conn) -> std::optional<Claim> {
+    pqxx::work tx(conn);
+    auto rows = tx.exec_params(kTakeOver, tenant_id, key, owner, Seconds(options_.lease));
+    tx.commit();
+    if (rows.empty()) return std::nullopt;
+    SagaRow row = ToRow(rows[0]);
+    common::Log("lease_taken_over", {{"tenant", tenant_id},
+                                     {"key", key},
+                                     {"owner", owner},
+                                     {"epoch", std::to_string(row.lease_epoch)},
+                                     {"trace_id", row.trace_id}});
+    return Claim{Claim::kTakenOver, row, {tenant_id, key, owner, row.lease_epoch}};
+  });
+}
+
+bool ParentStore::Fenced(const Lease& lease, const char* what, bool applied) {
+  if (applied) return false;
+  ++fenced_writes_;
+  common::Log("fenced_write", {{"tenant", lease.tenant_id},
+                               {"key", lease.key},
+                               {"owner", lease.owner},
+                               {"epoch", std::to_string(lease.epoch)},
+                               {"write", what}});
+  return true;
+}
+
+bool ParentStore::Renew(const Lease& l) {
+  auto n = pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kRenew, l.tenant_id, l.key, l.owner, l.epoch, Seconds(options_.lease));
+    tx.commit();
+    return r.affected_rows();
+  });
+  return !Fenced(l, "renew", n == 1);
+}
+
+bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
+                                    const std::string& failed_step,
+                                    const nlohmann::json& failure) {
+  auto n = pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch,
+                            steps.dump(), failed_step, failure.dump());
+    tx.commit();
+    return r.affected_rows();
+  });
+  return !Fenced(l, "begin_compensation", n == 1);
+}
+
+bool ParentStore::MarkStuck(const Lease& l, const nlohmann::json& steps) {
+  auto n = pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kMarkStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump());
+    tx.commit();
+    return r.affected_rows();
+  });
+  return !Fenced(l, "mark_stuck", n == 1);
+}
+
+bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
+                         const std::string& response_body, const nlohmann::json& steps) {
+  auto n = pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kFinish, l.tenant_id, l.key, l.owner, l.epoch,
+                            std::string(completed ? "completed" : "failed"), response_status,
+                            response_body, steps.dump());
+    tx.commit();
+    return r.affected_rows();
+  });
+  return !Fenced(l, "finish", n == 1);
+}
+
+std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std::string& key) {
+  return pool_.With([&](pqxx::connection& conn) -> std::optional<SagaRow> {
+    pqxx::read_transaction tx(conn);
+    auto rows = tx.exec_params(kGet, tenant_id, key);
+    if (rows.empty()) return std::nullopt;
+    return ToRow(rows[0]);
+  });
+}
+
+std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_key_hash) {
+  return pool_.With([&](pqxx::connection& conn) -> std::optional<std::string> {
+    pqxx::read_transaction tx(conn);
+    auto rows = tx.exec_params(kTenantForKey, api_key_hash);
+    if (rows.empty()) return std::nullopt;
+    return rows[0][0].as<std::string>();
+  });
+}
+
+void ParentStore::UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash) {
+  pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    tx.exec_params(kUpsertTenant, tenant_id, api_key_hash);
+    tx.commit();
+  });
+}
+
+}  // namespace orchestrator

@@ -1,0 +1,123 @@
+// The parent-key store: one row per (tenant, Idempotency-Key) in the orchestrator's database.
+//
+// Each method is one atomic phase, one short transaction, and never spans a network call.
+// Every write by a running saga's owner is conditional on (lease_owner, lease_epoch): a process
+// that lost its lease (paused, partitioned, too slow) writes nothing, and the write reports it
+// as fenced. Times (lease expiry) come from the database clock.
+// Thread-safe (the pool hands each call its own connection).
+//   auto claim = store.Claim({...});
+//   if (claim.kind == Claim::kClaimed) { ...run...; store.Finish(lease, response, steps); }
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/pg/pool.hpp"
+
+namespace orchestrator {
+
+// The identity a saga's owner writes under.
+struct Lease {
+  std::string tenant_id;
+  std::string key;
+  std::string owner;
+  long long epoch = 0;
+};
+
+struct SagaRow {
+  std::string tenant_id;
+  std::string key;
+  std::string request_hash;
+  nlohmann::json request_body;
+  std::string saga_name;
+  std::string order_id;
+  std::string status;
+  std::string lease_owner;
+  long long lease_epoch = 0;
+  bool lease_live = false;           // lease_expires_at > now() (database clock)
+  double lease_seconds_left = 0;
+  nlohmann::json steps;
+  std::string failed_step;
+  nlohmann::json failure;
+  bool stuck = false;
+  int response_status = 0;
+  nlohmann::json response_headers;
+  std::string response_body;
+  std::string trace_id;
+  std::string created_at;
+  std::string updated_at;
+};
+
+struct ClaimRequest {
+  std::string tenant_id;
+  std::string key;
+  std::string request_hash;
+  nlohmann::json request_body;
+  std::string saga_name;
+  std::string owner;
+  std::string trace_id;
+};
+
+struct Claim {
+  enum Kind {
+    kClaimed,     // new key: this request owns the saga (lease set)
+    kTakenOver,   // the previous owner's lease had expired: this request resumes the saga
+    kFinished,    // completed/failed: replay `row`'s stored response
+    kInProgress,  // another owner holds a live lease
+    kMismatch,    // the key was used with another request
+  };
+  Kind kind;
+  SagaRow row;
+  Lease lease;  // kClaimed, kTakenOver
+};
+
+struct StoreOptions {
+  std::chrono::seconds lease{30};         // how long an owner may go without renewing
+  std::chrono::hours retention{24};       // finished keys are kept this long
+};
+
+class ParentStore {
+ public:
+  ParentStore(common::pg::Pool& pool, StoreOptions options) : pool_(pool), options_(options) {}
+
+  Claim ClaimKey(const ClaimRequest& req);
+
+  // Takes over a running saga whose lease has expired (recovery). nullopt if it is not
+  // expired or no longer running.
+  std::optional<Claim> TakeOverExpired(const std::string& tenant_id, const std::string& key,
+                                       const std::string& owner);
+
+  // Extends the lease; false when fenced.
+  bool Renew(const Lease& lease);
+  // Commits the decision to compensate; false when fenced.
+  bool BeginCompensation(const Lease& lease, const nlohmann::json& steps,
+                         const std::string& failed_step, const nlohmann::json& failure);
+  bool MarkStuck(const Lease& lease, const nlohmann::json& steps);
+  // Stores the final response and ends the lease; false when fenced.
+  bool Finish(const Lease& lease, bool completed, int response_status,
+              const std::string& response_body, const nlohmann::json& steps);
+
+  std::optional<SagaRow> Get(const std::string& tenant_id, const std::string& key);
+
+  // The tenant whose API key hashes to `api_key_hash`, if any.
+  std::optional<std::string> TenantForKeyHash(const std::string& api_key_hash);
+  // Creates or re-keys a tenant.
+  void UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash);
+
+  // Writes refused because the writer had lost its lease (for metrics and tests).
+  long long fenced_writes() const { return fenced_writes_; }
+
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  bool Fenced(const Lease& lease, const char* what, bool applied);
+
+  common::pg::Pool& pool_;
+  StoreOptions options_;
+  std::atomic<long long> fenced_writes_{0};
+};
+
+}  // namespace orchestrator

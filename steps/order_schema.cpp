@@ -1,0 +1,108 @@
+#include "steps/order_schema.hpp"
+
+#include <set>
+
+namespace steps {
+namespace {
+
+bool AllOf(const std::string& s, size_t max, bool (*ok)(char)) {
+  if (s.empty() || s.size() > max) return false;
+  for (char c : s) {
+    if (!ok(c)) return false;
+  }
+  return true;
+}
+
+bool SkuChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
+bool UpperChar(char c) { return c >= 'A' && c <= 'Z'; }
+bool VisibleChar(char c) { return c > 0x20 && c < 0x7f; }
+bool MethodChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
+
+std::string UnknownField(const nlohmann::json& body, const std::set<std::string>& allowed,
+                         const std::string& at = "") {
+  for (const auto& [name, _] : body.items()) {
+    if (!allowed.count(name)) return at + "unknown field '" + name + "'";
+  }
+  return "";
+}
+
+bool IntegerIn(const nlohmann::json& body, const char* field, long long lo, long long hi) {
+  if (!body.contains(field)) return false;
+  const auto& v = body[field];
+  // is_number_integer excludes 1e3 and 2.5; unsigned covers values above INT64_MAX.
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(hi)) {
+    return false;
+  }
+  auto n = v.get<long long>();
+  return n >= lo && n <= hi;
+}
+
+bool StringOf(const nlohmann::json& body, const char* field, size_t max, bool (*ok)(char)) {
+  return body.contains(field) && body[field].is_string() &&
+         AllOf(body[field].get<std::string>(), max, ok);
+}
+
+std::string CheckItems(const nlohmann::json& body) {
+  if (!body.contains("items") || !body["items"].is_array() || body["items"].empty() ||
+      body["items"].size() > kMaxItems) {
+    return "items must be an array of 1 to " + std::to_string(kMaxItems) + " entries";
+  }
+  for (size_t i = 0; i < body["items"].size(); ++i) {
+    const auto& item = body["items"][i];
+    std::string at = "items[" + std::to_string(i) + "]";
+    if (!item.is_object()) return at + " must be an object";
+    if (auto e = UnknownField(item, {"sku", "quantity"}, at + " has "); !e.empty()) return e;
+    if (!StringOf(item, "sku", 64, SkuChar)) return at + ".sku must be 1-64 of [a-z0-9_-]";
+    if (!IntegerIn(item, "quantity", 1, kMaxQuantity)) {
+      return at + ".quantity must be an integer from 1 to " + std::to_string(kMaxQuantity);
+    }
+  }
+  return "";
+}
+
+std::string CheckCharge(const nlohmann::json& body) {
+  if (!IntegerIn(body, "amount_cents", 1, kMaxAmountCents)) {
+    return "amount_cents must be an integer from 1 to " + std::to_string(kMaxAmountCents);
+  }
+  if (!StringOf(body, "currency", 3, UpperChar) || body["currency"].get<std::string>().size() != 3) {
+    return "currency must be a three-letter upper-case ISO 4217 code";
+  }
+  if (!StringOf(body, "customer_id", 64, VisibleChar)) {
+    return "customer_id must be 1-64 printable characters without spaces";
+  }
+  if (!StringOf(body, "payment_method", 64, MethodChar)) {
+    return "payment_method must be 1-64 of [a-z0-9_]";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ValidateReservation(const nlohmann::json& body) {
+  if (!body.is_object()) return "the body must be a JSON object";
+  if (auto e = UnknownField(body, {"items"}); !e.empty()) return e;
+  return CheckItems(body);
+}
+
+std::string ValidateCharge(const nlohmann::json& body) {
+  if (!body.is_object()) return "the body must be a JSON object";
+  if (auto e = UnknownField(body, {"amount_cents", "currency", "customer_id", "payment_method"});
+      !e.empty()) {
+    return e;
+  }
+  return CheckCharge(body);
+}
+
+std::string ValidateOrder(const nlohmann::json& body) {
+  if (!body.is_object()) return "the body must be a JSON object";
+  if (auto e = UnknownField(
+          body, {"items", "amount_cents", "currency", "customer_id", "payment_method"});
+      !e.empty()) {
+    return e;
+  }
+  if (auto e = CheckItems(body); !e.empty()) return e;
+  return CheckCharge(body);
+}
+
+}  // namespace steps
