@@ -12,9 +12,9 @@
 namespace common {
 
 struct ParsedKey {
-  std::string key;        // the key without sf-string quotes; empty on error
-  std::string error;      // "" on success, else "idempotency_key_missing" or "..._invalid"
-  std::string message;    // human-readable reason on error
+  std::string key;      // the key without sf-string quotes; empty on error
+  std::string error;    // "" on success, else "idempotency_key_missing" or "..._invalid"
+  std::string message;  // human-readable reason on error
   bool ok() const { return error.empty(); }
 };
 

@@ -34,15 +34,10 @@ nlohmann::json SagaView(const SagaRow& row) {
                      {"compensation_attempts", s.value("compensation_attempts", 0)},
                      {"replayed", s.value("replayed", false)}});
   }
-  nlohmann::json view = {{"idempotency_key", row.key},
-                         {"order_id", row.order_id},
-                         {"saga", row.saga_name},
-                         {"status", row.status},
-                         {"stuck", row.stuck},
-                         {"steps", steps},
-                         {"trace_id", row.trace_id},
-                         {"created_at", row.created_at},
-                         {"updated_at", row.updated_at}};
+  nlohmann::json view = {
+      {"idempotency_key", row.key}, {"order_id", row.order_id},     {"saga", row.saga_name},
+      {"status", row.status},       {"stuck", row.stuck},           {"steps", steps},
+      {"trace_id", row.trace_id},   {"created_at", row.created_at}, {"updated_at", row.updated_at}};
   if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
   if (row.response_status != 0) {
     view["response"] = {{"status", row.response_status},
@@ -89,7 +84,7 @@ int Orchestrator::Bind(const std::string& host, int port) {
   return bound;
 }
 
-void Orchestrator::Serve() { server_.Listen(); }
+void Orchestrator::Serve() { server_.Serve(); }
 
 void Orchestrator::Stop() {
   server_.stop();
@@ -140,9 +135,9 @@ void Orchestrator::Routes() {
         res.set_header("WWW-Authenticate", "Bearer");
         return;
       }
-      auto key = common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
-                                             req.get_header_value("Idempotency-Key"),
-                                             kMaxParentKeyLength);
+      auto key =
+          common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+                                      req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
       if (!key.ok()) return SetError(res, 400, key.error, key.message);
       auto body = common::http::ParseJsonBody(req, res, options_.limits);
       if (!body) return;

@@ -36,8 +36,8 @@ struct OrchestratorOptions {
 };
 
 // Makes the saga this orchestrator serves, given its participant clients.
-using DefinitionFactory = std::function<saga::Definition(steps::client::ParticipantClient& inventory,
-                                                         steps::client::ParticipantClient& payment)>;
+using DefinitionFactory = std::function<saga::Definition(
+    steps::client::ParticipantClient& inventory, steps::client::ParticipantClient& payment)>;
 
 // Parent keys may be 1..200 printable ASCII (derived keys add up to 45 more, under 255).
 inline constexpr size_t kMaxParentKeyLength = 200;

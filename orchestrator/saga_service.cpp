@@ -35,8 +35,8 @@ class StoreJournal : public saga::Journal {
     return true;
   }
 
-  bool BeginCompensation(const std::vector<saga::StepRecord>& steps,
-                         const saga::StepResult& cause, const std::string& failed_step) override {
+  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult& cause,
+                         const std::string& failed_step) override {
     return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
   }
 
@@ -86,13 +86,24 @@ SagaService::SagaService(ParentStore& store, const saga::Definition& definition,
                          saga::RetryPolicy policy, SagaServiceOptions options)
     : store_(store),
       options_(std::move(options)),
-      runner_(definition, policy, {}, [this] { return stopping_.load(); }),
+      runner_(
+          definition, policy, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
+          [this] { return stopping_.load(); }),
       pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {}
 
 SagaService::~SagaService() { Shutdown(); }
 
+void SagaService::SleepUnlessStopping(std::chrono::milliseconds d) {
+  std::unique_lock lock(stop_mutex_);
+  stop_cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+}
+
 void SagaService::Shutdown() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
   if (pool_) {
     pool_->join();
     pool_.reset();
@@ -150,7 +161,8 @@ Answer SagaService::Drive(const Claim& claim) {
                                      {"key", row.key},
                                      {"error", e.what()},
                                      {"trace_id", row.trace_id}});
-    return Error(503, "unavailable", "the order could not be completed now; retry with the same key");
+    return Error(503, "unavailable",
+                 "the order could not be completed now; retry with the same key");
   }
 }
 

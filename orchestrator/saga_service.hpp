@@ -11,6 +11,7 @@
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,9 +63,14 @@ class SagaService {
   Answer Drive(const Claim& claim);
   Answer Replay(const SagaRow& row) const;
 
+  // Backoff sleeps wake at once on shutdown.
+  void SleepUnlessStopping(std::chrono::milliseconds d);
+
   ParentStore& store_;
   SagaServiceOptions options_;
   std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
   std::atomic<long long> running_{0};
   saga::Runner runner_;
   std::unique_ptr<boost::asio::thread_pool> pool_;

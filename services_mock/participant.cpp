@@ -13,9 +13,8 @@ using common::http::SetError;
 // the effect happened (cpp-httplib 0.11 has no way to close a socket from a handler).
 void DropConnection(httplib::Response& res) {
   res.status = 500;
-  res.set_content_provider(
-      64, "application/json",
-      [](size_t, size_t, httplib::DataSink&) { return false; });
+  res.set_content_provider(64, "application/json",
+                           [](size_t, size_t, httplib::DataSink&) { return false; });
 }
 
 void Unavailable(httplib::Response& res, const std::string& why) {
@@ -50,9 +49,9 @@ std::optional<steps::guard::Request> Participant::Admit(const httplib::Request& 
     SetError(res, 401, "unauthorized", "X-Tenant-ID must be 1-64 of [A-Za-z0-9_-]");
     return std::nullopt;
   }
-  auto key = common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
-                                         req.get_header_value("Idempotency-Key"),
-                                         kMaxStepKeyLength);
+  auto key =
+      common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+                                  req.get_header_value("Idempotency-Key"), kMaxStepKeyLength);
   if (!key.ok()) {
     SetError(res, 400, key.error, key.message);
     return std::nullopt;
@@ -71,8 +70,8 @@ void Participant::Answer(const steps::guard::Response& answer, httplib::Response
   }
 }
 
-void Participant::Action(common::http::Server& server, const std::string& path,
-                         Validate validate, Effect effect) {
+void Participant::Action(common::http::Server& server, const std::string& path, Validate validate,
+                         Effect effect) {
   server.Post(path, [this, validate = std::move(validate), effect = std::move(effect)](
                         const httplib::Request& req, httplib::Response& res) {
     faults_.HoldWhileHung();
@@ -89,8 +88,10 @@ void Participant::Action(common::http::Server& server, const std::string& path,
       if (faults_.ShouldDropAfterCommit()) return DropConnection(res);
       Answer(answer, res);
     } catch (const std::exception& e) {
-      common::Log("guard_transient_failure", {{"service", service_}, {"tenant", admitted->tenant_id},
-                                              {"key", admitted->key}, {"error", e.what()}});
+      common::Log("guard_transient_failure", {{"service", service_},
+                                              {"tenant", admitted->tenant_id},
+                                              {"key", admitted->key},
+                                              {"error", e.what()}});
       Unavailable(res, "the request could not be completed");
     }
   });
@@ -125,8 +126,10 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
       if (faults_.ShouldDropAfterCommit()) return DropConnection(res);
       Answer(answer, res);
     } catch (const std::exception& e) {
-      common::Log("guard_transient_failure", {{"service", service_}, {"tenant", admitted->tenant_id},
-                                              {"key", admitted->key}, {"error", e.what()}});
+      common::Log("guard_transient_failure", {{"service", service_},
+                                              {"tenant", admitted->tenant_id},
+                                              {"key", admitted->key},
+                                              {"error", e.what()}});
       Unavailable(res, "the compensation could not be completed");
     }
   });

@@ -28,8 +28,8 @@ struct ParticipantOptions {
 using Validate = std::function<std::string(const nlohmann::json& body)>;
 
 // The business effect of an action, run by the guard inside its transaction.
-using Effect = std::function<steps::guard::Response(pqxx::work& tx,
-                                                    const steps::guard::Request& req)>;
+using Effect =
+    std::function<steps::guard::Response(pqxx::work& tx, const steps::guard::Request& req)>;
 // Undoes a successful action inside the guard's transaction; returns details for the answer.
 using Undo = std::function<nlohmann::json(pqxx::work& tx, const steps::guard::Request& req,
                                           const steps::guard::ActionRecord& action)>;

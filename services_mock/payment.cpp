@@ -25,10 +25,10 @@ steps::guard::Response Charge(pqxx::work& tx, const steps::guard::Request& req) 
   if (b["payment_method"] == kDeclinedCard) {
     return {402, common::http::ErrorBody("card_declined", "the card was declined")};
   }
-  auto id = tx.exec_params1(kInsertCharge, req.tenant_id, req.key,
-                            b["customer_id"].get<std::string>(),
-                            b["amount_cents"].get<long long>(), b["currency"].get<std::string>(),
-                            b["payment_method"].get<std::string>())[0];
+  auto id =
+      tx.exec_params1(kInsertCharge, req.tenant_id, req.key, b["customer_id"].get<std::string>(),
+                      b["amount_cents"].get<long long>(), b["currency"].get<std::string>(),
+                      b["payment_method"].get<std::string>())[0];
   nlohmann::json body = {{"charge_id", id.as<std::string>()},
                          {"amount_cents", b["amount_cents"]},
                          {"currency", b["currency"]},

@@ -34,7 +34,7 @@ int ParticipantService::Bind(const std::string& host, int port) {
   return bound;
 }
 
-void ParticipantService::Serve() { server_.Listen(); }
+void ParticipantService::Serve() { server_.Serve(); }
 
 void ParticipantService::Stop() {
   faults_.Release();

@@ -13,7 +13,9 @@ bool AllOf(const std::string& s, size_t max, bool (*ok)(char)) {
   return true;
 }
 
-bool SkuChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
+bool SkuChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
 bool UpperChar(char c) { return c >= 'A' && c <= 'Z'; }
 bool VisibleChar(char c) { return c > 0x20 && c < 0x7f; }
 bool MethodChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
@@ -65,7 +67,8 @@ std::string CheckCharge(const nlohmann::json& body) {
   if (!IntegerIn(body, "amount_cents", 1, kMaxAmountCents)) {
     return "amount_cents must be an integer from 1 to " + std::to_string(kMaxAmountCents);
   }
-  if (!StringOf(body, "currency", 3, UpperChar) || body["currency"].get<std::string>().size() != 3) {
+  if (!StringOf(body, "currency", 3, UpperChar) ||
+      body["currency"].get<std::string>().size() != 3) {
     return "currency must be a three-letter upper-case ISO 4217 code";
   }
   if (!StringOf(body, "customer_id", 64, VisibleChar)) {
@@ -96,8 +99,8 @@ std::string ValidateCharge(const nlohmann::json& body) {
 
 std::string ValidateOrder(const nlohmann::json& body) {
   if (!body.is_object()) return "the body must be a JSON object";
-  if (auto e = UnknownField(
-          body, {"items", "amount_cents", "currency", "customer_id", "payment_method"});
+  if (auto e = UnknownField(body,
+                            {"items", "amount_cents", "currency", "customer_id", "payment_method"});
       !e.empty()) {
     return e;
   }

@@ -55,8 +55,9 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
   order->add_option("--quantity", f.quantity)->capture_default_str();
   order->add_option("--amount-cents", f.amount_cents)->capture_default_str();
   order->add_option("--currency", f.currency)->capture_default_str();
-  order->add_option("--payment-method", f.payment_method,
-                    "pm_card_visa, or pm_card_declined to see a compensation")
+  order
+      ->add_option("--payment-method", f.payment_method,
+                   "pm_card_visa, or pm_card_declined to see a compensation")
       ->capture_default_str();
   order->callback([&f, &run] {
     run = [&f] {
@@ -65,10 +66,9 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
                              {"amount_cents", f.amount_cents},
                              {"currency", f.currency},
                              {"payment_method", f.payment_method}};
-      Print(Connect(f)->Post(
-          "/v1/orders",
-          {{"Authorization", "Bearer " + f.api_key}, {"Idempotency-Key", f.key}},
-          body.dump(), "application/json"));
+      Print(Connect(f)->Post("/v1/orders",
+                             {{"Authorization", "Bearer " + f.api_key}, {"Idempotency-Key", f.key}},
+                             body.dump(), "application/json"));
     };
   });
 

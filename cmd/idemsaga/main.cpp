@@ -10,14 +10,14 @@
 #include <iostream>
 #include <thread>
 
+#include "cmd/idemsaga/client_commands.hpp"
 #include "cmd/idemsaga/signals.hpp"
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
-#include "cmd/idemsaga/client_commands.hpp"
-#include "common/crypto.hpp"
-#include "common/idempotency_key.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "services_mock/service.hpp"
 
@@ -69,8 +69,8 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
       std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
                 << std::endl;
       int sig = idemsaga_cmd::WaitForStopSignal();
-      common::Log("shutdown", {{"service", services_mock::NameOf(kind)},
-                               {"signal", std::to_string(sig)}});
+      common::Log("shutdown",
+                  {{"service", services_mock::NameOf(kind)}, {"signal", std::to_string(sig)}});
       svc.Stop();
       server.join();
     };
@@ -208,8 +208,8 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
   cmd->add_option("--payment-port", flags.payment_port)->capture_default_str();
   cmd->callback([&flags, &run] {
     run = [&flags] {
-      auto dir = common::pg::PrivateCluster::ReachableDir(std::filesystem::absolute(flags.dir) /
-                                                          "pg");
+      auto dir =
+          common::pg::PrivateCluster::ReachableDir(std::filesystem::absolute(flags.dir) / "pg");
       std::cout << "starting PostgreSQL in " << dir.string() << std::endl;
       auto cluster = common::pg::PrivateCluster::Start({.dir = dir, .port = flags.pg_port});
       std::map<std::string, std::string> urls;

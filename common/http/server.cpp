@@ -71,14 +71,22 @@ struct StatusText {
 // What httplib's own refusals mean, in our error shape (its .so exports no status texts).
 StatusText TextFor(int status) {
   switch (status) {
-    case 400: return {"bad_request", "the request could not be parsed"};
-    case 401: return {"unauthorized", "a valid credential is required"};
-    case 404: return {"not_found", "no such resource"};
-    case 405: return {"method_not_allowed", "method not allowed on this resource"};
-    case 413: return {"payload_too_large", "the body is too large"};
-    case 414: return {"uri_too_long", "the request URI is too long"};
-    case 415: return {"unsupported_media_type", "unsupported media type"};
-    case 503: return {"unavailable", "temporarily unavailable; retry later"};
+    case 400:
+      return {"bad_request", "the request could not be parsed"};
+    case 401:
+      return {"unauthorized", "a valid credential is required"};
+    case 404:
+      return {"not_found", "no such resource"};
+    case 405:
+      return {"method_not_allowed", "method not allowed on this resource"};
+    case 413:
+      return {"payload_too_large", "the body is too large"};
+    case 414:
+      return {"uri_too_long", "the request URI is too long"};
+    case 415:
+      return {"unsupported_media_type", "unsupported media type"};
+    case 503:
+      return {"unavailable", "temporarily unavailable; retry later"};
     default:
       if (status >= 500) return {"internal_error", "internal error"};
       return {"bad_request", "the request was refused"};
@@ -129,18 +137,18 @@ Server::Server(Limits limits) : limits_(limits) {
   });
 
   // The one catch point for a handler's exception: a bug or an outage, never a client error.
-  set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                           std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    Log("handler_exception", {{"method", req.method}, {"path", req.path}, {"error", what}});
-    SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
-  });
+  set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        Log("handler_exception", {{"method", req.method}, {"path", req.path}, {"error", what}});
+        SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
+      });
 }
 
 int Server::Bind(const std::string& host, int port) {
@@ -161,8 +169,7 @@ std::string ErrorBody(std::string_view code, std::string_view message) {
   return body.dump();
 }
 
-void SetError(httplib::Response& res, int status, std::string_view code,
-              std::string_view message) {
+void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message) {
   res.status = status;
   res.set_content(ErrorBody(code, message), "application/json");
 }

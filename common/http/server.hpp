@@ -4,9 +4,9 @@
 // them all in one place: body size, read/write timeouts, keep-alive, a fixed thread pool whose
 // queue blocks the accept loop when full (back-pressure into the kernel backlog instead of an
 // unbounded queue), and a listen backlog larger than the .so's fixed 5.
-// Thread-safety: configure before Listen(); handlers run on the pool's threads.
+// Thread-safety: configure before Serve(); handlers run on the pool's threads.
 //   common::http::Server server({.threads = 32});
-//   int port = server.BindAnyPort("127.0.0.1"); server.Listen();
+//   int port = server.Bind("127.0.0.1", 0); server.Serve();
 #pragma once
 
 #include <httplib.h>
@@ -37,7 +37,8 @@ class Server : public httplib::Server {
   // Binds and returns the port (0 picks a free one); -1 on failure.
   int Bind(const std::string& host, int port);
   // Serves until Stop(); returns false if the listen loop failed.
-  bool Listen() { return listen_after_bind(); }
+  bool Serve() { return listen_after_bind(); }
+  void Stop() { stop(); }
 
  private:
   Limits limits_;
@@ -45,8 +46,7 @@ class Server : public httplib::Server {
 
 // The one error body: {"error":{"code":...,"message":...}}.
 std::string ErrorBody(std::string_view code, std::string_view message);
-void SetError(httplib::Response& res, int status, std::string_view code,
-              std::string_view message);
+void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message);
 
 // Parses the body as JSON once, within the server's depth limit. On failure sets a 400 or 415
 // on `res` and returns nullopt.

@@ -76,8 +76,8 @@ int FreeLoopbackPort() {
 
 fs::path PrivateCluster::MakeTempDir() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                     "/idemsaga-pg-XXXXXX";
+  std::string tmpl =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/idemsaga-pg-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
   return tmpl;
 }
@@ -117,10 +117,10 @@ void PrivateCluster::InitIfNeeded() {
   GiveToServerUser(options_.dir);
   if (fs::exists(options_.dir / "data" / "PG_VERSION")) return;
   // trust on loopback only: a private, throwaway cluster reachable from this machine alone.
-  int rc = RunProgram(AsServerUser({bindir_ + "/initdb", "-D", (options_.dir / "data").string(),
-                                    "-U", "postgres", "--auth=trust", "--encoding=UTF8",
-                                    "--no-locale", "--no-instructions"}),
-                      (options_.dir / "initdb.log").string());
+  int rc = RunProgram(
+      AsServerUser({bindir_ + "/initdb", "-D", (options_.dir / "data").string(), "-U", "postgres",
+                    "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-instructions"}),
+      (options_.dir / "initdb.log").string());
   if (rc != 0) {
     throw std::runtime_error("initdb failed; see " + (options_.dir / "initdb.log").string());
   }

@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-
 namespace common::pg {
 
 // No connection became free in time, or none could be opened: the database is unavailable.

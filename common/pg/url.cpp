@@ -53,10 +53,10 @@ std::string WithParam(std::string_view url, std::string_view key, std::string_vi
 std::string DatabaseOf(std::string_view url) { return std::string(Split(url).db); }
 
 std::string WithSessionTimeouts(std::string_view url, const SessionTimeouts& t) {
-  std::string options = "-c statement_timeout=" + std::to_string(t.statement_timeout_ms) +
-                        " -c lock_timeout=" + std::to_string(t.lock_timeout_ms) +
-                        " -c idle_in_transaction_session_timeout=" +
-                        std::to_string(t.idle_in_transaction_timeout_ms);
+  std::string options =
+      "-c statement_timeout=" + std::to_string(t.statement_timeout_ms) +
+      " -c lock_timeout=" + std::to_string(t.lock_timeout_ms) +
+      " -c idle_in_transaction_session_timeout=" + std::to_string(t.idle_in_transaction_timeout_ms);
   std::string out = WithParam(url, "connect_timeout", std::to_string(t.connect_timeout_s));
   return WithParam(out, "options", options);
 }

@@ -19,17 +19,18 @@ StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ct
   const StepResult& f = result.failure;
   bool business = f.outcome == Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
   int status = business ? f.http_status : 503;
-  std::string code = business && !f.error_code.empty() ? f.error_code
-                                                       : result.failed_step + "_unavailable";
+  std::string code =
+      business && !f.error_code.empty() ? f.error_code : result.failed_step + "_unavailable";
   std::string message = business ? f.detail
                                  : "the " + result.failed_step +
                                        " step did not answer in time; completed steps were "
                                        "compensated";
-  nlohmann::json body = {{"status", "failed"},
-                         {"error", {{"code", code}, {"message", message}, {"step", result.failed_step}}},
-                         {"compensated", result.compensated},
-                         {"idempotency_key", ctx.idempotency_key},
-                         {"trace_id", ctx.trace_id}};
+  nlohmann::json body = {
+      {"status", "failed"},
+      {"error", {{"code", code}, {"message", message}, {"step", result.failed_step}}},
+      {"compensated", result.compensated},
+      {"idempotency_key", ctx.idempotency_key},
+      {"trace_id", ctx.trace_id}};
   return {status, body.dump()};
 }
 

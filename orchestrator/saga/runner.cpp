@@ -65,9 +65,8 @@ Runner::Runner(const Definition& definition, RetryPolicy policy, Sleep sleep,
                ShouldStop should_stop)
     : definition_(definition),
       policy_(policy),
-      sleep_(sleep ? std::move(sleep) : [](std::chrono::milliseconds d) {
-        std::this_thread::sleep_for(d);
-      }),
+      sleep_(sleep ? std::move(sleep)
+                   : [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }),
       should_stop_(should_stop ? std::move(should_stop) : [] { return false; }) {}
 
 StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
@@ -87,8 +86,8 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
 
 void Runner::Backoff(int attempt) const {
   // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
-  auto cap = std::min<long long>(policy_.max_backoff.count(),
-                                 policy_.initial_backoff.count() << std::min(attempt, 20));
+  auto cap = std::min<long long>(policy_.max_backoff.count(), policy_.initial_backoff.count()
+                                                                  << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
   sleep_(std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng)));
 }
@@ -123,10 +122,8 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
 
 bool Runner::Compensate(const StepDefinition& step, const SagaInput& input,
                         const nlohmann::json& outputs, StepRecord& record,
-                        std::vector<StepRecord>& all, Journal& journal,
-                        bool& stuck_marked) const {
-  StepContext ctx =
-      Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
+                        std::vector<StepRecord>& all, Journal& journal, bool& stuck_marked) const {
+  StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
   for (;;) {
     if (should_stop_() || !journal.KeepLease()) return false;
     ctx.attempt = ++record.compensation_attempts;

@@ -26,8 +26,8 @@ struct RetryPolicy {
   int max_attempts = 6;                           // per action, the first included
   std::chrono::milliseconds initial_backoff{50};  // full jitter: sleep U(0, min(max, b*2^n))
   std::chrono::milliseconds max_backoff{2000};
-  std::chrono::milliseconds step_deadline{15000};  // no new action attempt after this
-  int compensation_stuck_after = 8;                // attempts before the saga shows as stuck
+  std::chrono::milliseconds step_deadline{15000};        // no new action attempt after this
+  int compensation_stuck_after = 8;                      // attempts before the saga shows as stuck
   std::chrono::milliseconds stuck_retry_interval{5000};  // pace once stuck
 };
 
@@ -57,8 +57,8 @@ enum class SagaEnd {
 struct SagaResult {
   SagaEnd end = SagaEnd::kAbandoned;
   std::vector<StepRecord> steps;
-  StepResult failure;              // kFailed: the step answer that decided it
-  std::string failed_step;         // kFailed: which step
+  StepResult failure;                    // kFailed: the step answer that decided it
+  std::string failed_step;               // kFailed: which step
   std::vector<std::string> compensated;  // step names, in the order they were compensated
   nlohmann::json outputs = nlohmann::json::object();  // step name -> output
 };
@@ -102,9 +102,9 @@ class Runner {
  private:
   StepResult Act(const StepDefinition& step, const SagaInput& input, const nlohmann::json& outputs,
                  StepRecord& record, Journal& journal, bool& fenced) const;
-  bool Compensate(const StepDefinition& step, const SagaInput& input,
-                  const nlohmann::json& outputs, StepRecord& record,
-                  std::vector<StepRecord>& all, Journal& journal, bool& stuck_marked) const;
+  bool Compensate(const StepDefinition& step, const SagaInput& input, const nlohmann::json& outputs,
+                  StepRecord& record, std::vector<StepRecord>& all, Journal& journal,
+                  bool& stuck_marked) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
   void Backoff(int attempt) const;

@@ -4,10 +4,14 @@ namespace saga {
 
 const char* ToString(Outcome o) {
   switch (o) {
-    case Outcome::kSucceeded: return "succeeded";
-    case Outcome::kRetryable: return "retryable";
-    case Outcome::kTerminal: return "terminal";
-    case Outcome::kInDoubt: return "in_doubt";
+    case Outcome::kSucceeded:
+      return "succeeded";
+    case Outcome::kRetryable:
+      return "retryable";
+    case Outcome::kTerminal:
+      return "terminal";
+    case Outcome::kInDoubt:
+      return "in_doubt";
   }
   return "unknown";
 }

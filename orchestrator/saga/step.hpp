@@ -23,11 +23,11 @@ const char* ToString(Outcome o);
 
 struct [[nodiscard]] StepResult {
   Outcome outcome = Outcome::kRetryable;
-  nlohmann::json output;  // kSucceeded: the participant's answer
-  std::string detail;     // human-readable reason for anything but success
-  int http_status = 0;    // the participant's status, when there was one
-  std::string error_code; // the participant's error code, when there was one
-  bool replayed = false;  // the participant answered from its stored response
+  nlohmann::json output;   // kSucceeded: the participant's answer
+  std::string detail;      // human-readable reason for anything but success
+  int http_status = 0;     // the participant's status, when there was one
+  std::string error_code;  // the participant's error code, when there was one
+  bool replayed = false;   // the participant answered from its stored response
 
   static StepResult Succeeded(nlohmann::json output, bool replayed = false);
   static StepResult Retryable(std::string detail, int http_status = 0);
@@ -47,10 +47,10 @@ struct StepContext {
   std::string step_name;
   std::string tenant_id;
   std::string parent_key;
-  std::string derived_key;         // "A-inventory", or "A-inventory-compensate"
-  std::string action_key;          // the action's key (what a compensation undoes)
-  const nlohmann::json* request;   // the parent request body
-  const nlohmann::json* outputs;   // earlier steps' outputs, by step name
+  std::string derived_key;        // "A-inventory", or "A-inventory-compensate"
+  std::string action_key;         // the action's key (what a compensation undoes)
+  const nlohmann::json* request;  // the parent request body
+  const nlohmann::json* outputs;  // earlier steps' outputs, by step name
   TraceContext trace;
   std::chrono::steady_clock::time_point deadline;  // of this attempt's step
   int attempt = 1;

@@ -102,11 +102,10 @@ double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); 
 Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto claimed = tx.exec_params(kClaim, req.tenant_id, req.key, req.request_hash,
-                                  req.request_body.dump(), req.saga_name, req.owner,
-                                  Seconds(options_.lease), req.trace_id,
-                                  Seconds(std::chrono::duration_cast<std::chrono::seconds>(
-                                      options_.retention)));
+    auto claimed = tx.exec_params(
+        kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(), req.saga_name,
+        req.owner, Seconds(options_.lease), req.trace_id,
+        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
     if (!claimed.empty()) {
       tx.commit();
       SagaRow row = ToRow(claimed[0]);
@@ -115,7 +114,8 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
     SagaRow row = ToRow(tx.exec_params1(kGet, req.tenant_id, req.key));
     tx.commit();
     if (row.request_hash != req.request_hash) return Claim{Claim::kMismatch, row, {}};
-    if (row.status == "completed" || row.status == "failed") return Claim{Claim::kFinished, row, {}};
+    if (row.status == "completed" || row.status == "failed")
+      return Claim{Claim::kFinished, row, {}};
     if (row.lease_live) return Claim{Claim::kInProgress, row, {}};
     // The owner died (or stalled past its lease): resume it here, if no one beats us to it.
     if (auto taken = TakeOverExpired(req.tenant_id, req.key, req.owner)) return *taken;
@@ -167,12 +167,11 @@ bool ParentStore::Renew(const Lease& l) {
 }
 
 bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
-                                    const std::string& failed_step,
-                                    const nlohmann::json& failure) {
+                                    const std::string& failed_step, const nlohmann::json& failure) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch,
-                            steps.dump(), failed_step, failure.dump());
+    auto r = tx.exec_params(kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
+                            failed_step, failure.dump());
     tx.commit();
     return r.affected_rows();
   });

@@ -37,7 +37,7 @@ struct SagaRow {
   std::string status;
   std::string lease_owner;
   long long lease_epoch = 0;
-  bool lease_live = false;           // lease_expires_at > now() (database clock)
+  bool lease_live = false;  // lease_expires_at > now() (database clock)
   double lease_seconds_left = 0;
   nlohmann::json steps;
   std::string failed_step;
@@ -75,8 +75,8 @@ struct Claim {
 };
 
 struct StoreOptions {
-  std::chrono::seconds lease{30};         // how long an owner may go without renewing
-  std::chrono::hours retention{24};       // finished keys are kept this long
+  std::chrono::seconds lease{30};    // how long an owner may go without renewing
+  std::chrono::hours retention{24};  // finished keys are kept this long
 };
 
 class ParentStore {

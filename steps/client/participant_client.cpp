@@ -74,8 +74,8 @@ std::unique_ptr<httplib::Client> ParticipantClient::Acquire() {
   auto c = std::make_unique<httplib::Client>(options_.base_url);
   c->set_keep_alive(true);
   c->set_tcp_nodelay(true);
-  c->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(
-      options_.connect_timeout));
+  c->set_connection_timeout(
+      std::chrono::duration_cast<std::chrono::microseconds>(options_.connect_timeout));
   return c;
 }
 

@@ -56,8 +56,7 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
   const auto& row = rows[0];
   auto status = row[0].as<std::string>();
-  Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""),
-                  false};
+  Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false};
   if (status == "tombstone") return stored;  // compensated before it arrived: refuse
   if (row[1].as<std::string>() != hash) {
     return Json(kKeyReusedStatus, "idempotency_key_reused",
@@ -68,8 +67,7 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
 }
 
 // Claims the key or answers from what is stored; nullopt means the caller owns the key now.
-std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req,
-                                      const std::string& hash) {
+std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const std::string& hash) {
   if (!tx.exec_params(kClaim, req.tenant_id, req.key, hash).empty()) return std::nullopt;
   if (auto existing = Existing(tx, req, hash)) return existing;
   // Vanished between the two statements (its claimant rolled back): the next try claims it.

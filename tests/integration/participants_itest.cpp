@@ -6,6 +6,7 @@
 
 #include "services_mock/service.hpp"
 #include "tests/support/pg_harness.hpp"
+#include "tests/support/serving.hpp"
 
 namespace {
 
@@ -14,59 +15,29 @@ using services_mock::ParticipantService;
 using test_support::ScratchDatabase;
 
 constexpr const char* kToken = "dev-service-token";
-
-struct Running {
-  Running(ParticipantKind kind, const std::string& url)
-      : service(kind, url, {.pool_size = 8}), port(service.Bind("127.0.0.1", 0)),
-        thread([this] { service.Serve(); }), client("127.0.0.1", port) {
-    client.set_connection_timeout(2);
-    client.set_read_timeout(5);
-  }
-  ~Running() {
-    service.Stop();
-    thread.join();
-  }
-  ParticipantService service;
-  int port;
-  std::thread thread;
-  httplib::Client client;
-};
-
-struct Call {
-  std::string key;
-  std::string body;
-  std::string tenant = "demo";
-  std::string token = kToken;
-  std::string content_type = "application/json";
-  httplib::Headers extra = {};
-};
-
-httplib::Result Post(httplib::Client& client, const std::string& path, const Call& call) {
-  httplib::Headers headers = call.extra;
-  if (!call.token.empty()) headers.emplace("Authorization", "Bearer " + call.token);
-  if (!call.tenant.empty()) headers.emplace("X-Tenant-ID", call.tenant);
-  if (!call.key.empty()) headers.emplace("Idempotency-Key", call.key);
-  return client.Post(path.c_str(), headers, call.body, call.content_type.c_str());
-}
-
-std::string ErrorCode(const httplib::Result& r) {
-  auto j = nlohmann::json::parse(r->body, nullptr, false);
-  return j.is_discarded() ? "<not json: " + r->body + ">" : j["error"]["code"].get<std::string>();
-}
+using Running = test_support::Serving<ParticipantService>;
+using test_support::Call;
+using test_support::ErrorCode;
+using test_support::Post;
 
 class InventoryTest : public ::testing::Test {
  protected:
-  InventoryTest() : db_("inventory"), svc_(ParticipantKind::kInventory, db_.url()) {}
+  InventoryTest()
+      : db_("inventory"),
+        svc_(ParticipantKind::kInventory, db_.url(),
+             services_mock::ParticipantOptions{.pool_size = 8}),
+        client_(svc_.Client()) {}
   long long Available(const std::string& sku) {
     return db_.Count("SELECT available FROM stock WHERE sku = $1", sku);
   }
   long long Rows(const std::string& table) { return db_.Count("SELECT count(*) FROM " + table); }
   ScratchDatabase db_;
   Running svc_;
+  httplib::Client client_;
 };
 
 TEST_F(InventoryTest, ReservesStockAndReplaysTheSameReservation) {
-  auto first = Post(svc_.client, "/v1/reservations",
+  auto first = Post(client_, "/v1/reservations",
                     {.key = "A-inventory", .body = R"({"items":[{"sku":"widget","quantity":2}]})"});
   ASSERT_TRUE(first);
   EXPECT_EQ(first->status, 201);
@@ -74,9 +45,9 @@ TEST_F(InventoryTest, ReservesStockAndReplaysTheSameReservation) {
   EXPECT_EQ(body["reservation_id"].get<std::string>().rfind("res_", 0), 0u);
   EXPECT_EQ(Available("widget"), 1000000 - 2);
 
-  auto replay = Post(svc_.client, "/v1/reservations",
-                     {.key = "A-inventory",
-                      .body = R"({ "items" : [ {"quantity":2, "sku":"widget"} ] })"});
+  auto replay =
+      Post(client_, "/v1/reservations",
+           {.key = "A-inventory", .body = R"({ "items" : [ {"quantity":2, "sku":"widget"} ] })"});
   ASSERT_TRUE(replay);
   EXPECT_EQ(replay->status, 201);
   EXPECT_EQ(replay->body, first->body);
@@ -86,36 +57,38 @@ TEST_F(InventoryTest, ReservesStockAndReplaysTheSameReservation) {
 }
 
 TEST_F(InventoryTest, InsufficientStockIsStoredAndChangesNothing) {
-  auto r = Post(svc_.client, "/v1/reservations",
-                {.key = "B-inventory",
-                 .body = R"({"items":[{"sku":"widget","quantity":1},{"sku":"gadget","quantity":11}]})"});
+  auto r =
+      Post(client_, "/v1/reservations",
+           {.key = "B-inventory",
+            .body = R"({"items":[{"sku":"widget","quantity":1},{"sku":"gadget","quantity":11}]})"});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409);
   EXPECT_EQ(ErrorCode(r), "insufficient_stock");
   EXPECT_EQ(Available("widget"), 1000000);
   EXPECT_EQ(Available("gadget"), 10);
   EXPECT_EQ(Rows("reservations"), 0);
-  auto again = Post(svc_.client, "/v1/reservations",
-                    {.key = "B-inventory",
-                     .body = R"({"items":[{"sku":"widget","quantity":1},{"sku":"gadget","quantity":11}]})"});
+  auto again =
+      Post(client_, "/v1/reservations",
+           {.key = "B-inventory",
+            .body = R"({"items":[{"sku":"widget","quantity":1},{"sku":"gadget","quantity":11}]})"});
   EXPECT_EQ(again->body, r->body);
   EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
 }
 
 TEST_F(InventoryTest, UnknownSkuIsInsufficientStock) {
-  auto r = Post(svc_.client, "/v1/reservations",
+  auto r = Post(client_, "/v1/reservations",
                 {.key = "U-inventory", .body = R"({"items":[{"sku":"unicorn","quantity":1}]})"});
   EXPECT_EQ(r->status, 409);
   EXPECT_EQ(ErrorCode(r), "insufficient_stock");
 }
 
 TEST_F(InventoryTest, ReleaseTwiceRestoresStockExactlyOnce) {
-  Post(svc_.client, "/v1/reservations",
+  Post(client_, "/v1/reservations",
        {.key = "C-inventory", .body = R"({"items":[{"sku":"gadget","quantity":3}]})"});
   EXPECT_EQ(Available("gadget"), 7);
   Call release{.key = "C-inventory-compensate", .body = R"({"action_key":"C-inventory"})"};
-  auto first = Post(svc_.client, "/v1/reservations/release", release);
-  auto second = Post(svc_.client, "/v1/reservations/release", release);
+  auto first = Post(client_, "/v1/reservations/release", release);
+  auto second = Post(client_, "/v1/reservations/release", release);
   ASSERT_TRUE(first && second);
   EXPECT_EQ(first->status, 200);
   EXPECT_EQ(nlohmann::json::parse(first->body)["outcome"], "undone");
@@ -127,10 +100,10 @@ TEST_F(InventoryTest, ReleaseTwiceRestoresStockExactlyOnce) {
 }
 
 TEST_F(InventoryTest, AReservationArrivingAfterItsReleaseIsRefused) {
-  auto release = Post(svc_.client, "/v1/reservations/release",
+  auto release = Post(client_, "/v1/reservations/release",
                       {.key = "D-inventory-compensate", .body = R"({"action_key":"D-inventory"})"});
   EXPECT_EQ(nlohmann::json::parse(release->body)["outcome"], "cancelled");
-  auto late = Post(svc_.client, "/v1/reservations",
+  auto late = Post(client_, "/v1/reservations",
                    {.key = "D-inventory", .body = R"({"items":[{"sku":"gadget","quantity":1}]})"});
   EXPECT_EQ(late->status, 409);
   EXPECT_EQ(ErrorCode(late), "cancelled");
@@ -139,22 +112,22 @@ TEST_F(InventoryTest, AReservationArrivingAfterItsReleaseIsRefused) {
 }
 
 TEST_F(InventoryTest, StockEndpointReportsAvailableAndReserved) {
-  Post(svc_.client, "/v1/reservations",
+  Post(client_, "/v1/reservations",
        {.key = "E-inventory", .body = R"({"items":[{"sku":"gadget","quantity":4}]})"});
-  auto r = svc_.client.Get("/v1/stock/gadget", {{"Authorization", std::string("Bearer ") + kToken}});
+  auto r = client_.Get("/v1/stock/gadget", {{"Authorization", std::string("Bearer ") + kToken}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(nlohmann::json::parse(r->body),
             nlohmann::json::parse(R"({"sku":"gadget","available":6,"reserved":4})"));
-  EXPECT_EQ(svc_.client.Get("/v1/stock/gadget")->status, 401);
+  EXPECT_EQ(client_.Get("/v1/stock/gadget")->status, 401);
 }
 
 TEST_F(InventoryTest, TheSameKeyInTwoTenantsReservesTwice) {
   Call demo{.key = "A-inventory", .body = R"({"items":[{"sku":"gadget","quantity":1}]})"};
   Call acme = demo;
   acme.tenant = "acme";
-  auto a = Post(svc_.client, "/v1/reservations", demo);
-  auto b = Post(svc_.client, "/v1/reservations", acme);
+  auto a = Post(client_, "/v1/reservations", demo);
+  auto b = Post(client_, "/v1/reservations", acme);
   EXPECT_EQ(a->status, 201);
   EXPECT_EQ(b->status, 201);
   EXPECT_FALSE(b->has_header("Idempotent-Replayed"));
@@ -181,26 +154,59 @@ TEST_F(InventoryTest, EveryBadRequestGetsItsClearErrorAndStoresNothing) {
       {"not object", {.key = "k1", .body = "[]"}, 400, "invalid_request"},
       {"no items", {.key = "k1", .body = "{}"}, 400, "invalid_request"},
       {"empty items", {.key = "k1", .body = R"({"items":[]})"}, 400, "invalid_request"},
-      {"unknown field", {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":1}],"x":1})"}, 400, "invalid_request"},
-      {"string quantity", {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":"1"}]})"}, 400, "invalid_request"},
-      {"negative quantity", {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":-1}]})"}, 400, "invalid_request"},
-      {"zero quantity", {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":0}]})"}, 400, "invalid_request"},
-      {"absurd quantity", {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":1e12}]})"}, 400, "invalid_request"},
-      {"huge integer", {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":99999999999999999999}]})"}, 400, "invalid_request"},
-      {"bad sku", {.key = "k1", .body = R"({"items":[{"sku":"WIDGET!","quantity":1}]})"}, 400, "invalid_request"},
-      {"deep json", {.key = "k1", .body = std::string(40, '[') + std::string(40, ']')}, 400, "invalid_json"},
-      {"wrong content type", {.key = "k1", .body = ok, .content_type = "text/plain"}, 415, "unsupported_media_type"},
-      {"gzip", {.key = "k1", .body = ok, .extra = {{"Content-Encoding", "gzip"}}}, 415, "unsupported_content_encoding"},
-      {"too large", {.key = "k1", .body = std::string(70 * 1024, ' ') + ok}, 413, "payload_too_large"},
+      {"unknown field",
+       {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":1}],"x":1})"},
+       400,
+       "invalid_request"},
+      {"string quantity",
+       {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":"1"}]})"},
+       400,
+       "invalid_request"},
+      {"negative quantity",
+       {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":-1}]})"},
+       400,
+       "invalid_request"},
+      {"zero quantity",
+       {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":0}]})"},
+       400,
+       "invalid_request"},
+      {"absurd quantity",
+       {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":1e12}]})"},
+       400,
+       "invalid_request"},
+      {"huge integer",
+       {.key = "k1", .body = R"({"items":[{"sku":"widget","quantity":99999999999999999999}]})"},
+       400,
+       "invalid_request"},
+      {"bad sku",
+       {.key = "k1", .body = R"({"items":[{"sku":"WIDGET!","quantity":1}]})"},
+       400,
+       "invalid_request"},
+      {"deep json",
+       {.key = "k1", .body = std::string(40, '[') + std::string(40, ']')},
+       400,
+       "invalid_json"},
+      {"wrong content type",
+       {.key = "k1", .body = ok, .content_type = "text/plain"},
+       415,
+       "unsupported_media_type"},
+      {"gzip",
+       {.key = "k1", .body = ok, .extra = {{"Content-Encoding", "gzip"}}},
+       415,
+       "unsupported_content_encoding"},
+      {"too large",
+       {.key = "k1", .body = std::string(70 * 1024, ' ') + ok},
+       413,
+       "payload_too_large"},
   };
   for (const auto& c : cases) {
-    auto r = Post(svc_.client, "/v1/reservations", c.call);
+    auto r = Post(client_, "/v1/reservations", c.call);
     ASSERT_TRUE(r) << c.name << ": " << httplib::to_string(r.error());
     EXPECT_EQ(r->status, c.status) << c.name << ": " << r->body;
     EXPECT_EQ(ErrorCode(r), c.code) << c.name;
   }
-  auto bad_release = Post(svc_.client, "/v1/reservations/release",
-                          {.key = "k2", .body = R"({"action_key":"k2"})"});
+  auto bad_release =
+      Post(client_, "/v1/reservations/release", {.key = "k2", .body = R"({"action_key":"k2"})"});
   EXPECT_EQ(bad_release->status, 400);
   EXPECT_EQ(Rows("idempotency_keys"), 0);
   EXPECT_EQ(Rows("reservations"), 0);
@@ -210,11 +216,11 @@ TEST_F(InventoryTest, EveryBadRequestGetsItsClearErrorAndStoresNothing) {
 TEST_F(InventoryTest, CommitThenDropLeavesTheClientInDoubtAndTheRetryReplays) {
   svc_.service.faults().Set({.drop_after_commit_rate = 1});
   Call call{.key = "F-inventory", .body = R"({"items":[{"sku":"gadget","quantity":2}]})"};
-  auto dropped = Post(svc_.client, "/v1/reservations", call);
+  auto dropped = Post(client_, "/v1/reservations", call);
   EXPECT_TRUE(!dropped || dropped->status >= 500) << "the client must not see a success";
   EXPECT_EQ(Rows("reservations"), 1);  // committed before the drop
   svc_.service.faults().Set({});
-  auto retry = Post(svc_.client, "/v1/reservations", call);
+  auto retry = Post(client_, "/v1/reservations", call);
   ASSERT_TRUE(retry);
   EXPECT_EQ(retry->status, 201);
   EXPECT_EQ(retry->get_header_value("Idempotent-Replayed"), "true");
@@ -224,49 +230,52 @@ TEST_F(InventoryTest, CommitThenDropLeavesTheClientInDoubtAndTheRetryReplays) {
 
 TEST_F(InventoryTest, AnInjected5xxStoresNothingAndFaultsAreSetOverHttp) {
   httplib::Headers auth = {{"Authorization", std::string("Bearer ") + kToken}};
-  auto set = svc_.client.Put("/admin/faults", auth, R"({"error_rate":1})", "application/json");
+  auto set = client_.Put("/admin/faults", auth, R"({"error_rate":1})", "application/json");
   ASSERT_TRUE(set);
   EXPECT_EQ(set->status, 200);
-  EXPECT_EQ(svc_.client.Put("/admin/faults", R"({"error_rate":1})", "application/json")->status,
-            401);
-  EXPECT_EQ(svc_.client.Put("/admin/faults", auth, R"({"error_rate":2})", "application/json")
-                ->status,
+  EXPECT_EQ(client_.Put("/admin/faults", R"({"error_rate":1})", "application/json")->status, 401);
+  EXPECT_EQ(client_.Put("/admin/faults", auth, R"({"error_rate":2})", "application/json")->status,
             400);
   Call call{.key = "G-inventory", .body = R"({"items":[{"sku":"gadget","quantity":1}]})"};
-  auto failed = Post(svc_.client, "/v1/reservations", call);
+  auto failed = Post(client_, "/v1/reservations", call);
   EXPECT_EQ(failed->status, 503);
   EXPECT_EQ(Rows("idempotency_keys"), 0);
-  svc_.client.Put("/admin/faults", auth, "{}", "application/json");
-  EXPECT_EQ(Post(svc_.client, "/v1/reservations", call)->status, 201);
+  client_.Put("/admin/faults", auth, "{}", "application/json");
+  EXPECT_EQ(Post(client_, "/v1/reservations", call)->status, 201);
   EXPECT_EQ(Available("gadget"), 9);
 }
 
 TEST_F(InventoryTest, ALatencyBeyondTheClientTimeoutStillCommitsOnce) {
   svc_.service.faults().Set({.latency_ms = 1500});
-  svc_.client.set_read_timeout(0, 300 * 1000);
+  client_.set_read_timeout(0, 300 * 1000);
   Call call{.key = "H-inventory", .body = R"({"items":[{"sku":"gadget","quantity":1}]})"};
-  auto timed_out = Post(svc_.client, "/v1/reservations", call);
+  auto timed_out = Post(client_, "/v1/reservations", call);
   EXPECT_FALSE(timed_out);
   svc_.service.faults().Set({});
-  svc_.client.set_read_timeout(5);
-  auto retry = Post(svc_.client, "/v1/reservations", call);
+  client_.set_read_timeout(5);
+  auto retry = Post(client_, "/v1/reservations", call);
   EXPECT_EQ(retry->status, 201);
   EXPECT_EQ(Rows("reservations"), 1);
 }
 
 TEST_F(InventoryTest, HealthAndReadiness) {
-  EXPECT_EQ(svc_.client.Get("/healthz")->status, 200);
-  EXPECT_EQ(svc_.client.Get("/readyz")->status, 200);
+  EXPECT_EQ(client_.Get("/healthz")->status, 200);
+  EXPECT_EQ(client_.Get("/readyz")->status, 200);
 }
 
 class PaymentTest : public ::testing::Test {
  protected:
-  PaymentTest() : db_("payment"), svc_(ParticipantKind::kPayment, db_.url()) {}
+  PaymentTest()
+      : db_("payment"),
+        svc_(ParticipantKind::kPayment, db_.url(),
+             services_mock::ParticipantOptions{.pool_size = 8}),
+        client_(svc_.Client()) {}
   long long Charges(const std::string& status) {
     return db_.Count("SELECT count(*) FROM charges WHERE status = $1", status);
   }
   ScratchDatabase db_;
   Running svc_;
+  httplib::Client client_;
 };
 
 constexpr const char* kCharge =
@@ -275,8 +284,8 @@ constexpr const char* kDeclined =
     R"({"amount_cents":2500,"currency":"USD","customer_id":"cust_1","payment_method":"pm_card_declined"})";
 
 TEST_F(PaymentTest, ChargesOnceAndReplays) {
-  auto first = Post(svc_.client, "/v1/charges", {.key = "A-payment", .body = kCharge});
-  auto again = Post(svc_.client, "/v1/charges", {.key = "A-payment", .body = kCharge});
+  auto first = Post(client_, "/v1/charges", {.key = "A-payment", .body = kCharge});
+  auto again = Post(client_, "/v1/charges", {.key = "A-payment", .body = kCharge});
   ASSERT_TRUE(first && again);
   EXPECT_EQ(first->status, 201);
   EXPECT_EQ(nlohmann::json::parse(first->body)["charge_id"].get<std::string>().rfind("ch_", 0), 0u);
@@ -287,20 +296,20 @@ TEST_F(PaymentTest, ChargesOnceAndReplays) {
 }
 
 TEST_F(PaymentTest, ADeclineIsStoredAndChargesNothing) {
-  auto declined = Post(svc_.client, "/v1/charges", {.key = "B-payment", .body = kDeclined});
+  auto declined = Post(client_, "/v1/charges", {.key = "B-payment", .body = kDeclined});
   EXPECT_EQ(declined->status, 402);
   EXPECT_EQ(ErrorCode(declined), "card_declined");
-  auto again = Post(svc_.client, "/v1/charges", {.key = "B-payment", .body = kDeclined});
+  auto again = Post(client_, "/v1/charges", {.key = "B-payment", .body = kDeclined});
   EXPECT_EQ(again->body, declined->body);
   EXPECT_EQ(again->status, 402);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM charges"), 0);
 }
 
 TEST_F(PaymentTest, RefundTwiceRefundsOnce) {
-  Post(svc_.client, "/v1/charges", {.key = "C-payment", .body = kCharge});
+  Post(client_, "/v1/charges", {.key = "C-payment", .body = kCharge});
   Call refund{.key = "C-payment-compensate", .body = R"({"action_key":"C-payment"})"};
-  auto first = Post(svc_.client, "/v1/refunds", refund);
-  auto second = Post(svc_.client, "/v1/refunds", refund);
+  auto first = Post(client_, "/v1/refunds", refund);
+  auto second = Post(client_, "/v1/refunds", refund);
   EXPECT_EQ(first->status, 200);
   EXPECT_EQ(nlohmann::json::parse(first->body)["refunded"], true);
   EXPECT_EQ(second->body, first->body);
@@ -309,8 +318,8 @@ TEST_F(PaymentTest, RefundTwiceRefundsOnce) {
 }
 
 TEST_F(PaymentTest, RefundingADeclinedChargeHasNothingToUndo) {
-  Post(svc_.client, "/v1/charges", {.key = "D-payment", .body = kDeclined});
-  auto r = Post(svc_.client, "/v1/refunds",
+  Post(client_, "/v1/charges", {.key = "D-payment", .body = kDeclined});
+  auto r = Post(client_, "/v1/refunds",
                 {.key = "D-payment-compensate", .body = R"({"action_key":"D-payment"})"});
   EXPECT_EQ(nlohmann::json::parse(r->body)["outcome"], "nothing_to_undo");
 }
@@ -318,18 +327,26 @@ TEST_F(PaymentTest, RefundingADeclinedChargeHasNothingToUndo) {
 TEST_F(PaymentTest, EveryBadChargeGetsItsClearErrorAndStoresNothing) {
   const std::vector<std::pair<const char*, std::string>> bodies = {
       {"missing amount", R"({"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
-      {"zero amount", R"({"amount_cents":0,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
-      {"negative amount", R"({"amount_cents":-5,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
-      {"absurd amount", R"({"amount_cents":100000000000,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
-      {"fractional amount", R"({"amount_cents":25.5,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
-      {"lower currency", R"({"amount_cents":1,"currency":"usd","customer_id":"c","payment_method":"pm_card_visa"})"},
-      {"long currency", R"({"amount_cents":1,"currency":"USDX","customer_id":"c","payment_method":"pm_card_visa"})"},
+      {"zero amount",
+       R"({"amount_cents":0,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
+      {"negative amount",
+       R"({"amount_cents":-5,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
+      {"absurd amount",
+       R"({"amount_cents":100000000000,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
+      {"fractional amount",
+       R"({"amount_cents":25.5,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa"})"},
+      {"lower currency",
+       R"({"amount_cents":1,"currency":"usd","customer_id":"c","payment_method":"pm_card_visa"})"},
+      {"long currency",
+       R"({"amount_cents":1,"currency":"USDX","customer_id":"c","payment_method":"pm_card_visa"})"},
       {"no customer", R"({"amount_cents":1,"currency":"USD","payment_method":"pm_card_visa"})"},
-      {"bad method", R"({"amount_cents":1,"currency":"USD","customer_id":"c","payment_method":"Visa Card"})"},
-      {"unknown field", R"({"amount_cents":1,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa","cvv":"123"})"},
+      {"bad method",
+       R"({"amount_cents":1,"currency":"USD","customer_id":"c","payment_method":"Visa Card"})"},
+      {"unknown field",
+       R"({"amount_cents":1,"currency":"USD","customer_id":"c","payment_method":"pm_card_visa","cvv":"123"})"},
   };
   for (const auto& [name, body] : bodies) {
-    auto r = Post(svc_.client, "/v1/charges", {.key = "bad", .body = body});
+    auto r = Post(client_, "/v1/charges", {.key = "bad", .body = body});
     ASSERT_TRUE(r) << name;
     EXPECT_EQ(r->status, 400) << name << ": " << r->body;
     EXPECT_EQ(ErrorCode(r), "invalid_request") << name;

@@ -24,8 +24,7 @@ class GuardTest : public ::testing::Test {
         "CREATE TABLE effects (tenant_id text, key text, undone boolean NOT NULL DEFAULT false)");
   }
 
-  Request Req(std::string key, nlohmann::json body = {{"amount", 1}},
-              std::string tenant = "demo") {
+  Request Req(std::string key, nlohmann::json body = {{"amount", 1}}, std::string tenant = "demo") {
     return Request{std::move(tenant), std::move(key), "POST", "/v1/things", std::move(body)};
   }
 
@@ -197,8 +196,8 @@ TEST_F(GuardTest, CompensatingAFailedActionHasNothingToUndo) {
 }
 
 TEST_F(GuardTest, ATombstoneIsPerTenant) {
-  guard_.Compensate(Req("G-payment-compensate", {{"action_key", "G-payment"}}, "demo"),
-                    "G-payment", CountUndo());
+  guard_.Compensate(Req("G-payment-compensate", {{"action_key", "G-payment"}}, "demo"), "G-payment",
+                    CountUndo());
   auto other_tenant = guard_.Run(Req("G-payment", {{"amount", 1}}, "acme"), RecordEffect());
   EXPECT_EQ(other_tenant.status, 201);
   EXPECT_EQ(Effects(), 1);

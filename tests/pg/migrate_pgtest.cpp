@@ -52,8 +52,8 @@ TEST(Migrate, RefusesADatabaseWhoseAppliedMigrationWasEdited) {
 TEST(Migrate, ConcurrentRunnersOnAnEmptyDatabaseApplyEachMigrationOnce) {
   ScratchDatabase scratch("payment");
   // A database with no schema at all: create a new empty one next to the scratch copy.
-  std::string url = common::pg::WithDatabase(scratch.url(),
-                                             common::pg::DatabaseOf(scratch.url()) + "_empty");
+  std::string url =
+      common::pg::WithDatabase(scratch.url(), common::pg::DatabaseOf(scratch.url()) + "_empty");
   common::pg::CreateDatabaseIfMissing(scratch.url(), common::pg::DatabaseOf(url));
   int applied[2] = {0, 0};
   std::thread a([&] {

@@ -46,9 +46,10 @@ class Registry {
         std::getline(in, server_url_);
       }
       if (server_url_.empty()) {
-        cluster_ = common::pg::PrivateCluster::Start({.dir = common::pg::PrivateCluster::MakeTempDir(),
-                                                      .durable = false,
-                                                      .temporary = true});
+        cluster_ =
+            common::pg::PrivateCluster::Start({.dir = common::pg::PrivateCluster::MakeTempDir(),
+                                               .durable = false,
+                                               .temporary = true});
         server_url_ = cluster_->Url();
       }
     });

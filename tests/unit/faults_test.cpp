@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "services_mock/faults.hpp"
+
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -27,10 +27,10 @@ TEST(FaultSettings, AnEmptyObjectTurnsEverythingOff) {
 }
 
 TEST(FaultSettings, RejectsOutOfRangeWrongTypeAndUnknownFields) {
-  for (const auto& bad : {nlohmann::json{{"error_rate", 1.5}}, nlohmann::json{{"error_rate", -0.1}},
-                          nlohmann::json{{"latency_ms", -1}}, nlohmann::json{{"latency_ms", 0.5}},
-                          nlohmann::json{{"hang", "yes"}}, nlohmann::json{{"typo", 1}},
-                          nlohmann::json::array()}) {
+  for (const auto& bad :
+       {nlohmann::json{{"error_rate", 1.5}}, nlohmann::json{{"error_rate", -0.1}},
+        nlohmann::json{{"latency_ms", -1}}, nlohmann::json{{"latency_ms", 0.5}},
+        nlohmann::json{{"hang", "yes"}}, nlohmann::json{{"typo", 1}}, nlohmann::json::array()}) {
     std::string error;
     EXPECT_FALSE(ParseFaultSettings(bad, error)) << bad.dump();
     EXPECT_FALSE(error.empty());

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "steps/guard/guard.hpp"
+
+#include <gtest/gtest.h>
 
 namespace {
 

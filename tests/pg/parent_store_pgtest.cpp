@@ -1,0 +1,125 @@
+#include <gtest/gtest.h>
+
+#include "common/crypto.hpp"
+#include "orchestrator/store/parent_store.hpp"
+#include "tests/support/pg_harness.hpp"
+
+namespace {
+
+using orchestrator::Claim;
+using orchestrator::ClaimRequest;
+using orchestrator::ParentStore;
+using test_support::ScratchDatabase;
+
+class ParentStoreTest : public ::testing::Test {
+ protected:
+  ParentStoreTest() : db_("orchestrator"), pool_({.url = db_.url(), .size = 4}), store_(pool_, {}) {
+    store_.UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+    store_.UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
+  }
+  ClaimRequest Req(std::string key, std::string owner = "owner-a", std::string body = "1",
+                   std::string tenant = "demo") {
+    return {tenant,        key,   common::Sha256Hex(body), {{"n", body}},
+            "place_order", owner, std::string(32, 'a')};
+  }
+  void ExpireLease(const std::string& key) {
+    db_.Exec(
+        "UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second' "
+        "WHERE idempotency_key = $1",
+        key);
+  }
+  ScratchDatabase db_;
+  common::pg::Pool pool_;
+  ParentStore store_;
+};
+
+TEST_F(ParentStoreTest, TheFirstRequestClaimsTheKeyWithALease) {
+  auto c = store_.ClaimKey(Req("A"));
+  EXPECT_EQ(c.kind, Claim::kClaimed);
+  EXPECT_EQ(c.lease.epoch, 1);
+  EXPECT_EQ(c.row.status, "started");
+  EXPECT_TRUE(c.row.lease_live);
+  EXPECT_EQ(c.row.order_id.rfind("ord_", 0), 0u);
+}
+
+TEST_F(ParentStoreTest, ARetryWhileTheLeaseIsLiveIsInProgress) {
+  store_.ClaimKey(Req("A"));
+  auto again = store_.ClaimKey(Req("A", "owner-b"));
+  EXPECT_EQ(again.kind, Claim::kInProgress);
+  EXPECT_GT(again.row.lease_seconds_left, 0);
+}
+
+TEST_F(ParentStoreTest, TheSameKeyWithAnotherBodyIsAMismatch) {
+  store_.ClaimKey(Req("A"));
+  EXPECT_EQ(store_.ClaimKey(Req("A", "owner-a", "2")).kind, Claim::kMismatch);
+}
+
+TEST_F(ParentStoreTest, AFinishedKeyReplaysItsStoredResponse) {
+  auto c = store_.ClaimKey(Req("A"));
+  ASSERT_TRUE(
+      store_.Finish(c.lease, true, 201, R"({"status":"completed"})", nlohmann::json::array()));
+  auto again = store_.ClaimKey(Req("A", "owner-b"));
+  EXPECT_EQ(again.kind, Claim::kFinished);
+  EXPECT_EQ(again.row.response_status, 201);
+  EXPECT_EQ(again.row.response_body, R"({"status":"completed"})");
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE lease_owner IS NULL"), 1);
+}
+
+TEST_F(ParentStoreTest, AnExpiredLeaseIsTakenOverWithANewEpoch) {
+  auto first = store_.ClaimKey(Req("A"));
+  ExpireLease("A");
+  auto second = store_.ClaimKey(Req("A", "owner-b"));
+  EXPECT_EQ(second.kind, Claim::kTakenOver);
+  EXPECT_EQ(second.lease.epoch, first.lease.epoch + 1);
+  EXPECT_EQ(second.row.lease_owner, "owner-b");
+}
+
+TEST_F(ParentStoreTest, AStaleOwnerCannotWriteAfterATakeover) {
+  auto stale = store_.ClaimKey(Req("A"));
+  ExpireLease("A");
+  auto fresh = store_.ClaimKey(Req("A", "owner-b"));
+  ASSERT_EQ(fresh.kind, Claim::kTakenOver);
+  EXPECT_FALSE(store_.Renew(stale.lease));
+  EXPECT_FALSE(store_.BeginCompensation(stale.lease, nlohmann::json::array(), "payment", {}));
+  EXPECT_FALSE(store_.Finish(stale.lease, true, 201, "{}", nlohmann::json::array()));
+  EXPECT_EQ(store_.fenced_writes(), 3);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'started'"), 1);
+  EXPECT_TRUE(store_.Finish(fresh.lease, true, 201, "{}", nlohmann::json::array()));
+}
+
+TEST_F(ParentStoreTest, OnlyOneOfTwoProcessesTakesOverAnExpiredLease) {
+  store_.ClaimKey(Req("A"));
+  ExpireLease("A");
+  auto b = store_.TakeOverExpired("demo", "A", "owner-b");
+  auto c = store_.TakeOverExpired("demo", "A", "owner-c");
+  EXPECT_TRUE(b.has_value());
+  EXPECT_FALSE(c.has_value());
+}
+
+TEST_F(ParentStoreTest, TheDecisionToCompensateIsDurableAndVisible) {
+  auto c = store_.ClaimKey(Req("A"));
+  nlohmann::json steps = {{{"name", "inventory"}, {"status", "compensating"}}};
+  ASSERT_TRUE(store_.BeginCompensation(c.lease, steps, "payment",
+                                       {{"outcome", "terminal"}, {"http_status", 402}}));
+  auto row = store_.Get("demo", "A");
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->status, "compensating");
+  EXPECT_EQ(row->failed_step, "payment");
+  EXPECT_EQ(row->steps, steps);
+}
+
+TEST_F(ParentStoreTest, KeysAreScopedByTenant) {
+  auto demo = store_.ClaimKey(Req("A"));
+  auto acme = store_.ClaimKey(Req("A", "owner-a", "1", "acme"));
+  EXPECT_EQ(acme.kind, Claim::kClaimed);
+  EXPECT_NE(acme.row.order_id, demo.row.order_id);
+  EXPECT_FALSE(store_.Get("acme", "B").has_value());
+}
+
+TEST_F(ParentStoreTest, TenantsAreFoundByTheHashOfTheirApiKey) {
+  EXPECT_EQ(store_.TenantForKeyHash(common::Sha256Hex("dev-key-demo")), "demo");
+  EXPECT_FALSE(store_.TenantForKeyHash(common::Sha256Hex("nope")).has_value());
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM tenants WHERE api_key_hash LIKE '%dev-key%'"), 0);
+}
+
+}  // namespace

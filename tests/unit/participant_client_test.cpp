@@ -1,0 +1,61 @@
+// The one table from the wire to what the runner does next.
+#include "steps/client/participant_client.hpp"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using saga::Outcome;
+using steps::client::HttpExchange;
+using steps::client::MapOutcome;
+using T = HttpExchange::Transport;
+
+struct Row {
+  const char* name;
+  HttpExchange exchange;
+  Outcome expected;
+};
+
+TEST(MapOutcome, MapsEveryKindOfAnswerToWhatTheRunnerShouldDo) {
+  const std::string busy = R"({"error":{"code":"idempotency_key_in_progress","message":"m"}})";
+  const std::string stock = R"({"error":{"code":"insufficient_stock","message":"m"}})";
+  std::vector<Row> table = {
+      {"connect refused", {T::kNotConnected, 0, "", false, "Connection"}, Outcome::kRetryable},
+      {"read timeout after sending", {T::kNoAnswer, 0, "", false, "Read"}, Outcome::kInDoubt},
+      {"dropped after sending", {T::kNoAnswer, 0, "", false, "Write"}, Outcome::kInDoubt},
+      {"201", {T::kAnswered, 201, R"({"charge_id":"ch_1"})"}, Outcome::kSucceeded},
+      {"200 replayed", {T::kAnswered, 200, "{}", true}, Outcome::kSucceeded},
+      {"2xx not json", {T::kAnswered, 200, "<html>"}, Outcome::kInDoubt},
+      {"409 in progress", {T::kAnswered, 409, busy}, Outcome::kRetryable},
+      {"409 insufficient stock", {T::kAnswered, 409, stock}, Outcome::kTerminal},
+      {"409 cancelled",
+       {T::kAnswered, 409, R"({"error":{"code":"cancelled"}})"},
+       Outcome::kTerminal},
+      {"402 declined",
+       {T::kAnswered, 402, R"({"error":{"code":"card_declined"}})"},
+       Outcome::kTerminal},
+      {"422 reused",
+       {T::kAnswered, 422, R"({"error":{"code":"idempotency_key_reused"}})"},
+       Outcome::kTerminal},
+      {"400 bad request", {T::kAnswered, 400, "{}"}, Outcome::kTerminal},
+      {"429", {T::kAnswered, 429, ""}, Outcome::kRetryable},
+      {"500", {T::kAnswered, 500, ""}, Outcome::kRetryable},
+      {"503", {T::kAnswered, 503, R"({"error":{"code":"unavailable"}})"}, Outcome::kRetryable},
+  };
+  for (const auto& row : table) {
+    EXPECT_EQ(MapOutcome(row.exchange).outcome, row.expected) << row.name;
+  }
+}
+
+TEST(MapOutcome, KeepsTheParticipantsErrorCodeStatusAndReplayFlag) {
+  auto declined = MapOutcome(
+      {T::kAnswered, 402, R"({"error":{"code":"card_declined","message":"declined!"}})"});
+  EXPECT_EQ(declined.http_status, 402);
+  EXPECT_EQ(declined.error_code, "card_declined");
+  EXPECT_EQ(declined.detail, "declined!");
+  auto ok = MapOutcome({T::kAnswered, 201, R"({"charge_id":"ch_1"})", true});
+  EXPECT_TRUE(ok.replayed);
+  EXPECT_EQ(ok.output["charge_id"], "ch_1");
+}
+
+}  // namespace
