@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <thread>
+
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
@@ -70,8 +72,10 @@ Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factor
                if (s.owner.empty()) s.owner = MakeOwnerId();
                return s;
              }()),
+      recovery_(store_, sagas_, options_.recovery),
       server_(options_.limits) {
   Routes();
+  recovery_.Start();
 }
 
 Orchestrator::~Orchestrator() { Stop(); }
@@ -86,9 +90,26 @@ int Orchestrator::Bind(const std::string& host, int port) {
 
 void Orchestrator::Serve() { server_.Serve(); }
 
-void Orchestrator::Stop() {
-  server_.stop();
-  sagas_.Shutdown();
+void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
+  std::call_once(shutdown_once_, [&] {
+    server_.Stop();
+    recovery_.Stop();
+    auto deadline = std::chrono::steady_clock::now() + grace;
+    while (sagas_.running() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    long long unfinished = sagas_.running();
+    sagas_.Shutdown();
+    try {
+      long long released = store_.ReleaseLeases(sagas_.owner());
+      common::Log("shutdown", {{"owner", sagas_.owner()},
+                               {"unfinished_sagas", std::to_string(unfinished)},
+                               {"leases_released", std::to_string(released)}});
+    } catch (const std::exception& e) {
+      // The leases expire on their own; recovery is only slower.
+      common::Log("shutdown_release_failed", {{"owner", sagas_.owner()}, {"error", e.what()}});
+    }
+  });
 }
 
 std::optional<std::string> Orchestrator::Authenticate(const httplib::Request& req) {
@@ -157,6 +178,76 @@ void Orchestrator::Routes() {
       common::Log("order_db_error", {{"error", e.what()}, {"sqlstate", e.sqlstate()}});
       Unavailable(res, "the database did not answer in time");
     }
+  });
+
+  server_.Get("/v1/sagas", [this](const httplib::Request& req, httplib::Response& res) {
+    auto tenant = Authenticate(req);
+    if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
+    std::string status = req.get_param_value("status");
+    if (!status.empty() && status != "started" && status != "compensating" &&
+        status != "completed" && status != "failed") {
+      return SetError(res, 400, "invalid_request",
+                      "status must be started, compensating, completed or failed");
+    }
+    bool stuck = req.get_param_value("stuck") == "true";
+    int limit = 50;
+    if (req.has_param("limit")) {
+      auto v = req.get_param_value("limit");
+      if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(v) < 1 || std::stoi(v) > 500) {
+        return SetError(res, 400, "invalid_request", "limit must be an integer from 1 to 500");
+      }
+      limit = std::stoi(v);
+    }
+    nlohmann::json sagas = nlohmann::json::array();
+    for (const auto& row : store_.List(*tenant, status, stuck, limit)) sagas.push_back(SagaView(row));
+    res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");
+  });
+
+  server_.Post(R"(/v1/sagas/(.+)/retry)", [this](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    auto tenant = Authenticate(req);
+    if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
+    std::string key = req.matches[1];
+    auto row = store_.Get(*tenant, key);
+    if (!row) return SetError(res, 404, "not_found", "no saga with this Idempotency-Key");
+    if (!store_.RetryNow(*tenant, key)) {
+      return SetError(res, 409, "not_retryable",
+                      "only a running saga that is stuck (or whose owner is gone) can be retried; "
+                      "this one is " + row->status);
+    }
+    int taken = recovery_.SweepOnce();
+    common::Log("saga_retry_requested", {{"tenant", *tenant}, {"key", key},
+                                         {"taken_over_here", std::to_string(taken)}});
+    res.status = 202;
+    res.set_content(nlohmann::json{{"retrying", true}, {"idempotency_key", key}}.dump(),
+                    "application/json");
+  });
+
+  // Prometheus text format. Process counters, plus running/stuck sagas across all replicas.
+  server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::string out;
+    auto metric = [&](const char* name, const char* type, const char* help, long long v) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+             name + " " + std::to_string(v) + "\n";
+    };
+    metric("idemsaga_fenced_writes_total", "counter",
+           "Writes refused because this process had lost the saga's lease.",
+           store_.fenced_writes());
+    metric("idemsaga_sagas_resumed_total", "counter",
+           "Sagas this process took over from an expired lease.", sagas_.resumed());
+    metric("idemsaga_sagas_in_process", "gauge", "Sagas running in this process.",
+           sagas_.running());
+    try {
+      auto counts = store_.CountRunning();
+      metric("idemsaga_sagas_running", "gauge", "Sagas not yet ended, in all replicas.",
+             counts.running);
+      metric("idemsaga_sagas_stuck", "gauge",
+             "Sagas whose compensation keeps failing (retried at a slower pace).", counts.stuck);
+    } catch (const std::exception&) {
+      metric("idemsaga_database_up", "gauge", "Whether the database answered.", 0);
+    }
+    res.set_content(out, "text/plain; version=0.0.4");
   });
 
   server_.Get(R"(/v1/orders/(.+))", [this](const httplib::Request& req, httplib::Response& res) {

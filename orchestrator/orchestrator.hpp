@@ -14,6 +14,7 @@
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
 #include "orchestrator/saga/definition.hpp"
+#include "orchestrator/recovery.hpp"
 #include "orchestrator/saga/runner.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -29,6 +30,7 @@ struct OrchestratorOptions {
   saga::RetryPolicy retry;
   StoreOptions store;
   SagaServiceOptions sagas;
+  RecoveryOptions recovery;
   common::http::Limits limits;
   size_t pool_size = 32;
   // How long a tenant's API key is trusted without asking the database again.
@@ -50,9 +52,13 @@ class Orchestrator {
 
   int Bind(const std::string& host, int port);
   void Serve();
-  void Stop();
+  // Stops accepting, lets running sagas finish for up to `grace`, stops the rest at their
+  // next step boundary and releases their leases so another replica resumes them at once.
+  void Shutdown(std::chrono::milliseconds grace);
+  void Stop() { Shutdown(std::chrono::milliseconds(0)); }
 
   ParentStore& store() { return store_; }
+  Recovery& recovery() { return recovery_; }
 
  private:
   void Routes();
@@ -65,7 +71,9 @@ class Orchestrator {
   steps::client::ParticipantClient payment_;
   saga::Definition definition_;
   SagaService sagas_;
+  Recovery recovery_;
   common::http::Server server_;
+  std::once_flag shutdown_once_;
 
   std::mutex tenant_cache_mutex_;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>>

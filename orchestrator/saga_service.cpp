@@ -4,6 +4,7 @@
 #include <cmath>
 #include <future>
 
+#include "common/crash_point.hpp"
 #include "common/http/server.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
@@ -23,8 +24,8 @@ nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
 // The runner's durable side: the parent row, written only under this saga's lease.
 class StoreJournal : public saga::Journal {
  public:
-  StoreJournal(ParentStore& store, Lease lease)
-      : store_(store), lease_(std::move(lease)), renewed_at_(Clock::now()) {}
+  StoreJournal(ParentStore& store, const Claim& claim)
+      : store_(store), lease_(claim.lease), renewed_at_(claim.leased_at) {}
 
   // Renews once a third of the lease has passed: the happy path (well under that) adds no
   // commit, and a slow saga renews long before its lease could expire.
@@ -40,8 +41,9 @@ class StoreJournal : public saga::Journal {
     return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
   }
 
-  bool MarkStuck(const std::vector<saga::StepRecord>& steps) override {
-    return store_.MarkStuck(lease_, StepsJson(steps));
+  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
+                  std::chrono::milliseconds retry_in) override {
+    return store_.DeferStuck(lease_, StepsJson(steps), retry_in);
   }
 
  private:
@@ -86,6 +88,7 @@ SagaService::SagaService(ParentStore& store, const saga::Definition& definition,
                          saga::RetryPolicy policy, SagaServiceOptions options)
     : store_(store),
       options_(std::move(options)),
+      policy_(policy),
       runner_(
           definition, policy, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
           [this] { return stopping_.load(); }),
@@ -117,7 +120,7 @@ Answer SagaService::Replay(const SagaRow& row) const {
 }
 
 Answer SagaService::Drive(const Claim& claim) {
-  ++running_;
+  // running_ was counted when the saga was posted, so queued sagas count as running too.
   struct Done {
     std::atomic<long long>& n;
     ~Done() { --n; }
@@ -131,17 +134,27 @@ Answer SagaService::Drive(const Claim& claim) {
     input.failure = FailureFromJson(row.failure);
     input.failed_step = row.failed_step;
   }
-  StoreJournal journal(store_, claim.lease);
+  StoreJournal journal(store_, claim);
   try {
     saga::SagaResult result = runner_.Run(input, journal);
     if (result.end == saga::SagaEnd::kAbandoned) {
       return Error(503, "unavailable", "the service is shutting down; retry with the same key");
+    }
+    if (result.end == saga::SagaEnd::kDeferred) {
+      // Compensation keeps failing: recovery retries it later; the caller polls the saga.
+      nlohmann::json body = {{"status", "compensating"},
+                             {"stuck", true},
+                             {"order_id", row.order_id},
+                             {"idempotency_key", row.key},
+                             {"trace_id", row.trace_id}};
+      return Answer{202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(row.key)}}};
     }
     if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
       auto response = saga::BuildResponse(result, {row.order_id, row.key, row.trace_id});
       bool completed = result.end == saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps))) {
+        common::CrashPoint("after_finish");
         common::Log("saga_finished", {{"tenant", row.tenant_id},
                                       {"key", row.key},
                                       {"status", completed ? "completed" : "failed"},
@@ -166,12 +179,23 @@ Answer SagaService::Drive(const Claim& claim) {
   }
 }
 
-void SagaService::Resume(const Claim& claim) { Drive(claim); }
+bool SagaService::ResumeAsync(const Claim& claim) {
+  if (stopping_) return false;
+  ++resumed_;
+  ++running_;
+  boost::asio::post(*pool_, [this, claim] { Drive(claim); });
+  return true;
+}
+
+int SagaService::FreeCapacity() const {
+  return std::max(0, static_cast<int>(options_.threads) - static_cast<int>(running_.load()));
+}
 
 Answer SagaService::Submit(const Submission& s) {
   if (stopping_) return Error(503, "unavailable", "the service is shutting down");
   Claim claim = store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request,
                                  runner_.definition().name(), options_.owner, s.trace_id});
+  if (claim.kind == Claim::kClaimed) common::CrashPoint("after_claim");
   switch (claim.kind) {
     case Claim::kMismatch:
       return Error(422, "idempotency_key_reused",
@@ -191,6 +215,7 @@ Answer SagaService::Submit(const Submission& s) {
                {"trace_id", claim.row.trace_id}});
   auto promise = std::make_shared<std::promise<Answer>>();
   auto future = promise->get_future();
+  ++running_;
   boost::asio::post(*pool_, [this, claim, promise] { promise->set_value(Drive(claim)); });
   if (future.wait_for(options_.response_budget) == std::future_status::ready) return future.get();
   nlohmann::json body = {{"status", "started"},

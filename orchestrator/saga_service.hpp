@@ -53,11 +53,18 @@ class SagaService {
 
   Answer Submit(const Submission& submission);
 
-  // Drives a saga this process has just taken over (recovery); blocks until it ends.
-  void Resume(const Claim& claim);
+  // Drives a saga this process has just taken over (recovery) on the pool. False when
+  // shutting down (the lease then simply expires again).
+  bool ResumeAsync(const Claim& claim);
+  // How many more sagas the pool can start right now without queueing (recovery claims no
+  // more than this, so a claimed lease never waits in a queue).
+  int FreeCapacity() const;
 
+  // Stops taking new sagas; running ones stop at their next step boundary.
   void Shutdown();
   long long running() const { return running_; }
+  long long resumed() const { return resumed_; }
+  const std::string& owner() const { return options_.owner; }
 
  private:
   Answer Drive(const Claim& claim);
@@ -72,6 +79,8 @@ class SagaService {
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   std::atomic<long long> running_{0};
+  std::atomic<long long> resumed_{0};
+  saga::RetryPolicy policy_;
   saga::Runner runner_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
 };

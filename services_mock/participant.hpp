@@ -53,6 +53,7 @@ class Participant {
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
 
   common::pg::Pool& pool() { return pool_; }
+  steps::guard::Guard& guard() { return guard_; }
 
  private:
   // Auth, tenant, key and body; nullopt after answering a 4xx.

@@ -14,7 +14,11 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
       pool_({.url = database_url, .size = options.pool_size}),
       faults_(faults),
       participant_(NameOf(kind), pool_, faults_, options),
-      server_(options.limits) {
+      server_(options.limits),
+      gc_("participant_gc", std::chrono::minutes(1), [this] {
+        while (participant_.guard().DeleteExpired(1000) == 1000) {
+        }
+      }) {
   participant_.AdminRoutes(server_);
   if (kind_ == ParticipantKind::kInventory) {
     RegisterInventoryRoutes(server_, participant_);
@@ -34,7 +38,10 @@ int ParticipantService::Bind(const std::string& host, int port) {
   return bound;
 }
 
-void ParticipantService::Serve() { server_.Serve(); }
+void ParticipantService::Serve() {
+  gc_.Start();
+  server_.Serve();
+}
 
 void ParticipantService::Stop() {
   faults_.Release();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "common/periodic.hpp"
 #include "services_mock/faults.hpp"
 #include "services_mock/participant.hpp"
 
@@ -41,6 +42,7 @@ class ParticipantService {
   Faults faults_;
   Participant participant_;
   common::http::Server server_;
+  common::Periodic gc_;
 };
 
 }  // namespace services_mock

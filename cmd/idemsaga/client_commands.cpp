@@ -72,6 +72,31 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
     };
   });
 
+  auto* sagas = app.add_subcommand("sagas", "List sagas by state; retry a stuck one");
+  sagas->require_subcommand(1);
+  auto* list = sagas->add_subcommand("list", "A tenant's sagas, newest first");
+  AddConnectionFlags(list, f);
+  list->add_option("--status", f.status, "started, compensating, completed or failed");
+  list->add_flag("--stuck", f.stuck_only, "only sagas whose compensation keeps failing");
+  list->callback([&f, &run] {
+    run = [&f] {
+      std::string path = "/v1/sagas?limit=100";
+      if (!f.status.empty()) path += "&status=" + common::PercentEncode(f.status);
+      if (f.stuck_only) path += "&stuck=true";
+      Print(Connect(f)->Get(path.c_str(), {{"Authorization", "Bearer " + f.api_key}}));
+    };
+  });
+  auto* retry = sagas->add_subcommand("retry", "Retry a stuck compensation now");
+  AddConnectionFlags(retry, f);
+  retry->add_option("key", f.key, "the saga's Idempotency-Key")->required();
+  retry->callback([&f, &run] {
+    run = [&f] {
+      Print(Connect(f)->Post(
+          ("/v1/sagas/" + common::PercentEncode(f.key) + "/retry").c_str(),
+          {{"Authorization", "Bearer " + f.api_key}}, "", "application/json"));
+    };
+  });
+
   auto* orders = app.add_subcommand("orders", "Inspect orders");
   orders->require_subcommand(1);
   auto* get = orders->add_subcommand("get", "Show a saga: status, steps, stored response");

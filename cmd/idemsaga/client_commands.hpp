@@ -17,6 +17,8 @@ struct ClientFlags {
   long long amount_cents = 2500;
   std::string currency = "USD";
   std::string payment_method = "pm_card_visa";
+  std::string status;
+  bool stuck_only = false;
 };
 
 void AddClientCommands(CLI::App& app, ClientFlags& flags, std::function<void()>& run);

@@ -118,6 +118,7 @@ void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>
 struct OrchestratorFlags {
   std::string listen = "127.0.0.1:8080";
   bool migrate = false;
+  std::chrono::milliseconds grace{10000};
   orchestrator::OrchestratorOptions options;
 };
 
@@ -140,6 +141,17 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
   cmd->add_option("--response-budget-ms", o.sagas.response_budget,
                   "answer 202 when a saga takes longer")
       ->capture_default_str();
+  cmd->add_option("--sweep-interval-ms", o.recovery.sweep_interval,
+                  "how often recovery looks for expired leases")
+      ->capture_default_str();
+  cmd->add_option("--stuck-retry-ms", o.retry.stuck_retry_interval,
+                  "pace of retries for a stuck compensation")
+      ->capture_default_str();
+  cmd->add_option("--retention-hours", o.store.retention, "how long finished keys are kept")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace-ms", flags.grace,
+                  "on SIGTERM, how long running sagas may finish")
+      ->capture_default_str();
   cmd->callback([&flags, &run] {
     run = [&flags] {
       if (flags.migrate) {
@@ -152,7 +164,7 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
       std::thread server([&] { o.Serve(); });
       std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
       idemsaga_cmd::WaitForStopSignal();
-      o.Stop();
+      o.Shutdown(flags.grace);
       server.join();
     };
   });
@@ -244,7 +256,7 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
                 << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
                 << " (Ctrl-C stops everything)" << std::endl;
       idemsaga_cmd::WaitForStopSignal();
-      orch.Stop();
+      orch.Shutdown(std::chrono::seconds(10));
       inventory.Stop();
       payment.Stop();
       t3.join();

@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "common/crash_point.hpp"
 #include "common/crypto.hpp"
 #include "common/log.hpp"
 
@@ -109,6 +110,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     ctx.trace.parent_span_id = common::RandomHex(8);
     record.attempts = attempt;
     last = Call(step.action, ctx);
+    common::CrashPoint("after_step_sent");
     LogStep("step_outcome", ctx, last);
     if (last.outcome == Outcome::kSucceeded || last.outcome == Outcome::kTerminal) return last;
     in_doubt = in_doubt || last.outcome == Outcome::kInDoubt;
@@ -120,12 +122,14 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   return last;
 }
 
-bool Runner::Compensate(const StepDefinition& step, const SagaInput& input,
-                        const nlohmann::json& outputs, StepRecord& record,
-                        std::vector<StepRecord>& all, Journal& journal, bool& stuck_marked) const {
-  StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
+SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
+                           const nlohmann::json& outputs, StepRecord& record,
+                           std::vector<StepRecord>& all, Journal& journal) const {
+  StepContext ctx =
+      Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
   for (;;) {
-    if (should_stop_() || !journal.KeepLease()) return false;
+    if (should_stop_()) return SagaEnd::kAbandoned;
+    if (!journal.KeepLease()) return SagaEnd::kFenced;
     ctx.attempt = ++record.compensation_attempts;
     ctx.trace.parent_span_id = common::RandomHex(8);
     ctx.deadline = Clock::now() + policy_.step_deadline;
@@ -133,24 +137,22 @@ bool Runner::Compensate(const StepDefinition& step, const SagaInput& input,
     LogStep("compensation_outcome", ctx, r);
     if (r.outcome == Outcome::kSucceeded) {
       record.status = "compensated";
-      return true;
+      record.detail.clear();
+      return SagaEnd::kCompleted;
     }
     record.detail = r.detail;
     if (record.compensation_attempts < policy_.compensation_stuck_after) {
       Backoff(record.compensation_attempts);
       continue;
     }
-    if (!stuck_marked) {
-      common::Log("saga_stuck", {{"tenant", input.tenant_id},
-                                 {"key", input.parent_key},
-                                 {"step", step.name},
-                                 {"attempts", std::to_string(record.compensation_attempts)},
-                                 {"detail", r.detail},
-                                 {"trace_id", input.trace_id}});
-      if (!journal.MarkStuck(all)) return false;
-      stuck_marked = true;
-    }
-    sleep_(policy_.stuck_retry_interval);
+    common::Log("saga_stuck", {{"tenant", input.tenant_id},
+                               {"key", input.parent_key},
+                               {"step", step.name},
+                               {"attempts", std::to_string(record.compensation_attempts)},
+                               {"detail", r.detail},
+                               {"trace_id", input.trace_id}});
+    return journal.DeferStuck(all, policy_.stuck_retry_interval) ? SagaEnd::kDeferred
+                                                                 : SagaEnd::kFenced;
   }
 }
 
@@ -182,6 +184,7 @@ SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
         record.status = "succeeded";
         record.output = r.output;
         result.outputs[defs[i].name] = r.output;
+        common::CrashPoint("after_step_answer");
         continue;
       }
       // A definite refusal applied nothing; anything else may have been applied.
@@ -202,18 +205,20 @@ SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
       result.end = SagaEnd::kFenced;
       return result;
     }
+    common::CrashPoint("after_compensating");
   }
-  bool stuck_marked = false;
   for (size_t i = result.steps.size(); i-- > 0;) {
     auto& record = result.steps[i];
     if (record.status != "compensating") continue;
     auto def = std::find_if(defs.begin(), defs.end(),
                             [&](const StepDefinition& d) { return d.name == record.name; });
     if (def == defs.end()) continue;  // a step this build no longer defines: nothing to call
-    if (!Compensate(*def, input, result.outputs, record, result.steps, journal, stuck_marked)) {
-      result.end = should_stop_() ? SagaEnd::kAbandoned : SagaEnd::kFenced;
+    SagaEnd end = Compensate(*def, input, result.outputs, record, result.steps, journal);
+    if (end != SagaEnd::kCompleted) {
+      result.end = end;
       return result;
     }
+    common::CrashPoint("between_compensations");
   }
   // Reverse order, including steps compensated by an earlier owner before a crash.
   for (size_t i = result.steps.size(); i-- > 0;) {

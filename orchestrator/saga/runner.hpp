@@ -1,7 +1,9 @@
 // Runs a saga Definition: each step's action in order, retried with the same derived key;
 // on a definite failure, the decision to compensate is made durable first, then every step
 // that was or may have been applied is compensated in reverse order, each retried until it
-// succeeds (marked stuck after RetryPolicy::compensation_stuck_after attempts, never dropped).
+// succeeds. After RetryPolicy::compensation_stuck_after attempts the saga is marked stuck and
+// deferred: the journal pushes its lease out by stuck_retry_interval and the run returns, so a
+// recovery sweeper (in any replica) retries it at that slower pace. Never dropped.
 //
 // The runner makes no network calls itself (the steps do) and holds no transaction; its
 // durable side is the Journal, fenced by lease: when the journal reports the lease lost, the
@@ -52,6 +54,7 @@ enum class SagaEnd {
   kFailed,     // a step failed for good and the applied steps were compensated
   kFenced,     // the lease was lost: another owner has the saga; nothing more was written
   kAbandoned,  // stopped on shutdown; the lease will expire and recovery resumes it
+  kDeferred,   // a compensation keeps failing: marked stuck, to be retried by recovery later
 };
 
 struct SagaResult {
@@ -72,8 +75,10 @@ class Journal {
   // Commits `compensating` with the steps to undo before any compensation is sent.
   virtual bool BeginCompensation(const std::vector<StepRecord>& steps, const StepResult& cause,
                                  const std::string& failed_step) = 0;
-  // Records that a compensation keeps failing (visible in the API and the log).
-  virtual bool MarkStuck(const std::vector<StepRecord>& steps) = 0;
+  // Marks the saga stuck (visible in the API, metrics and the log) and lets its lease run
+  // out after `retry_in`, when recovery picks it up again. False: fenced.
+  virtual bool DeferStuck(const std::vector<StepRecord>& steps,
+                          std::chrono::milliseconds retry_in) = 0;
 };
 
 struct SagaInput {
@@ -102,9 +107,10 @@ class Runner {
  private:
   StepResult Act(const StepDefinition& step, const SagaInput& input, const nlohmann::json& outputs,
                  StepRecord& record, Journal& journal, bool& fenced) const;
-  bool Compensate(const StepDefinition& step, const SagaInput& input, const nlohmann::json& outputs,
-                  StepRecord& record, std::vector<StepRecord>& all, Journal& journal,
-                  bool& stuck_marked) const;
+  // kCompleted when undone; otherwise why it stopped: kFenced, kAbandoned or kDeferred.
+  SagaEnd Compensate(const StepDefinition& step, const SagaInput& input,
+                     const nlohmann::json& outputs, StepRecord& record,
+                     std::vector<StepRecord>& all, Journal& journal) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
   void Backoff(int attempt) const;

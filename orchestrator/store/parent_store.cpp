@@ -5,17 +5,20 @@
 namespace orchestrator {
 namespace {
 
+// Every query names the table `k`, so the column list also reads unambiguously in an
+// UPDATE ... FROM (the batch takeover).
 constexpr const char* kColumns = R"sql(
-  tenant_id, idempotency_key, request_hash, request_body::text, saga_name, order_id, status,
-  coalesce(lease_owner, ''), lease_epoch, coalesce(lease_expires_at > now(), false),
-  coalesce(extract(epoch FROM lease_expires_at - now()), 0)::float8,
-  steps::text, coalesce(failed_step, ''), coalesce(failure::text, 'null'), stuck,
-  coalesce(response_status, 0), coalesce(response_headers::text, 'null'),
-  coalesce(response_body, ''), trace_id, created_at::text, updated_at::text)sql";
+  k.tenant_id, k.idempotency_key, k.request_hash, k.request_body::text, k.saga_name,
+  k.order_id, k.status, coalesce(k.lease_owner, ''), k.lease_epoch,
+  coalesce(k.lease_expires_at > now(), false),
+  coalesce(extract(epoch FROM k.lease_expires_at - now()), 0)::float8,
+  k.steps::text, coalesce(k.failed_step, ''), coalesce(k.failure::text, 'null'), k.stuck,
+  coalesce(k.response_status, 0), coalesce(k.response_headers::text, 'null'),
+  coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text)sql";
 
 // Claims a new key. The conflicting case returns nothing and the row is read next.
 const std::string kClaim = std::string(R"sql(
-  INSERT INTO idempotency_keys
+  INSERT INTO idempotency_keys AS k
     (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
      lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at)
   VALUES ($1, $2, $3, $4::jsonb, $5, 'ord_' || replace(gen_random_uuid()::text, '-', ''),
@@ -25,11 +28,11 @@ const std::string kClaim = std::string(R"sql(
   RETURNING )sql") + kColumns;
 
 const std::string kGet = std::string("SELECT ") + kColumns +
-                         " FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2";
+                         " FROM idempotency_keys k WHERE tenant_id = $1 AND idempotency_key = $2";
 
 // One conditional UPDATE: of all the processes that see the lease expired, exactly one wins.
 const std::string kTakeOver = std::string(R"sql(
-  UPDATE idempotency_keys
+  UPDATE idempotency_keys k
   SET lease_owner = $3, lease_epoch = lease_epoch + 1,
       lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2
@@ -49,10 +52,51 @@ constexpr const char* kBeginCompensation = R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status = 'started')sql";
 
-constexpr const char* kMarkStuck = R"sql(
-  UPDATE idempotency_keys SET stuck = true, steps = $5::jsonb, updated_at = now()
+constexpr const char* kDeferStuck = R"sql(
+  UPDATE idempotency_keys
+  SET stuck = true, steps = $5::jsonb, updated_at = now(),
+      lease_expires_at = now() + make_interval(secs => $6)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status IN ('started', 'compensating'))sql";
+
+// SKIP LOCKED: a row another sweeper is taking over right now is left to it.
+const std::string kTakeOverBatch = std::string(R"sql(
+  UPDATE idempotency_keys k
+  SET lease_owner = $1, lease_epoch = k.lease_epoch + 1,
+      lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+  FROM (SELECT tenant_id, idempotency_key FROM idempotency_keys
+        WHERE status IN ('started', 'compensating') AND lease_expires_at < now()
+        ORDER BY lease_expires_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED) expired
+  WHERE k.tenant_id = expired.tenant_id AND k.idempotency_key = expired.idempotency_key
+  RETURNING )sql") + kColumns;
+
+constexpr const char* kReleaseLeases = R"sql(
+  UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
+  WHERE lease_owner = $1 AND status IN ('started', 'compensating'))sql";
+
+constexpr const char* kRetryNow = R"sql(
+  UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status IN ('started', 'compensating')
+    AND (stuck OR lease_expires_at < now()))sql";
+
+const std::string kList = std::string("SELECT ") + kColumns + R"sql(
+  FROM idempotency_keys k
+  WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND (NOT $3 OR stuck)
+  ORDER BY created_at DESC
+  LIMIT $4)sql";
+
+// Batched so that a large backlog never holds long locks or a long transaction.
+constexpr const char* kDeleteExpired = R"sql(
+  DELETE FROM idempotency_keys
+  WHERE ctid IN (SELECT ctid FROM idempotency_keys
+                 WHERE status IN ('completed', 'failed') AND expires_at < now()
+                 LIMIT $1))sql";
+
+constexpr const char* kCounts = R"sql(
+  SELECT count(*), count(*) FILTER (WHERE stuck) FROM idempotency_keys
+  WHERE status IN ('started', 'compensating'))sql";
 
 constexpr const char* kFinish = R"sql(
   UPDATE idempotency_keys
@@ -178,14 +222,84 @@ bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
   return !Fenced(l, "begin_compensation", n == 1);
 }
 
-bool ParentStore::MarkStuck(const Lease& l, const nlohmann::json& steps) {
+bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
+                             std::chrono::milliseconds retry_in) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kMarkStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump());
+    auto r = tx.exec_params(kDeferStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
+                            static_cast<double>(retry_in.count()) / 1000.0);
     tx.commit();
     return r.affected_rows();
   });
-  return !Fenced(l, "mark_stuck", n == 1);
+  return !Fenced(l, "defer_stuck", n == 1);
+}
+
+std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, int limit) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto rows = tx.exec_params(kTakeOverBatch, owner, Seconds(options_.lease), limit);
+    tx.commit();
+    std::vector<Claim> claims;
+    for (const auto& r : rows) {
+      SagaRow row = ToRow(r);
+      common::Log("lease_taken_over", {{"tenant", row.tenant_id},
+                                       {"key", row.key},
+                                       {"owner", owner},
+                                       {"epoch", std::to_string(row.lease_epoch)},
+                                       {"status", row.status},
+                                       {"trace_id", row.trace_id}});
+      claims.push_back(
+          Claim{Claim::kTakenOver, row, {row.tenant_id, row.key, owner, row.lease_epoch}});
+    }
+    return claims;
+  });
+}
+
+long long ParentStore::ReleaseLeases(const std::string& owner) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kReleaseLeases, owner);
+    tx.commit();
+    return static_cast<long long>(r.affected_rows());
+  });
+}
+
+bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kRetryNow, tenant_id, key);
+    tx.commit();
+    return r.affected_rows() == 1;
+  });
+}
+
+std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::string& status,
+                                       bool stuck_only, int limit) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::read_transaction tx(conn);
+    std::vector<SagaRow> out;
+    for (const auto& r : tx.exec_params(kList, tenant_id, status, stuck_only, limit)) {
+      out.push_back(ToRow(r));
+    }
+    return out;
+  });
+}
+
+long long ParentStore::DeleteExpired(int batch) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kDeleteExpired, batch);
+    tx.commit();
+    return static_cast<long long>(r.affected_rows());
+  });
+}
+
+ParentStore::Counts ParentStore::CountRunning() {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::read_transaction tx(conn);
+    auto r = tx.exec1(kCounts);
+    return Counts{r[0].as<long long>(), r[1].as<long long>()};
+  });
 }
 
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,

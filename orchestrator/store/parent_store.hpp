@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/pg/pool.hpp"
 
@@ -72,6 +73,8 @@ struct Claim {
   Kind kind;
   SagaRow row;
   Lease lease;  // kClaimed, kTakenOver
+  // When the lease was (re)set, by this process's clock: its renewal schedule starts here.
+  std::chrono::steady_clock::time_point leased_at = std::chrono::steady_clock::now();
 };
 
 struct StoreOptions {
@@ -95,12 +98,34 @@ class ParentStore {
   // Commits the decision to compensate; false when fenced.
   bool BeginCompensation(const Lease& lease, const nlohmann::json& steps,
                          const std::string& failed_step, const nlohmann::json& failure);
-  bool MarkStuck(const Lease& lease, const nlohmann::json& steps);
+  // Marks a saga stuck and lets its lease expire after `retry_in` (recovery retries it then).
+  bool DeferStuck(const Lease& lease, const nlohmann::json& steps,
+                  std::chrono::milliseconds retry_in);
   // Stores the final response and ends the lease; false when fenced.
   bool Finish(const Lease& lease, bool completed, int response_status,
               const std::string& response_body, const nlohmann::json& steps);
 
   std::optional<SagaRow> Get(const std::string& tenant_id, const std::string& key);
+
+  // Recovery: takes over up to `limit` running sagas whose lease expired, oldest first.
+  // FOR UPDATE SKIP LOCKED: concurrent sweepers in other replicas claim disjoint sagas.
+  std::vector<Claim> TakeOverExpiredBatch(const std::string& owner, int limit);
+  // Shutdown: lets every lease `owner` holds expire now, so another replica resumes at once.
+  long long ReleaseLeases(const std::string& owner);
+  // Admin: a stuck saga's lease expires now, so recovery retries it at once. False if the
+  // key is not a running saga of this tenant.
+  bool RetryNow(const std::string& tenant_id, const std::string& key);
+  // Admin: a tenant's sagas, newest first; `status` "" for all, `stuck_only` to filter.
+  std::vector<SagaRow> List(const std::string& tenant_id, const std::string& status,
+                            bool stuck_only, int limit);
+  // Garbage collection: deletes up to `batch` finished keys past their retention.
+  long long DeleteExpired(int batch);
+
+  struct Counts {
+    long long running = 0;
+    long long stuck = 0;
+  };
+  Counts CountRunning();
 
   // The tenant whose API key hashes to `api_key_hash`, if any.
   std::optional<std::string> TenantForKeyHash(const std::string& api_key_hash);

@@ -42,6 +42,10 @@ constexpr const char* kMarkCompensated = R"sql(
   UPDATE idempotency_keys SET compensated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2)sql";
 
+constexpr const char* kDeleteExpired = R"sql(
+  DELETE FROM idempotency_keys
+  WHERE ctid IN (SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1))sql";
+
 // A transaction that lost a serialization or deadlock race is retried at once; it stored
 // nothing. Anything else (including an in-doubt commit) goes to the caller.
 constexpr int kRaceAttempts = 3;
@@ -149,6 +153,15 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     Response res{200, body.dump(), "application/json", false};
     Store(tx, req, res);
     return res;
+  });
+}
+
+long long Guard::DeleteExpired(int batch) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(kDeleteExpired, batch);
+    tx.commit();
+    return static_cast<long long>(r.affected_rows());
   });
 }
 

@@ -72,6 +72,10 @@ class Guard {
   // {"action_key", "outcome": "undone" | "already_undone" | "nothing_to_undo" | "cancelled"}.
   Response Compensate(const Request& req, const std::string& action_key, const Undo& undo);
 
+  // Deletes up to `batch` keys past their expiry (7 days: longer than the orchestrator's
+  // retention plus its longest saga, so a retry never finds its step key gone).
+  long long DeleteExpired(int batch);
+
  private:
   template <typename Body>
   Response InTransaction(const Body& body);

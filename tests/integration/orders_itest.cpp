@@ -324,7 +324,8 @@ TEST_F(OrdersTest, AParticipantThatStaysDownFailsTheOrderAndCompensatesEveryStep
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
   options.sagas.response_budget = std::chrono::milliseconds(300);
   options.retry.compensation_stuck_after = 3;
-  options.retry.stuck_retry_interval = std::chrono::milliseconds(50);
+  options.retry.stuck_retry_interval = std::chrono::milliseconds(100);
+  options.recovery.sweep_interval = std::chrono::milliseconds(50);
   Start(options);
   payment_.service.faults().Set({.error_rate = 1});
   // The charge never gets through; its refund cannot either, so the saga stays running.

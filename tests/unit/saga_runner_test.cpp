@@ -54,10 +54,14 @@ class FakeJournal : public saga::Journal {
     compensating_steps = steps;
     return allow_begin;
   }
-  bool MarkStuck(const std::vector<saga::StepRecord>&) override {
+  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
+                  std::chrono::milliseconds retry_in) override {
     events.push_back("stuck");
+    deferred_for = retry_in;
+    compensating_steps = steps;
     return true;
   }
+  std::chrono::milliseconds deferred_for{0};
   int lease_checks = 0;
   int lose_lease_after = 1 << 30;
   bool allow_begin = true;
@@ -176,18 +180,30 @@ TEST_F(RunnerTest, ACompensationFailingFiveTimesIsRetriedUntilItSucceeds) {
   EXPECT_EQ(std::count(journal_.events.begin(), journal_.events.end(), "stuck"), 0);
 }
 
-TEST_F(RunnerTest, ACompensationThatKeepsFailingMarksTheSagaStuckOnceAndSlowsDown) {
+TEST_F(RunnerTest, ACompensationThatKeepsFailingIsMarkedStuckAndDeferredNotDropped) {
   policy_.compensation_stuck_after = 3;
   policy_.stuck_retry_interval = std::chrono::milliseconds(5000);
   auto def = Saga({"inventory", "payment"});
   fake_.Script("A-payment", {StepResult::Terminal(402, "card_declined", "declined")});
-  std::vector<StepResult> failures(6, StepResult::Retryable("503"));
-  failures.push_back(StepResult::Succeeded({}));
-  fake_.Script("A-inventory-compensate", failures);
+  fake_.Script("A-inventory-compensate", {StepResult::Retryable("503")});
   auto r = Run(def);
-  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(r.end, SagaEnd::kDeferred);
   EXPECT_EQ(std::count(journal_.events.begin(), journal_.events.end(), "stuck"), 1);
-  EXPECT_EQ(std::count(slept_.begin(), slept_.end(), std::chrono::milliseconds(5000)), 4);
+  EXPECT_EQ(journal_.deferred_for, std::chrono::milliseconds(5000));
+  EXPECT_EQ(r.steps[0].compensation_attempts, 3);
+  EXPECT_EQ(journal_.compensating_steps[0].status, "compensating");  // still owed
+
+  // Recovery resumes it later from what was recorded; each resume makes one attempt.
+  saga::SagaInput resumed;
+  resumed.parent_key = "A";
+  resumed.compensating = journal_.compensating_steps;
+  resumed.failure = r.failure;
+  resumed.failed_step = "payment";
+  fake_.Script("A-inventory-compensate", {StepResult::Succeeded({})});
+  auto again = Run(def, resumed);
+  EXPECT_EQ(again.end, SagaEnd::kFailed);
+  EXPECT_EQ(again.steps[0].compensation_attempts, 4);
+  EXPECT_EQ(again.compensated, (std::vector<std::string>{"inventory"}));
 }
 
 TEST_F(RunnerTest, ARunnerThatLostItsLeaseStopsWithoutCallingAnotherStep) {

@@ -1,0 +1,36 @@
+// Runs a function every `interval` on a thread of its own (a Boost.Asio steady_timer), until
+// Stop() or destruction. A run that throws is logged and the schedule goes on: background
+// work (recovery sweeps, garbage collection) must survive a database restart.
+// Start/Stop from one thread.
+//   common::Periodic gc("gc", std::chrono::seconds(60), [&] { store.DeleteExpired(1000); });
+//   gc.Start();
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace common {
+
+class Periodic {
+ public:
+  Periodic(std::string name, std::chrono::milliseconds interval, std::function<void()> fn);
+  ~Periodic();
+  void Start();
+  void Stop();
+
+ private:
+  void Arm();
+
+  std::string name_;
+  std::chrono::milliseconds interval_;
+  std::function<void()> fn_;
+  boost::asio::io_context io_;
+  boost::asio::steady_timer timer_;
+  std::thread thread_;
+};
+
+}  // namespace common

@@ -1,0 +1,47 @@
+#include "orchestrator/recovery.hpp"
+
+#include <algorithm>
+
+#include "common/log.hpp"
+
+namespace orchestrator {
+
+Recovery::Recovery(ParentStore& store, SagaService& sagas, RecoveryOptions options)
+    : store_(store),
+      sagas_(sagas),
+      options_(options),
+      sweeper_("recovery_sweep", options.sweep_interval, [this] { SweepOnce(); }),
+      collector_("gc", options.gc_interval, [this] { CollectGarbage(); }) {}
+
+void Recovery::Start() {
+  if (!options_.enabled) return;
+  sweeper_.Start();
+  collector_.Start();
+}
+
+void Recovery::Stop() {
+  sweeper_.Stop();
+  collector_.Stop();
+}
+
+int Recovery::SweepOnce() {
+  int capacity = std::min(options_.sweep_batch, sagas_.FreeCapacity());
+  if (capacity <= 0) return 0;
+  auto claims = store_.TakeOverExpiredBatch(sagas_.owner(), capacity);
+  for (const auto& claim : claims) {
+    // Refused only when shutting down: the lease then expires again for another replica.
+    sagas_.ResumeAsync(claim);
+  }
+  return static_cast<int>(claims.size());
+}
+
+void Recovery::CollectGarbage() {
+  long long total = 0;
+  for (long long n = options_.gc_batch; n == options_.gc_batch;) {
+    n = store_.DeleteExpired(options_.gc_batch);
+    total += n;
+  }
+  if (total > 0) common::Log("gc", {{"deleted_keys", std::to_string(total)}});
+}
+
+}  // namespace orchestrator

@@ -1,0 +1,47 @@
+// Recovery and garbage collection, one of each in every orchestrator replica.
+//
+// The sweeper takes over running sagas whose lease expired (their owner crashed, stalled, or
+// deferred a stuck compensation) with FOR UPDATE SKIP LOCKED, so two replicas never resume
+// the same saga, and drives them to an end through the same runner: a `started` saga is
+// re-driven from its first step with the same derived keys (participants replay what they
+// did), a `compensating` one finishes compensating. It claims no more than the saga pool can
+// start at once. Garbage collection deletes finished keys past retention, in batches.
+// Start/Stop from one thread.
+#pragma once
+
+#include <chrono>
+
+#include "common/periodic.hpp"
+#include "orchestrator/saga_service.hpp"
+#include "orchestrator/store/parent_store.hpp"
+
+namespace orchestrator {
+
+struct RecoveryOptions {
+  bool enabled = true;
+  std::chrono::milliseconds sweep_interval{1000};  // how soon an expired lease is noticed
+  int sweep_batch = 32;                            // sagas taken over per sweep, at most
+  std::chrono::milliseconds gc_interval{60000};
+  int gc_batch = 1000;  // rows per DELETE: short transactions, however large the backlog
+};
+
+class Recovery {
+ public:
+  Recovery(ParentStore& store, SagaService& sagas, RecoveryOptions options);
+  void Start();
+  void Stop();
+
+  // One sweep now (tests, and `POST /v1/sagas/{key}/retry`); returns sagas taken over.
+  int SweepOnce();
+
+ private:
+  void CollectGarbage();
+
+  ParentStore& store_;
+  SagaService& sagas_;
+  RecoveryOptions options_;
+  common::Periodic sweeper_;
+  common::Periodic collector_;
+};
+
+}  // namespace orchestrator
