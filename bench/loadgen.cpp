@@ -31,8 +31,9 @@ int main(int argc, char** argv) {
 
   const bool orders = path == "/v1/orders";
   const std::string body =
-      orders ? R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":1}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})"
-             : R"({"amount_cents":2500,"currency":"USD","customer_id":"cust_1","payment_method":"pm_card_visa"})";
+      orders
+          ? R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":1}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})"
+          : R"({"amount_cents":2500,"currency":"USD","customer_id":"cust_1","payment_method":"pm_card_visa"})";
   std::atomic<int> next{0};
   std::mutex mutex;
   std::vector<double> latencies_ms;
@@ -70,12 +71,12 @@ int main(int argc, char** argv) {
     });
   }
   for (auto& t : workers) t.join();
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::sort(latencies_ms.begin(), latencies_ms.end());
   auto pct = [&](double p) {
-    return latencies_ms[std::min(latencies_ms.size() - 1,
-                                 static_cast<size_t>(p * static_cast<double>(latencies_ms.size())))];
+    return latencies_ms[std::min(
+        latencies_ms.size() - 1,
+        static_cast<size_t>(p * static_cast<double>(latencies_ms.size())))];
   };
   nlohmann::json out = {{"path", path},
                         {"requests", n},

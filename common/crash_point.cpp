@@ -24,7 +24,8 @@ Armed* Load() {
   size_t start = 0;
   while (start <= s.size()) {
     size_t comma = s.find(',', start);
-    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) {
       auto at = item.find('@');
       int nth = at == std::string::npos ? 1 : std::max(1, std::atoi(item.c_str() + at + 1));

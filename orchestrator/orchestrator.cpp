@@ -62,8 +62,12 @@ Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factor
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
-      inventory_({.base_url = options_.inventory_url, .service_token = options_.service_token}),
-      payment_({.base_url = options_.payment_url, .service_token = options_.service_token}),
+      inventory_({.base_url = options_.inventory_url,
+                  .service_token = options_.service_token,
+                  .read_timeout = options_.participant_timeout}),
+      payment_({.base_url = options_.payment_url,
+                .service_token = options_.service_token,
+                .read_timeout = options_.participant_timeout}),
       definition_(factory ? factory(inventory_, payment_)
                           : steps::MakePlaceOrderSaga(inventory_, payment_)),
       sagas_(store_, definition_, options_.retry,
@@ -148,36 +152,27 @@ void Orchestrator::Routes() {
     }
   });
 
+  // Database failures surface as exceptions and become 503 at the server's one catch point.
   server_.Post("/v1/orders", [this](const httplib::Request& req, httplib::Response& res) {
-    try {
-      auto tenant = Authenticate(req);
-      if (!tenant) {
-        SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
-        res.set_header("WWW-Authenticate", "Bearer");
-        return;
-      }
-      auto key =
-          common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
-                                      req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
-      if (!key.ok()) return SetError(res, 400, key.error, key.message);
-      auto body = common::http::ParseJsonBody(req, res, options_.limits);
-      if (!body) return;
-      if (auto problem = steps::ValidateOrder(*body); !problem.empty()) {
-        return SetError(res, 400, "invalid_request", problem);
-      }
-      common::Log("order_received", {{"tenant", *tenant}, {"key", key.key}});
-      Submission s{*tenant, key.key, common::Sha256Hex("POST /v1/orders\n" + body->dump()), *body,
-                   common::RandomHex(16)};
-      Send(sagas_.Submit(s), res);
-    } catch (const common::pg::PoolUnavailable& e) {
-      Unavailable(res, "the database is unavailable");
-    } catch (const pqxx::broken_connection&) {
-      Unavailable(res, "the database is unavailable");
-    } catch (const pqxx::sql_error& e) {
-      // Lock or statement timeouts while the database is overloaded or restarting.
-      common::Log("order_db_error", {{"error", e.what()}, {"sqlstate", e.sqlstate()}});
-      Unavailable(res, "the database did not answer in time");
+    auto tenant = Authenticate(req);
+    if (!tenant) {
+      SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+      res.set_header("WWW-Authenticate", "Bearer");
+      return;
     }
+    auto key =
+        common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+                                    req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
+    if (!key.ok()) return SetError(res, 400, key.error, key.message);
+    auto body = common::http::ParseJsonBody(req, res, options_.limits);
+    if (!body) return;
+    if (auto problem = steps::ValidateOrder(*body); !problem.empty()) {
+      return SetError(res, 400, "invalid_request", problem);
+    }
+    common::Log("order_received", {{"tenant", *tenant}, {"key", key.key}});
+    Submission s{*tenant, key.key, common::Sha256Hex("POST /v1/orders\n" + body->dump()), *body,
+                 common::RandomHex(16)};
+    Send(sagas_.Submit(s), res);
   });
 
   server_.Get("/v1/sagas", [this](const httplib::Request& req, httplib::Response& res) {
@@ -200,7 +195,8 @@ void Orchestrator::Routes() {
       limit = std::stoi(v);
     }
     nlohmann::json sagas = nlohmann::json::array();
-    for (const auto& row : store_.List(*tenant, status, stuck, limit)) sagas.push_back(SagaView(row));
+    for (const auto& row : store_.List(*tenant, status, stuck, limit))
+      sagas.push_back(SagaView(row));
     res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");
   });
 
@@ -214,11 +210,12 @@ void Orchestrator::Routes() {
     if (!store_.RetryNow(*tenant, key)) {
       return SetError(res, 409, "not_retryable",
                       "only a running saga that is stuck (or whose owner is gone) can be retried; "
-                      "this one is " + row->status);
+                      "this one is " +
+                          row->status);
     }
     int taken = recovery_.SweepOnce();
-    common::Log("saga_retry_requested", {{"tenant", *tenant}, {"key", key},
-                                         {"taken_over_here", std::to_string(taken)}});
+    common::Log("saga_retry_requested",
+                {{"tenant", *tenant}, {"key", key}, {"taken_over_here", std::to_string(taken)}});
     res.status = 202;
     res.set_content(nlohmann::json{{"retrying", true}, {"idempotency_key", key}}.dump(),
                     "application/json");

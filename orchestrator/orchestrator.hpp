@@ -13,8 +13,8 @@
 
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
-#include "orchestrator/saga/definition.hpp"
 #include "orchestrator/recovery.hpp"
+#include "orchestrator/saga/definition.hpp"
 #include "orchestrator/saga/runner.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -27,6 +27,8 @@ struct OrchestratorOptions {
   std::string inventory_url = "http://127.0.0.1:8081";
   std::string payment_url = "http://127.0.0.1:8082";
   std::string service_token = "dev-service-token";
+  // Per call to a participant (the step deadline bounds all of a step's attempts).
+  std::chrono::milliseconds participant_timeout{5000};
   saga::RetryPolicy retry;
   StoreOptions store;
   SagaServiceOptions sagas;

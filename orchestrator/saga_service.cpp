@@ -147,7 +147,8 @@ Answer SagaService::Drive(const Claim& claim) {
                              {"order_id", row.order_id},
                              {"idempotency_key", row.key},
                              {"trace_id", row.trace_id}};
-      return Answer{202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(row.key)}}};
+      return Answer{
+          202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(row.key)}}};
     }
     if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
       auto response = saga::BuildResponse(result, {row.order_id, row.key, row.trace_id});

@@ -45,7 +45,8 @@ void ParticipantService::Serve() {
 
 void ParticipantService::Stop() {
   faults_.Release();
-  server_.stop();
+  server_.Stop();
+  gc_.Stop();
 }
 
 }  // namespace services_mock

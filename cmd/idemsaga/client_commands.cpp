@@ -91,9 +91,8 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
   retry->add_option("key", f.key, "the saga's Idempotency-Key")->required();
   retry->callback([&f, &run] {
     run = [&f] {
-      Print(Connect(f)->Post(
-          ("/v1/sagas/" + common::PercentEncode(f.key) + "/retry").c_str(),
-          {{"Authorization", "Bearer " + f.api_key}}, "", "application/json"));
+      Print(Connect(f)->Post(("/v1/sagas/" + common::PercentEncode(f.key) + "/retry").c_str(),
+                             {{"Authorization", "Bearer " + f.api_key}}, "", "application/json"));
     };
   });
 

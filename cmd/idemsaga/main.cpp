@@ -141,6 +141,9 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
   cmd->add_option("--response-budget-ms", o.sagas.response_budget,
                   "answer 202 when a saga takes longer")
       ->capture_default_str();
+  cmd->add_option("--participant-timeout-ms", o.participant_timeout,
+                  "read timeout of one participant call")
+      ->capture_default_str();
   cmd->add_option("--sweep-interval-ms", o.recovery.sweep_interval,
                   "how often recovery looks for expired leases")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "common/pg/pool.hpp"
 
 namespace common::http {
 namespace {
@@ -136,19 +137,35 @@ Server::Server(Limits limits) : limits_(limits) {
     }
   });
 
-  // The one catch point for a handler's exception: a bug or an outage, never a client error.
-  set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        Log("handler_exception", {{"method", req.method}, {"path", req.path}, {"error", what}});
-        SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
-      });
+  // The one catch point for a handler's exception. The database being down, restarting or
+  // unsure whether a commit landed is an outage (503, retry with the same key); anything
+  // else is a bug (500). Neither is ever the client's fault.
+  set_exception_handler([](const httplib::Request& req, httplib::Response& res,
+                           std::exception_ptr ep) {
+    std::string what = "unknown";
+    bool outage = false;
+    try {
+      std::rethrow_exception(ep);
+    } catch (const pg::PoolUnavailable& e) {
+      what = e.what();
+      outage = true;
+    } catch (const pqxx::failure& e) {  // broken_connection, in_doubt_error, sql_error...
+      what = e.what();
+      outage = true;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    Log(outage ? "handler_database_unavailable" : "handler_exception",
+        {{"method", req.method}, {"path", req.path}, {"error", what}});
+    if (outage) {
+      SetError(res, 503, "unavailable",
+               "the database is unavailable; retrying with the same key is safe");
+      res.set_header("Retry-After", "1");
+    } else {
+      SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
+    }
+  });
 }
 
 int Server::Bind(const std::string& host, int port) {

@@ -125,8 +125,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
 SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
                            const nlohmann::json& outputs, StepRecord& record,
                            std::vector<StepRecord>& all, Journal& journal) const {
-  StepContext ctx =
-      Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
+  StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
   for (;;) {
     if (should_stop_()) return SagaEnd::kAbandoned;
     if (!journal.KeepLease()) return SagaEnd::kFenced;

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <set>
+#include <thread>
+
 #include "common/crypto.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -120,6 +123,81 @@ TEST_F(ParentStoreTest, TenantsAreFoundByTheHashOfTheirApiKey) {
   EXPECT_EQ(store_.TenantForKeyHash(common::Sha256Hex("dev-key-demo")), "demo");
   EXPECT_FALSE(store_.TenantForKeyHash(common::Sha256Hex("nope")).has_value());
   EXPECT_EQ(db_.Count("SELECT count(*) FROM tenants WHERE api_key_hash LIKE '%dev-key%'"), 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(ParentStoreTest, ConcurrentSweepersTakeOverDisjointSagas) {
+  for (int i = 0; i < 40; ++i) store_.ClaimKey(Req("k" + std::to_string(i)));
+  db_.Exec("UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second'");
+  std::vector<orchestrator::Claim> a, b;
+  std::thread ta([&] { a = store_.TakeOverExpiredBatch("sweeper-a", 30); });
+  std::thread tb([&] { b = store_.TakeOverExpiredBatch("sweeper-b", 30); });
+  ta.join();
+  tb.join();
+  std::set<std::string> keys;
+  for (const auto& c : a) keys.insert(c.row.key);
+  for (const auto& c : b) EXPECT_TRUE(keys.insert(c.row.key).second) << c.row.key << " twice";
+  EXPECT_EQ(keys.size(), 40u);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE lease_epoch = 2"), 40);
+}
+
+TEST_F(ParentStoreTest, ASweepLeavesLiveLeasesAndFinishedSagasAlone) {
+  store_.ClaimKey(Req("live"));
+  auto done = store_.ClaimKey(Req("done"));
+  store_.Finish(done.lease, true, 201, "{}", nlohmann::json::array());
+  EXPECT_TRUE(store_.TakeOverExpiredBatch("sweeper", 10).empty());
+}
+
+TEST_F(ParentStoreTest, ADeferredStuckSagaIsVisibleAndComesBackWhenItsLeaseRunsOut) {
+  auto c = store_.ClaimKey(Req("stuck"));
+  ASSERT_TRUE(store_.BeginCompensation(c.lease, nlohmann::json::array(), "payment", {}));
+  ASSERT_TRUE(store_.DeferStuck(c.lease, nlohmann::json::array(), std::chrono::milliseconds(200)));
+  auto listed = store_.List("demo", "compensating", true, 10);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].stuck);
+  EXPECT_TRUE(store_.TakeOverExpiredBatch("sweeper", 10).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto taken = store_.TakeOverExpiredBatch("sweeper", 10);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].row.status, "compensating");
+  EXPECT_EQ(store_.CountRunning().stuck, 1);
+}
+
+TEST_F(ParentStoreTest, RetryNowExpiresOnlyAStuckSagasLease) {
+  auto c = store_.ClaimKey(Req("stuck"));
+  EXPECT_FALSE(store_.RetryNow("demo", "stuck"));  // running normally: not retryable
+  store_.DeferStuck(c.lease, nlohmann::json::array(), std::chrono::hours(1));
+  EXPECT_FALSE(store_.RetryNow("acme", "stuck"));  // another tenant's key
+  EXPECT_TRUE(store_.RetryNow("demo", "stuck"));
+  EXPECT_EQ(store_.TakeOverExpiredBatch("sweeper", 10).size(), 1u);
+}
+
+TEST_F(ParentStoreTest, ReleasingLeasesOnShutdownLetsAnotherReplicaResumeAtOnce) {
+  store_.ClaimKey(Req("a", "leaving"));
+  store_.ClaimKey(Req("b", "staying"));
+  EXPECT_EQ(store_.ReleaseLeases("leaving"), 1);
+  auto taken = store_.TakeOverExpiredBatch("other", 10);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].row.key, "a");
+}
+
+TEST_F(ParentStoreTest, GarbageCollectionDeletesOnlyFinishedKeysPastRetention) {
+  for (const char* k : {"old-done", "new-done", "old-running"}) store_.ClaimKey(Req(k));
+  for (const char* k : {"old-done", "new-done"}) {
+    auto row = store_.Get("demo", k);
+    store_.Finish({"demo", k, "owner-a", row->lease_epoch}, true, 201, "{}",
+                  nlohmann::json::array());
+  }
+  db_.Exec(
+      "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' "
+      "WHERE idempotency_key LIKE 'old-%'");
+  EXPECT_EQ(store_.DeleteExpired(1000), 1);
+  EXPECT_FALSE(store_.Get("demo", "old-done").has_value());
+  EXPECT_TRUE(store_.Get("demo", "new-done").has_value());
+  EXPECT_TRUE(store_.Get("demo", "old-running").has_value());  // never while running
 }
 
 }  // namespace

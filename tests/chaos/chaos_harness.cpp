@@ -1,0 +1,378 @@
+#include "tests/chaos/chaos_harness.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <pqxx/pqxx>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "common/crypto.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+
+namespace chaos {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Slurp(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out.size() > 4000 ? out.substr(out.size() - 4000) : out;
+}
+
+std::string ParentOf(const std::string& step_key, const std::string& suffix) {
+  if (step_key.size() > suffix.size() &&
+      step_key.compare(step_key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return step_key.substr(0, step_key.size() - suffix.size());
+  }
+  return "";
+}
+
+}  // namespace
+
+Process::Process(std::vector<std::string> argv, std::map<std::string, std::string> env,
+                 std::string log_path)
+    : log_path_(std::move(log_path)) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string s = *e;
+    if (s.rfind("IDEMSAGA_CRASH_POINTS=", 0) != 0) env_strings.push_back(s);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execve(args[0], args.data(), envp.data());
+    _exit(127);
+  }
+}
+
+Process::~Process() {
+  if (!reaped_) Kill();
+}
+
+void Process::Signal(int sig) {
+  if (!reaped_) kill(pid_, sig);
+}
+
+void Process::Kill() {
+  if (reaped_) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  reaped_ = true;
+}
+
+bool Process::Exited(std::chrono::milliseconds wait) {
+  auto deadline = Clock::now() + wait;
+  while (!reaped_) {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      reaped_ = true;
+      break;
+    }
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+common::pg::PrivateCluster& Stack::Cluster() {
+  // One cluster for the whole suite; a scenario may crash and restart it.
+  static std::unique_ptr<common::pg::PrivateCluster> cluster =
+      common::pg::PrivateCluster::Start({.dir = common::pg::PrivateCluster::MakeTempDir(),
+                                         .durable = true,  // scenario 5 crashes it
+                                         .temporary = true});
+  return *cluster;
+}
+
+Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), options_(options) {
+  dir_ = common::pg::PrivateCluster::MakeTempDir().string();
+  for (const auto& kind : common::pg::DatabaseKinds()) {
+    std::string db = "chaos_" + name_ + "_" + kind;
+    {
+      pqxx::connection admin(Cluster().Url("postgres"));
+      pqxx::nontransaction tx(admin);
+      tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
+    }
+    common::pg::CreateDatabaseIfMissing(Cluster().Url(), db);
+    pqxx::connection conn(Cluster().Url(db));
+    common::pg::Migrate(conn, kind);
+  }
+  pqxx::connection conn(DatabaseUrl("orchestrator"));
+  pqxx::work tx(conn);
+  for (const auto& [tenant, key] : {std::pair{"demo", "dev-key-demo"}, {"acme", "dev-key-acme"}}) {
+    tx.exec_params("INSERT INTO tenants (tenant_id, api_key_hash) VALUES ($1, $2)", tenant,
+                   common::Sha256Hex(key));
+  }
+  tx.commit();
+  ports_["inventory"] = FreePort();
+  ports_["payment"] = FreePort();
+  for (int i = 0; i < options_.replicas; ++i) orchestrator_ports_.push_back(FreePort());
+  orchestrators_.resize(options_.replicas);
+}
+
+Stack::~Stack() {
+  for (auto& o : orchestrators_) o.reset();
+  inventory_.reset();
+  payment_.reset();
+  if (std::getenv("IDEMSAGA_CHAOS_KEEP") != nullptr) {
+    std::fprintf(stderr, "chaos: logs kept in %s\n", dir_.c_str());
+  } else {
+    std::filesystem::remove_all(dir_);
+  }
+}
+
+std::string Stack::DatabaseUrl(const std::string& kind) const {
+  return Cluster().Url("chaos_" + name_ + "_" + kind);
+}
+
+std::string Stack::OrchestratorUrl(int i) const {
+  return "http://127.0.0.1:" + std::to_string(orchestrator_ports_[i]);
+}
+
+std::string Stack::ParticipantUrl(const std::string& which) const {
+  return "http://127.0.0.1:" + std::to_string(ports_.at(which));
+}
+
+void Stack::WaitReady(const std::string& url, Process& p) {
+  httplib::Client c(url);
+  c.set_connection_timeout(0, 200000);
+  c.set_read_timeout(1);
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    auto r = c.Get("/readyz");
+    if (r && r->status == 200) return;
+    if (p.Exited(std::chrono::milliseconds(0))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw std::runtime_error(url + " did not become ready; log:\n" + Slurp(p.log_path()));
+}
+
+std::unique_ptr<Process> Stack::StartParticipant(const std::string& which) {
+  auto p = std::make_unique<Process>(
+      std::vector<std::string>{IDEMSAGA_BINARY, which, "--database-url", DatabaseUrl(which),
+                               "--listen", "127.0.0.1:" + std::to_string(ports_[which])},
+      std::map<std::string, std::string>{}, dir_ + "/" + which + ".log");
+  WaitReady(ParticipantUrl(which), *p);
+  return p;
+}
+
+void Stack::StartParticipants() {
+  inventory_ = StartParticipant("inventory");
+  payment_ = StartParticipant("payment");
+}
+
+void Stack::RestartParticipant(const std::string& which) {
+  auto& p = which == "inventory" ? inventory_ : payment_;
+  p->Kill();
+  p = StartParticipant(which);
+}
+
+void Stack::StartOrchestrator(int i, const std::string& crash_points) {
+  std::map<std::string, std::string> env;
+  if (!crash_points.empty()) env["IDEMSAGA_CRASH_POINTS"] = crash_points;
+  orchestrators_[i] = std::make_unique<Process>(
+      std::vector<std::string>{IDEMSAGA_BINARY,
+                               "orchestrator",
+                               "--database-url",
+                               DatabaseUrl("orchestrator"),
+                               "--listen",
+                               "127.0.0.1:" + std::to_string(orchestrator_ports_[i]),
+                               "--inventory-url",
+                               ParticipantUrl("inventory"),
+                               "--payment-url",
+                               ParticipantUrl("payment"),
+                               "--lease-seconds",
+                               std::to_string(options_.lease_seconds),
+                               "--sweep-interval-ms",
+                               std::to_string(options_.sweep_interval_ms),
+                               "--participant-timeout-ms",
+                               std::to_string(options_.participant_timeout_ms),
+                               "--max-attempts",
+                               std::to_string(options_.max_attempts),
+                               "--stuck-retry-ms",
+                               "500"},
+      env, dir_ + "/orchestrator-" + std::to_string(i) + ".log");
+  WaitReady(OrchestratorUrl(i), *orchestrators_[i]);
+}
+
+void Stack::KillOrchestrator(int i) { orchestrators_[i]->Kill(); }
+
+void Stack::SetFaults(const std::string& which, const nlohmann::json& faults) {
+  httplib::Client c(ParticipantUrl(which));
+  auto r = c.Put("/admin/faults", {{"Authorization", "Bearer dev-service-token"}}, faults.dump(),
+                 "application/json");
+  if (!r || r->status != 200) throw std::runtime_error("could not set faults on " + which);
+}
+
+std::string OrderBody(int i, bool declined) {
+  nlohmann::json body = {{"customer_id", "cust_" + std::to_string(i)},
+                         {"items", {{{"sku", "widget"}, {"quantity", 1 + i % 3}}}},
+                         {"amount_cents", 1000 + i},
+                         {"currency", "USD"},
+                         {"payment_method", declined ? "pm_card_declined" : "pm_card_visa"}};
+  return body.dump();
+}
+
+void Driver::SetUrls(std::vector<std::string> urls) {
+  std::lock_guard lock(mutex_);
+  urls_ = std::move(urls);
+}
+
+bool Driver::Attempt(KeyRecord& r, int replica_hint) {
+  std::string url;
+  {
+    std::lock_guard lock(mutex_);
+    url = urls_[static_cast<size_t>(replica_hint) % urls_.size()];
+  }
+  httplib::Client c(url);
+  c.set_connection_timeout(1);
+  c.set_read_timeout(15);
+  auto res = c.Post("/v1/orders",
+                    {{"Authorization", "Bearer dev-key-" + r.tenant}, {"Idempotency-Key", r.key}},
+                    r.body, "application/json");
+  int status = res ? res->status : 0;
+  ++r.statuses[status];
+  if (!res) return false;
+  auto body = nlohmann::json::parse(res->body, nullptr, false);
+  std::string saga_status = body.is_object() ? body.value("status", "") : "";
+  if (status / 100 == 2 && status != 202) r.acks.push_back(res->body);
+  if (saga_status == "completed" || saga_status == "failed") {
+    r.final = true;
+    r.final_status = status;
+    r.final_body = res->body;
+    return true;
+  }
+  return false;
+}
+
+void Driver::UntilFinal(KeyRecord& r, Clock::time_point deadline, int replica_hint) {
+  for (int attempt = 0; Clock::now() < deadline; ++attempt) {
+    if (Attempt(r, replica_hint + attempt)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+std::string Report::Line(const std::string& scenario, const std::string& extra) const {
+  std::string s = scenario + ": orders=" + std::to_string(orders) +
+                  " terminal=" + std::to_string(terminal) +
+                  " double_charges=" + std::to_string(double_charges) +
+                  " double_reservations=" + std::to_string(double_reservations) +
+                  " orphan_reservations=" + std::to_string(orphan_reservations) +
+                  " orphan_charges=" + std::to_string(orphan_charges) +
+                  " completed_mismatch=" + std::to_string(completed_mismatch) +
+                  " failed_leftover=" + std::to_string(failed_leftover) +
+                  " lost_acks=" + std::to_string(lost_acks) +
+                  " replay_mismatch=" + std::to_string(replay_mismatch);
+  return extra.empty() ? s : s + " " + extra;
+}
+
+bool Report::Clean() const {
+  return terminal == orders && double_charges == 0 && double_reservations == 0 &&
+         orphan_reservations == 0 && orphan_charges == 0 && completed_mismatch == 0 &&
+         failed_leftover == 0 && lost_acks == 0 && replay_mismatch == 0;
+}
+
+Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records) {
+  using Id = std::pair<std::string, std::string>;  // tenant, parent key
+  std::map<Id, std::string> status, stored_body;
+  {
+    pqxx::connection c(stack.DatabaseUrl("orchestrator"));
+    pqxx::read_transaction tx(c);
+    for (const auto& row :
+         tx.exec("SELECT tenant_id, idempotency_key, status, coalesce(response_body, '') "
+                 "FROM idempotency_keys")) {
+      Id id{row[0].as<std::string>(), row[1].as<std::string>()};
+      status[id] = row[2].as<std::string>();
+      stored_body[id] = row[3].as<std::string>();
+    }
+  }
+  // Net effects per parent: reservations still held, charges still captured, and all rows.
+  std::map<Id, int> held, captured, reservation_rows, charge_rows;
+  {
+    pqxx::connection c(stack.DatabaseUrl("inventory"));
+    pqxx::read_transaction tx(c);
+    for (const auto& row : tx.exec("SELECT tenant_id, idempotency_key, status FROM reservations")) {
+      Id id{row[0].as<std::string>(), ParentOf(row[1].as<std::string>(), "-inventory")};
+      ++reservation_rows[id];
+      if (row[2].as<std::string>() == "reserved") ++held[id];
+    }
+  }
+  {
+    pqxx::connection c(stack.DatabaseUrl("payment"));
+    pqxx::read_transaction tx(c);
+    for (const auto& row : tx.exec("SELECT tenant_id, idempotency_key, status FROM charges")) {
+      Id id{row[0].as<std::string>(), ParentOf(row[1].as<std::string>(), "-payment")};
+      ++charge_rows[id];
+      if (row[2].as<std::string>() == "captured") ++captured[id];
+    }
+  }
+  Report rep;
+  rep.orders = static_cast<long long>(records.size());
+  for (const auto& [id, n] : charge_rows) rep.double_charges += n > 1 ? 1 : 0;
+  for (const auto& [id, n] : reservation_rows) rep.double_reservations += n > 1 ? 1 : 0;
+  // I6: every net effect has a parent that accounts for it (a completed order).
+  for (const auto& [id, n] : held) {
+    if (n > 0 && status[id] != "completed") ++rep.orphan_reservations;
+  }
+  for (const auto& [id, n] : captured) {
+    if (n > 0 && status[id] != "completed") ++rep.orphan_charges;
+  }
+  for (const auto& [id, st] : status) {
+    if (st == "completed" && (held[id] != 1 || captured[id] != 1)) ++rep.completed_mismatch;
+    if (st == "failed" && (held[id] != 0 || captured[id] != 0)) ++rep.failed_leftover;
+  }
+  for (const auto& r : records) {
+    Id id{r.tenant, r.key};
+    std::string st = status.count(id) ? status[id] : "";
+    if (r.final && (st == "completed" || st == "failed")) ++rep.terminal;
+    // I4: every 2xx ever acknowledged is the completed saga's stored response, byte for byte.
+    for (const auto& ack : r.acks) {
+      if (st != "completed")
+        ++rep.lost_acks;
+      else if (ack != stored_body[id])
+        ++rep.replay_mismatch;
+    }
+    if (r.final && r.final_body != stored_body[id]) ++rep.replay_mismatch;
+  }
+  return rep;
+}
+
+}  // namespace chaos

@@ -1,0 +1,126 @@
+// The fault suite's harness: real `idemsaga` processes (orchestrator replicas, inventory,
+// payment) on loopback ports, a private PostgreSQL cluster of its own (so that it can be
+// crashed), clients that retry with the same key until they get a final answer, and the
+// invariant checker over the three databases.
+//
+// Not thread-safe except Driver, whose Submit() may be called from many threads.
+#pragma once
+
+#include <httplib.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/pg/cluster.hpp"
+
+namespace chaos {
+
+// A child process; SIGKILLed on destruction if still running. Ends only what it started.
+class Process {
+ public:
+  Process(std::vector<std::string> argv, std::map<std::string, std::string> env,
+          std::string log_path);
+  ~Process();
+  void Signal(int sig);
+  void Kill();                                  // SIGKILL and reap
+  bool Exited(std::chrono::milliseconds wait);  // reaps when it has exited
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string log_path_;
+};
+
+int FreePort();
+
+struct StackOptions {
+  int replicas = 1;
+  int lease_seconds = 2;
+  int sweep_interval_ms = 200;
+  int participant_timeout_ms = 2000;
+  int max_attempts = 6;
+};
+
+class Stack {
+ public:
+  // Fresh databases named after `name` on the suite's cluster, migrated, tenants seeded.
+  Stack(std::string name, StackOptions options = {});
+  ~Stack();
+
+  void StartParticipants();
+  void StartOrchestrator(int i, const std::string& crash_points = "");
+  void KillOrchestrator(int i);
+  Process& orchestrator(int i) { return *orchestrators_[i]; }
+  void RestartParticipant(const std::string& which);  // SIGKILL, then start again
+  std::string OrchestratorUrl(int i) const;
+  std::string ParticipantUrl(const std::string& which) const;
+  void SetFaults(const std::string& which, const nlohmann::json& faults);
+
+  std::string DatabaseUrl(const std::string& kind) const;
+  static common::pg::PrivateCluster& Cluster();
+
+ private:
+  void WaitReady(const std::string& url, Process& p);
+  std::unique_ptr<Process> StartParticipant(const std::string& which);
+
+  std::string name_;
+  StackOptions options_;
+  std::string dir_;
+  std::map<std::string, int> ports_;
+  std::vector<int> orchestrator_ports_;
+  std::vector<std::unique_ptr<Process>> orchestrators_;
+  std::unique_ptr<Process> inventory_, payment_;
+};
+
+// What a client saw for one key.
+struct KeyRecord {
+  std::string tenant;
+  std::string key;
+  std::string body;
+  bool final = false;
+  int final_status = 0;
+  std::string final_body;
+  std::vector<std::string> acks;  // every 2xx body it was ever sent (202 excluded)
+  std::map<int, int> statuses;    // every status seen (0: no answer)
+};
+
+// Submits orders and retries each with the same key until its answer is final (a stored
+// response: a body whose "status" is "completed" or "failed").
+class Driver {
+ public:
+  explicit Driver(std::vector<std::string> urls) : urls_(std::move(urls)) {}
+  void SetUrls(std::vector<std::string> urls);
+  // One attempt; returns true once final.
+  bool Attempt(KeyRecord& r, int replica_hint);
+  // Retries until final or `deadline` passes.
+  void UntilFinal(KeyRecord& r, std::chrono::steady_clock::time_point deadline,
+                  int replica_hint = 0);
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> urls_;
+};
+
+std::string OrderBody(int i, bool declined);
+
+struct Report {
+  long long orders = 0, terminal = 0, double_charges = 0, double_reservations = 0,
+            orphan_reservations = 0, orphan_charges = 0, completed_mismatch = 0,
+            failed_leftover = 0, lost_acks = 0, replay_mismatch = 0;
+  std::string Line(const std::string& scenario, const std::string& extra = "") const;
+  bool Clean() const;
+};
+
+// I1, I2, I4, I6 over the three databases, and I3 (terminal) over `records`.
+Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records);
+
+}  // namespace chaos

@@ -1,0 +1,372 @@
+// The fault suite: real processes, one PostgreSQL, faults injected; after the faults stop,
+// every saga must end, and the invariants must hold (see chaos_harness.hpp):
+//   I1 at most one net reservation and charge per (tenant, key); I2 completed -> exactly one
+//   of each, failed -> none; I3 every saga terminal; I4 every 2xx matches a completed saga,
+//   byte for byte; I5 no cross-tenant reads; I6 no effect without a parent accounting for it.
+// Each scenario prints one summary line of figures.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <iostream>
+#include <pqxx/pqxx>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/log.hpp"
+#include "tests/chaos/chaos_harness.hpp"
+
+namespace {
+
+using chaos::Driver;
+using chaos::KeyRecord;
+using chaos::OrderBody;
+using chaos::Stack;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kSettle = std::chrono::seconds(60);  // I3's bound once faults stop
+
+std::vector<KeyRecord> MakeOrders(const std::string& prefix, int n, int declined_every = 4,
+                                  const std::string& tenant = "demo") {
+  std::vector<KeyRecord> out;
+  for (int i = 0; i < n; ++i) {
+    bool declined = declined_every > 0 && i % declined_every == declined_every - 1;
+    out.push_back({tenant, prefix + "-" + std::to_string(i), OrderBody(i, declined)});
+  }
+  return out;
+}
+
+// Drives every record to its final answer from `threads` clients.
+void Settle(Driver& driver, std::vector<KeyRecord>& records, int threads = 4) {
+  auto deadline = Clock::now() + kSettle;
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      for (size_t i; (i = next++) < records.size();) {
+        if (!records[i].final) driver.UntilFinal(records[i], deadline, t);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+// Clients submit `records` (one attempt each, retrying only later in Settle) while `chaos`
+// runs on this thread.
+template <typename Chaos>
+void UnderLoad(Driver& driver, std::vector<KeyRecord>& records, int threads, Chaos chaos) {
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      for (size_t i; (i = next++) < records.size();) {
+        driver.Attempt(records[i], t);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  chaos();
+  for (auto& t : ts) t.join();
+}
+
+void Expect(const chaos::Report& report, const std::string& line) {
+  std::cout << line << std::endl;
+  EXPECT_TRUE(report.Clean()) << line;
+}
+
+// Every parent row's full state, by key: what a late write would change.
+std::map<std::string, std::string> ParentRows(const Stack& stack) {
+  pqxx::connection c(stack.DatabaseUrl("orchestrator"));
+  pqxx::read_transaction tx(c);
+  std::map<std::string, std::string> out;
+  for (const auto& row : tx.exec("SELECT idempotency_key, k::text FROM idempotency_keys k")) {
+    out[row[0].as<std::string>()] = row[1].as<std::string>();
+  }
+  return out;
+}
+
+class FaultSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { common::SetLogEnabled(false); }
+};
+
+TEST_F(FaultSuite, DuplicateStormMakesOneEffectPerKeyAndRefusesReuse) {
+  Stack stack("storm");
+  stack.StartParticipants();
+  stack.StartOrchestrator(0);
+  Driver driver({stack.OrchestratorUrl(0)});
+  constexpr int kKeys = 20, kDuplicates = 200;
+  auto records = MakeOrders("storm", kKeys);
+  std::map<int, int> statuses;
+  long long differing_acks = 0;
+  for (auto& r : records) {
+    std::vector<KeyRecord> copies(kDuplicates, r);
+    std::atomic<bool> go{false};
+    std::vector<std::thread> ts;
+    for (int d = 0; d < kDuplicates; ++d) {
+      ts.emplace_back([&, d] {
+        while (!go) std::this_thread::yield();
+        driver.Attempt(copies[d], 0);
+      });
+    }
+    go = true;
+    for (auto& t : ts) t.join();
+    std::set<std::string> bodies;
+    for (const auto& c : copies) {
+      for (auto [s, n] : c.statuses) statuses[s] += n;
+      for (const auto& a : c.acks) bodies.insert(a);
+      r.acks.insert(r.acks.end(), c.acks.begin(), c.acks.end());
+    }
+    differing_acks += bodies.size() > 1 ? 1 : 0;
+  }
+  Settle(driver, records);
+  int reused = 0;
+  for (int i = 0; i < 50; ++i) {
+    KeyRecord other = records[i % kKeys];
+    other.body = OrderBody(1000 + i, false);
+    driver.Attempt(other, 0);
+    reused += other.statuses[422];
+  }
+  auto report = chaos::CheckInvariants(stack, records);
+  std::string extra =
+      "requests=" + std::to_string(kKeys * kDuplicates) +
+      " status_201=" + std::to_string(statuses[201]) +
+      " status_402=" + std::to_string(statuses[402]) +
+      " status_409=" + std::to_string(statuses[409]) + " other_status=" +
+      std::to_string(kKeys * kDuplicates - statuses[201] - statuses[402] - statuses[409]) +
+      " reuse_422=" + std::to_string(reused) + "/50";
+  Expect(report, report.Line("duplicate_storm", extra));
+  EXPECT_EQ(reused, 50);
+  EXPECT_EQ(differing_acks, 0);
+  EXPECT_EQ(statuses[201] + statuses[402] + statuses[409], kKeys * kDuplicates);
+}
+
+TEST_F(FaultSuite, KillNineAtEveryCrashPointLosesNothingAndDoublesNothing) {
+  Stack stack("crash");
+  stack.StartParticipants();
+  Driver driver({stack.OrchestratorUrl(0)});
+  const std::vector<std::string> points = {"after_claim",           "after_step_sent",
+                                           "after_step_answer",     "after_compensating",
+                                           "between_compensations", "after_finish"};
+  std::vector<KeyRecord> all;
+  int crashes = 0;
+  for (const auto& point : points) {
+    // Half declined, so that compensation runs and its crash points are reached.
+    auto records = MakeOrders("crash-" + point, 4, 2);
+    stack.StartOrchestrator(0, point);
+    UnderLoad(driver, records, 4, [] {});
+    crashes += stack.orchestrator(0).Exited(std::chrono::seconds(10)) ? 1 : 0;
+    stack.KillOrchestrator(0);  // in case the point was not reached
+    stack.StartOrchestrator(0);
+    Settle(driver, records);
+    stack.KillOrchestrator(0);
+    all.insert(all.end(), records.begin(), records.end());
+  }
+  auto report = chaos::CheckInvariants(stack, all);
+  Expect(report, report.Line("crash_points", "points=" + std::to_string(points.size()) +
+                                                 " crashes=" + std::to_string(crashes)));
+  EXPECT_EQ(crashes, static_cast<int>(points.size())) << "every crash point must be reached";
+}
+
+TEST_F(FaultSuite, RandomKillsUnderLoadLoseNothingAndDoubleNothing) {
+  Stack stack("random");
+  stack.StartParticipants();
+  Driver driver({stack.OrchestratorUrl(0)});
+  std::mt19937 rng(42);
+  std::vector<KeyRecord> all;
+  constexpr int kRounds = 5;
+  for (int round = 0; round < kRounds; ++round) {
+    auto records = MakeOrders("random-" + std::to_string(round), 24);
+    stack.StartOrchestrator(0);
+    UnderLoad(driver, records, 4, [&] {
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::uniform_int_distribution<int>(100, 600)(rng)));
+      stack.KillOrchestrator(0);
+    });
+    all.insert(all.end(), records.begin(), records.end());
+  }
+  stack.StartOrchestrator(0);
+  Settle(driver, all);
+  auto report = chaos::CheckInvariants(stack, all);
+  Expect(report, report.Line("random_kills", "kills=" + std::to_string(kRounds)));
+}
+
+TEST_F(FaultSuite, ParticipantFaultsAndARestartedParticipantLoseNothingAndDoubleNothing) {
+  Stack stack("participants", {.participant_timeout_ms = 800, .max_attempts = 8});
+  stack.StartParticipants();
+  stack.StartOrchestrator(0);
+  Driver driver({stack.OrchestratorUrl(0)});
+  auto records = MakeOrders("faults", 60);
+  stack.SetFaults("payment", {{"error_rate", 0.25}, {"drop_after_commit_rate", 0.25}});
+  stack.SetFaults("inventory", {{"drop_after_commit_rate", 0.2}});
+  UnderLoad(driver, records, 4, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    stack.SetFaults("inventory", {{"latency_ms", 1200}});  // beyond the 800 ms read timeout
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    stack.SetFaults("inventory", {{"hang", true}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stack.SetFaults("inventory", {{"drop_after_commit_rate", 0.2}});
+    stack.RestartParticipant("payment");  // kill -9 mid-load; faults reset with it
+    stack.SetFaults("payment", {{"error_rate", 0.25}});
+  });
+  stack.SetFaults("payment", nlohmann::json::object());
+  stack.SetFaults("inventory", nlohmann::json::object());
+  Settle(driver, records);
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("participant_faults"));
+}
+
+TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutRestart) {
+  Stack stack("pgcrash");
+  stack.StartParticipants();
+  stack.StartOrchestrator(0);
+  Driver driver({stack.OrchestratorUrl(0)});
+  auto records = MakeOrders("pg", 40);
+  Clock::time_point restarted;
+  UnderLoad(driver, records, 4, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Stack::Cluster().Crash();  // pg_ctl stop -m immediate
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    Stack::Cluster().Restart();
+    restarted = Clock::now();
+  });
+  // Time to the first 2xx after PostgreSQL is back (no process was restarted).
+  KeyRecord probe{"demo", "pg-probe", OrderBody(7, false)};
+  Driver(std::vector<std::string>{stack.OrchestratorUrl(0)})
+      .UntilFinal(probe, Clock::now() + kSettle);
+  auto recovery_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - restarted).count();
+  Settle(driver, records);
+  records.push_back(probe);
+  int server_errors = 0;  // 5xx other than 503 would be a bug
+  std::map<int, int> seen;
+  for (const auto& r : records) {
+    for (auto [s, n] : r.statuses) {
+      server_errors += (s >= 500 && s != 503) ? n : 0;
+      seen[s] += n;
+    }
+  }
+  std::string histogram;
+  for (auto [s, n] : seen)
+    histogram += (histogram.empty() ? "" : ",") + std::to_string(s) + ":" + std::to_string(n);
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report,
+         report.Line("postgres_crash",
+                     "statuses=" + histogram + " non_503_5xx=" + std::to_string(server_errors) +
+                         " first_2xx_after_restart_ms=" + std::to_string(recovery_ms)));
+  EXPECT_EQ(server_errors, 0);
+}
+
+TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
+  Stack stack("replicas", {.replicas = 3});
+  stack.StartParticipants();
+  for (int i = 0; i < 3; ++i) stack.StartOrchestrator(i);
+  Driver driver({stack.OrchestratorUrl(0), stack.OrchestratorUrl(1), stack.OrchestratorUrl(2)});
+  auto records = MakeOrders("replicas", 60);
+  stack.SetFaults("payment", {{"latency_ms", 150}});  // keep sagas in flight
+  UnderLoad(driver, records, 6, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    stack.KillOrchestrator(0);
+    driver.SetUrls({stack.OrchestratorUrl(1), stack.OrchestratorUrl(2)});
+  });
+  stack.SetFaults("payment", nlohmann::json::object());
+  Settle(driver, records);
+  long long resumed = 0;
+  for (int i : {1, 2}) {
+    httplib::Client c(stack.OrchestratorUrl(i));
+    auto m = c.Get("/metrics");
+    auto pos = m->body.find("\nidemsaga_sagas_resumed_total ");
+    if (pos != std::string::npos) resumed += std::stoll(m->body.substr(pos + 30));
+  }
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("replicas",
+                             "replicas=3 killed=1 resumed_by_others=" + std::to_string(resumed)));
+}
+
+TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {
+  Stack stack("zombie", {.replicas = 2});
+  stack.StartParticipants();
+  stack.StartOrchestrator(0);
+  stack.StartOrchestrator(1);
+  Driver to_zombie({stack.OrchestratorUrl(0)});
+  auto records = MakeOrders("zombie", 6);
+  stack.SetFaults("payment", {{"latency_ms", 1000}});  // every saga is mid-payment
+  std::vector<std::thread> clients;
+  for (auto& r : records) clients.emplace_back([&] { to_zombie.Attempt(r, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stack.orchestrator(0).Signal(SIGSTOP);
+  // Past the 2 s lease: replica 1's sweeper takes the sagas over and finishes them.
+  Driver survivor({stack.OrchestratorUrl(1)});
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  stack.SetFaults("payment", nlohmann::json::object());
+  for (auto& r : records) {
+    KeyRecord probe = r;
+    survivor.UntilFinal(probe, Clock::now() + kSettle);
+  }
+  auto before = ParentRows(stack);  // as the survivor left them
+  stack.orchestrator(0).Signal(SIGCONT);
+  for (auto& c : clients) c.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // its late writes land now
+  auto after = ParentRows(stack);
+  int applied = 0;  // rows the zombie changed after the takeover
+  for (const auto& [key, row] : before) applied += after[key] != row ? 1 : 0;
+  httplib::Client zombie(stack.OrchestratorUrl(0));
+  auto m = zombie.Get("/metrics");
+  long long fenced = 0;
+  auto pos = m ? m->body.find("\nidemsaga_fenced_writes_total ") : std::string::npos;
+  if (pos != std::string::npos) fenced = std::stoll(m->body.substr(pos + 30));
+  Settle(survivor, records);
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("zombie", "fenced_writes=" + std::to_string(fenced) +
+                                           " applied_late_writes=" + std::to_string(applied)));
+  EXPECT_GT(fenced, 0);
+  EXPECT_EQ(applied, 0);
+  EXPECT_EQ(before.size(), records.size());
+}
+
+TEST_F(FaultSuite, TenantsCannotReadOrCollideWithEachOthersKeys) {
+  Stack stack("tenants");
+  stack.StartParticipants();
+  stack.StartOrchestrator(0);
+  Driver driver({stack.OrchestratorUrl(0)});
+  auto demo = MakeOrders("shared", 10, 0, "demo");
+  auto acme = MakeOrders("shared", 10, 0, "acme");  // the same keys and bodies
+  Settle(driver, demo);
+  Settle(driver, acme);
+  httplib::Client c(stack.OrchestratorUrl(0));
+  int probes = 0, leaks = 0;
+  auto only_demo = MakeOrders("demo-only", 5, 0, "demo");
+  Settle(driver, only_demo);
+  for (const auto& r : only_demo) {
+    ++probes;
+    auto get = c.Get(("/v1/orders/" + r.key).c_str(), {{"Authorization", "Bearer dev-key-acme"}});
+    leaks += (get && get->status != 404) ? 1 : 0;
+    ++probes;
+    auto retry = c.Post(("/v1/sagas/" + r.key + "/retry").c_str(),
+                        {{"Authorization", "Bearer dev-key-acme"}}, "", "application/json");
+    leaks += (retry && retry->status != 404) ? 1 : 0;
+  }
+  ++probes;
+  auto list = c.Get("/v1/sagas?limit=500", {{"Authorization", "Bearer dev-key-acme"}});
+  for (const auto& s : nlohmann::json::parse(list->body)["sagas"]) {
+    leaks += s["idempotency_key"].get<std::string>().rfind("demo-only", 0) == 0 ? 1 : 0;
+  }
+  int shared_distinct = 0;
+  for (size_t i = 0; i < demo.size(); ++i) {
+    auto a = nlohmann::json::parse(demo[i].final_body)["order_id"];
+    auto b = nlohmann::json::parse(acme[i].final_body)["order_id"];
+    shared_distinct += a != b ? 1 : 0;
+  }
+  std::vector<KeyRecord> all = demo;
+  all.insert(all.end(), acme.begin(), acme.end());
+  all.insert(all.end(), only_demo.begin(), only_demo.end());
+  auto report = chaos::CheckInvariants(stack, all);
+  Expect(report, report.Line("tenants", "probes=" + std::to_string(probes) +
+                                            " leaks=" + std::to_string(leaks) +
+                                            " shared_keys_distinct_orders=" +
+                                            std::to_string(shared_distinct) + "/10"));
+  EXPECT_EQ(leaks, 0);
+  EXPECT_EQ(shared_distinct, 10);
+}
+
+}  // namespace
