@@ -7,6 +7,8 @@
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/trace/otlp.hpp"
+#include "common/trace/trace_context.hpp"
 #include "steps/order_schema.hpp"
 #include "steps/place_order.hpp"
 
@@ -62,6 +64,16 @@ Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factor
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
+      span_store_(pool_),
+      exporter_(
+          options_.otlp_endpoint.empty()
+              ? common::trace::Exporter::Sink([this](const auto& spans) {
+                  span_store_.Insert(spans);
+                  return true;
+                })
+              : common::trace::Exporter::OtlpHttp(options_.otlp_endpoint, options_.service_token),
+          options_.exporter),
+      tracer_("orchestrator", &exporter_),
       inventory_({.base_url = options_.inventory_url,
                   .service_token = options_.service_token,
                   .read_timeout = options_.participant_timeout}),
@@ -70,14 +82,21 @@ Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factor
                 .read_timeout = options_.participant_timeout}),
       definition_(factory ? factory(inventory_, payment_)
                           : steps::MakePlaceOrderSaga(inventory_, payment_)),
-      sagas_(store_, definition_, options_.retry,
-             [&] {
-               auto s = options_.sagas;
-               if (s.owner.empty()) s.owner = MakeOwnerId();
-               return s;
-             }()),
+      sagas_(
+          store_, definition_, options_.retry,
+          [&] {
+            auto s = options_.sagas;
+            if (s.owner.empty()) s.owner = MakeOwnerId();
+            return s;
+          }(),
+          &tracer_),
       recovery_(store_, sagas_, options_.recovery),
-      server_(options_.limits) {
+      server_([this] {
+        auto limits = options_.limits;
+        limits.large_bodies["/v1/traces"] = 4 * 1024 * 1024;  // OTLP batches
+        return limits;
+      }()) {
+  TraceRoutes();  // first: /v1/orders/{key}/trace must match before /v1/orders/{key}
   Routes();
   recovery_.Start();
 }
@@ -113,6 +132,68 @@ void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
       // The leases expire on their own; recovery is only slower.
       common::Log("shutdown_release_failed", {{"owner", sagas_.owner()}, {"error", e.what()}});
     }
+  });
+}
+
+// Records the response's status on the request's span, however the handler returns.
+struct ResponseOnSpan {
+  common::trace::Span& span;
+  const httplib::Response& res;
+  ~ResponseOnSpan() {
+    span.Set("http.status_code", static_cast<long long>(res.status));
+    if (res.status >= 400) {
+      span.Error("HTTP " + std::to_string(res.status));
+    } else {
+      span.Ok();
+    }
+  }
+};
+
+void Orchestrator::OrderRoute() {
+  // Database failures surface as exceptions and become 503 at the server's one catch point.
+  server_.Post("/v1/orders", [this](const httplib::Request& req, httplib::Response& res) {
+    // A caller's trace is continued; otherwise this request starts the order's trace.
+    auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
+    common::trace::SpanContext parent;
+    if (caller) parent = {caller->trace_id, caller->parent_id};
+    auto span = tracer_.Start("POST /v1/orders", parent, common::trace::SpanKind::kServer);
+    ResponseOnSpan on_span{span, res};
+    auto tenant = Authenticate(req);
+    if (!tenant) {
+      SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+      res.set_header("WWW-Authenticate", "Bearer");
+      return;
+    }
+    span.Set("tenant", *tenant);
+    auto key =
+        common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+                                    req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
+    if (!key.ok()) return SetError(res, 400, key.error, key.message);
+    span.Set("idempotency_key", key.key);
+    auto body = common::http::ParseJsonBody(req, res, options_.limits);
+    if (!body) return;
+    if (auto problem = steps::ValidateOrder(*body); !problem.empty()) {
+      return SetError(res, 400, "invalid_request", problem);
+    }
+    common::Log("order_received",
+                {{"tenant", *tenant}, {"key", key.key}, {"trace_id", span.context().trace_id}});
+    Submission s{*tenant,
+                 key.key,
+                 common::Sha256Hex("POST /v1/orders\n" + body->dump()),
+                 *body,
+                 span.context().trace_id,
+                 span.context().span_id};
+    Answer answer = sagas_.Submit(s);
+    span.Set("idempotency.outcome", answer.outcome).Set("replayed", answer.outcome == "replayed");
+    // A retry that did not start the saga joins the order's trace (unless the caller has a
+    // trace of its own), so the replay shows in the order's waterfall.
+    bool owns = answer.outcome == "claimed" || answer.outcome == "taken_over";
+    if (!owns && !caller && !answer.trace_id.empty()) {
+      span.Reparent({answer.trace_id, answer.root_span_id});
+    }
+    Send(answer, res);
+    res.set_header("traceparent", common::trace::FormatTraceparent(span.context().trace_id,
+                                                                   span.context().span_id));
   });
 }
 
@@ -152,28 +233,7 @@ void Orchestrator::Routes() {
     }
   });
 
-  // Database failures surface as exceptions and become 503 at the server's one catch point.
-  server_.Post("/v1/orders", [this](const httplib::Request& req, httplib::Response& res) {
-    auto tenant = Authenticate(req);
-    if (!tenant) {
-      SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
-      res.set_header("WWW-Authenticate", "Bearer");
-      return;
-    }
-    auto key =
-        common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
-                                    req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
-    if (!key.ok()) return SetError(res, 400, key.error, key.message);
-    auto body = common::http::ParseJsonBody(req, res, options_.limits);
-    if (!body) return;
-    if (auto problem = steps::ValidateOrder(*body); !problem.empty()) {
-      return SetError(res, 400, "invalid_request", problem);
-    }
-    common::Log("order_received", {{"tenant", *tenant}, {"key", key.key}});
-    Submission s{*tenant, key.key, common::Sha256Hex("POST /v1/orders\n" + body->dump()), *body,
-                 common::RandomHex(16)};
-    Send(sagas_.Submit(s), res);
-  });
+  OrderRoute();
 
   server_.Get("/v1/sagas", [this](const httplib::Request& req, httplib::Response& res) {
     auto tenant = Authenticate(req);

@@ -13,11 +13,14 @@
 
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
+#include "common/trace/exporter.hpp"
+#include "common/trace/span.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga/definition.hpp"
 #include "orchestrator/saga/runner.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
+#include "orchestrator/store/span_store.hpp"
 #include "steps/client/participant_client.hpp"
 
 namespace orchestrator {
@@ -37,6 +40,12 @@ struct OrchestratorOptions {
   size_t pool_size = 32;
   // How long a tenant's API key is trusted without asking the database again.
   std::chrono::seconds tenant_cache_ttl{30};
+  // Where this service's spans go: "" stores them in its own database (batched, off the
+  // request path); an OTLP/HTTP URL (a collector, Jaeger, Tempo) sends them there instead.
+  std::string otlp_endpoint;
+  common::trace::Exporter::Options exporter;
+  // How long GET .../trace waits for spans still on their way from participants.
+  std::chrono::milliseconds trace_settle{1500};
 };
 
 // Makes the saga this orchestrator serves, given its participant clients.
@@ -60,15 +69,21 @@ class Orchestrator {
   void Stop() { Shutdown(std::chrono::milliseconds(0)); }
 
   ParentStore& store() { return store_; }
+  common::trace::Exporter& exporter() { return exporter_; }
   Recovery& recovery() { return recovery_; }
 
  private:
   void Routes();
   std::optional<std::string> Authenticate(const httplib::Request& req);
+  void TraceRoutes();
+  void OrderRoute();
 
   OrchestratorOptions options_;
   common::pg::Pool pool_;
   ParentStore store_;
+  SpanStore span_store_;
+  common::trace::Exporter exporter_;
+  common::trace::Tracer tracer_;
   steps::client::ParticipantClient inventory_;
   steps::client::ParticipantClient payment_;
   saga::Definition definition_;

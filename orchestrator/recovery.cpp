@@ -41,7 +41,15 @@ void Recovery::CollectGarbage() {
     n = store_.DeleteExpired(options_.gc_batch);
     total += n;
   }
-  if (total > 0) common::Log("gc", {{"deleted_keys", std::to_string(total)}});
+  long long spans = 0;
+  for (long long n = options_.gc_batch; n == options_.gc_batch;) {
+    n = store_.DeleteUnownedSpans(options_.gc_batch);
+    spans += n;
+  }
+  if (total > 0 || spans > 0) {
+    common::Log("gc", {{"deleted_keys", std::to_string(total)},
+                       {"deleted_unowned_spans", std::to_string(spans)}});
+  }
 }
 
 }  // namespace orchestrator

@@ -85,13 +85,14 @@ saga::StepResult FailureFromJson(const nlohmann::json& j) {
 }
 
 SagaService::SagaService(ParentStore& store, const saga::Definition& definition,
-                         saga::RetryPolicy policy, SagaServiceOptions options)
+                         saga::RetryPolicy policy, SagaServiceOptions options,
+                         const common::trace::Tracer* tracer)
     : store_(store),
       options_(std::move(options)),
       policy_(policy),
       runner_(
           definition, policy, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
-          [this] { return stopping_.load(); }),
+          [this] { return stopping_.load(); }, tracer),
       pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {}
 
 SagaService::~SagaService() { Shutdown(); }
@@ -126,7 +127,13 @@ Answer SagaService::Drive(const Claim& claim) {
     ~Done() { --n; }
   } done{running_};
   const SagaRow& row = claim.row;
-  saga::SagaInput input{row.tenant_id, row.key, row.request_body, row.trace_id, {}, {}, ""};
+  saga::SagaInput input;
+  input.tenant_id = row.tenant_id;
+  input.parent_key = row.key;
+  input.request = row.request_body;
+  input.trace_id = row.trace_id;
+  input.root_span_id = row.root_span_id;
+  input.resumed = claim.kind == Claim::kTakenOver;
   if (row.status == "compensating") {
     std::vector<saga::StepRecord> steps;
     for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
@@ -194,17 +201,34 @@ int SagaService::FreeCapacity() const {
 
 Answer SagaService::Submit(const Submission& s) {
   if (stopping_) return Error(503, "unavailable", "the service is shutting down");
-  Claim claim = store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request,
-                                 runner_.definition().name(), options_.owner, s.trace_id});
+  Claim claim =
+      store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request, runner_.definition().name(),
+                       options_.owner, s.trace_id, s.root_span_id});
+  Answer answer = AnswerClaim(claim, s);
+  answer.trace_id = claim.row.trace_id;
+  answer.root_span_id = claim.row.root_span_id;
+  return answer;
+}
+
+Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   if (claim.kind == Claim::kClaimed) common::CrashPoint("after_claim");
   switch (claim.kind) {
-    case Claim::kMismatch:
-      return Error(422, "idempotency_key_reused",
-                   "this Idempotency-Key was used with a different request body");
-    case Claim::kFinished:
-      return Replay(claim.row);
-    case Claim::kInProgress:
-      return InProgress(claim.row);
+    case Claim::kMismatch: {
+      Answer a = Error(422, "idempotency_key_reused",
+                       "this Idempotency-Key was used with a different request body");
+      a.outcome = "mismatch";
+      return a;
+    }
+    case Claim::kFinished: {
+      Answer a = Replay(claim.row);
+      a.outcome = "replayed";
+      return a;
+    }
+    case Claim::kInProgress: {
+      Answer a = InProgress(claim.row);
+      a.outcome = "in_progress";
+      return a;
+    }
     case Claim::kClaimed:
     case Claim::kTakenOver:
       break;
@@ -218,12 +242,19 @@ Answer SagaService::Submit(const Submission& s) {
   auto future = promise->get_future();
   ++running_;
   boost::asio::post(*pool_, [this, claim, promise] { promise->set_value(Drive(claim)); });
-  if (future.wait_for(options_.response_budget) == std::future_status::ready) return future.get();
+  std::string outcome = claim.kind == Claim::kClaimed ? "claimed" : "taken_over";
+  if (future.wait_for(options_.response_budget) == std::future_status::ready) {
+    Answer a = future.get();
+    a.outcome = outcome;
+    return a;
+  }
   nlohmann::json body = {{"status", "started"},
                          {"order_id", claim.row.order_id},
                          {"idempotency_key", s.key},
                          {"trace_id", claim.row.trace_id}};
-  return Answer{202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(s.key)}}};
+  Answer a{202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(s.key)}}};
+  a.outcome = outcome;
+  return a;
 }
 
 }  // namespace orchestrator

@@ -25,6 +25,10 @@ struct Answer {
   int status = 0;
   std::string body;
   std::map<std::string, std::string> headers;
+  // For the request's span: what the key said, and the order's trace (when there is one).
+  std::string outcome;  // claimed | taken_over | replayed | in_progress | mismatch | ...
+  std::string trace_id;
+  std::string root_span_id;
 };
 
 struct Submission {
@@ -33,6 +37,7 @@ struct Submission {
   std::string request_hash;
   nlohmann::json request;
   std::string trace_id;
+  std::string root_span_id;  // the request's span, parent of the saga's
 };
 
 struct SagaServiceOptions {
@@ -47,8 +52,9 @@ saga::StepResult FailureFromJson(const nlohmann::json& j);
 
 class SagaService {
  public:
+  // `tracer` may be null (no spans).
   SagaService(ParentStore& store, const saga::Definition& definition, saga::RetryPolicy policy,
-              SagaServiceOptions options);
+              SagaServiceOptions options, const common::trace::Tracer* tracer = nullptr);
   ~SagaService();
 
   Answer Submit(const Submission& submission);
@@ -69,6 +75,8 @@ class SagaService {
  private:
   Answer Drive(const Claim& claim);
   Answer Replay(const SagaRow& row) const;
+  // The answer for what the key said; starts the saga when this request owns it.
+  Answer AnswerClaim(const Claim& claim, const Submission& s);
 
   // Backoff sleeps wake at once on shutdown.
   void SleepUnlessStopping(std::chrono::milliseconds d);

@@ -19,6 +19,13 @@ std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::st
         return std::nullopt;
       }
       (name == "error_rate" ? s.error_rate : s.drop_after_commit_rate) = value.get<double>();
+    } else if (name == "fail_next") {
+      if (!value.is_number_integer() || value.get<long long>() < 0 ||
+          value.get<long long>() > 1000000) {
+        error = "fail_next must be an integer from 0 to 1000000";
+        return std::nullopt;
+      }
+      s.fail_next = value.get<int>();
     } else if (name == "latency_ms") {
       if (!value.is_number_integer() || value.get<long long>() < 0 ||
           value.get<long long>() > 600000) {
@@ -42,6 +49,7 @@ std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::st
 
 nlohmann::json ToJson(const FaultSettings& s) {
   return {{"error_rate", s.error_rate},
+          {"fail_next", s.fail_next},
           {"drop_after_commit_rate", s.drop_after_commit_rate},
           {"latency_ms", s.latency_ms},
           {"hang", s.hang}};
@@ -63,7 +71,16 @@ bool Faults::Roll(double rate) {
   return std::uniform_real_distribution<double>(0, 1)(rng) < rate;
 }
 
-bool Faults::ShouldFail() { return Roll(Get().error_rate); }
+bool Faults::ShouldFail() {
+  {
+    std::lock_guard lock(mutex_);
+    if (settings_.fail_next > 0) {
+      --settings_.fail_next;
+      return true;
+    }
+  }
+  return Roll(Get().error_rate);
+}
 
 bool Faults::ShouldDropAfterCommit() { return Roll(Get().drop_after_commit_rate); }
 

@@ -1,6 +1,7 @@
 // Fault injection for the demo participants, set by flags and at run time (PUT /admin/faults).
 //
 // - error_rate: answer 503 before doing anything (a transient failure; nothing stored)
+// - fail_next: the next N requests answer 503 that way (deterministic, for tests and demos)
 // - drop_after_commit_rate: commit the effect, then drop the connection without an answer
 //   (the caller is left in doubt and must retry with the same key)
 // - latency_ms: delay every answer after its commit (drives callers into read timeouts)
@@ -18,6 +19,7 @@ namespace services_mock {
 
 struct FaultSettings {
   double error_rate = 0;
+  int fail_next = 0;
   double drop_after_commit_rate = 0;
   int latency_ms = 0;
   bool hang = false;

@@ -3,6 +3,7 @@
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/trace/trace_context.hpp"
 
 namespace services_mock {
 namespace {
@@ -25,12 +26,64 @@ void Unavailable(httplib::Response& res, const std::string& why) {
 }  // namespace
 
 Participant::Participant(std::string service, common::pg::Pool& pool, Faults& faults,
-                         ParticipantOptions options)
+                         ParticipantOptions options, const common::trace::Tracer* tracer)
     : service_(std::move(service)),
       pool_(pool),
       faults_(faults),
       options_(std::move(options)),
-      guard_(pool) {}
+      tracer_(tracer),
+      guard_(pool, tracer) {}
+
+common::trace::Span Participant::StartRequestSpan(const httplib::Request& req) const {
+  if (tracer_ == nullptr) return {};
+  auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
+  common::trace::SpanContext parent;
+  if (caller) parent = {caller->trace_id, caller->parent_id};
+  return tracer_->Start(req.method + " " + req.path, parent, common::trace::SpanKind::kServer);
+}
+
+void Participant::Guarded(
+    const httplib::Request& req, httplib::Response& res,
+    const std::function<std::string(const steps::guard::Request&)>& validate,
+    const std::function<steps::guard::Response(const steps::guard::Request&)>& run) {
+  faults_.HoldWhileHung();
+  auto span = StartRequestSpan(req);
+  auto admitted = Admit(req, res);
+  if (admitted) {
+    admitted->trace = span.context();
+    span.Set("tenant", admitted->tenant_id).Set("idempotency_key", admitted->key);
+    if (auto problem = validate(*admitted); !problem.empty()) {
+      SetError(res, 400, "invalid_request", problem);
+    } else if (faults_.ShouldFail()) {
+      Unavailable(res, "injected fault");
+      span.Set("fault", std::string("error"));
+    } else {
+      try {
+        auto answer = run(*admitted);
+        span.Set("guard.outcome", answer.outcome).Set("replayed", answer.replayed);
+        faults_.DelayAnswer();
+        if (faults_.ShouldDropAfterCommit()) {
+          span.Set("fault", std::string("drop_after_commit")).Error("connection dropped");
+          return DropConnection(res);
+        }
+        Answer(answer, res);
+      } catch (const std::exception& e) {
+        common::Log("guard_transient_failure", {{"service", service_},
+                                                {"tenant", admitted->tenant_id},
+                                                {"key", admitted->key},
+                                                {"error", e.what()}});
+        Unavailable(res, "the request could not be completed");
+      }
+    }
+  }
+  span.Set("http.status_code", static_cast<long long>(res.status));
+  // A stored business refusal is the participant working correctly, not a span error.
+  if (res.status >= 500 || res.status == 401 || res.status == 400) {
+    span.Error("HTTP " + std::to_string(res.status));
+  } else {
+    span.Ok();
+  }
+}
 
 bool Participant::Authorized(const httplib::Request& req, httplib::Response& res) const {
   if (common::ConstantTimeEquals(common::http::BearerToken(req), options_.service_token)) {
@@ -74,65 +127,41 @@ void Participant::Action(common::http::Server& server, const std::string& path, 
                          Effect effect) {
   server.Post(path, [this, validate = std::move(validate), effect = std::move(effect)](
                         const httplib::Request& req, httplib::Response& res) {
-    faults_.HoldWhileHung();
-    auto admitted = Admit(req, res);
-    if (!admitted) return;
-    if (auto problem = validate(admitted->body); !problem.empty()) {
-      SetError(res, 400, "invalid_request", problem);
-      return;
-    }
-    if (faults_.ShouldFail()) return Unavailable(res, "injected fault");
-    try {
-      auto answer = guard_.Run(*admitted, [&](pqxx::work& tx) { return effect(tx, *admitted); });
-      faults_.DelayAnswer();
-      if (faults_.ShouldDropAfterCommit()) return DropConnection(res);
-      Answer(answer, res);
-    } catch (const std::exception& e) {
-      common::Log("guard_transient_failure", {{"service", service_},
-                                              {"tenant", admitted->tenant_id},
-                                              {"key", admitted->key},
-                                              {"error", e.what()}});
-      Unavailable(res, "the request could not be completed");
-    }
+    Guarded(
+        req, res, [&](const steps::guard::Request& r) { return validate(r.body); },
+        [&](const steps::guard::Request& r) {
+          return guard_.Run(r, [&](pqxx::work& tx) { return effect(tx, r); });
+        });
   });
 }
 
 void Participant::Compensation(common::http::Server& server, const std::string& path, Undo undo) {
-  server.Post(path, [this, undo = std::move(undo)](const httplib::Request& req,
-                                                   httplib::Response& res) {
-    faults_.HoldWhileHung();
-    auto admitted = Admit(req, res);
-    if (!admitted) return;
-    const auto& body = admitted->body;
-    if (!body.is_object() || body.size() != 1 || !body.contains("action_key") ||
-        !body["action_key"].is_string()) {
-      SetError(res, 400, "invalid_request", "the body must be {\"action_key\": \"<key>\"}");
-      return;
-    }
-    auto action_key = body["action_key"].get<std::string>();
-    auto parsed = common::ParseIdempotencyKey(true, action_key, kMaxStepKeyLength);
-    if (!parsed.ok() || parsed.key != action_key || action_key == admitted->key) {
-      SetError(res, 400, "invalid_request",
-               "action_key must be 1-255 printable characters and differ from this request's key");
-      return;
-    }
-    if (faults_.ShouldFail()) return Unavailable(res, "injected fault");
-    try {
-      auto answer = guard_.Compensate(
-          *admitted, action_key, [&](pqxx::work& tx, const steps::guard::ActionRecord& action) {
-            return undo(tx, *admitted, action);
-          });
-      faults_.DelayAnswer();
-      if (faults_.ShouldDropAfterCommit()) return DropConnection(res);
-      Answer(answer, res);
-    } catch (const std::exception& e) {
-      common::Log("guard_transient_failure", {{"service", service_},
-                                              {"tenant", admitted->tenant_id},
-                                              {"key", admitted->key},
-                                              {"error", e.what()}});
-      Unavailable(res, "the compensation could not be completed");
-    }
-  });
+  server.Post(
+      path, [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
+        Guarded(
+            req, res,
+            [](const steps::guard::Request& r) -> std::string {
+              const auto& body = r.body;
+              if (!body.is_object() || body.size() != 1 || !body.contains("action_key") ||
+                  !body["action_key"].is_string()) {
+                return "the body must be {\"action_key\": \"<key>\"}";
+              }
+              auto action_key = body["action_key"].get<std::string>();
+              auto parsed = common::ParseIdempotencyKey(true, action_key, kMaxStepKeyLength);
+              if (!parsed.ok() || parsed.key != action_key || action_key == r.key) {
+                return "action_key must be 1-255 printable characters and differ from this "
+                       "request's key";
+              }
+              return "";
+            },
+            [&](const steps::guard::Request& r) {
+              auto action_key = r.body["action_key"].get<std::string>();
+              return guard_.Compensate(
+                  r, action_key, [&](pqxx::work& tx, const steps::guard::ActionRecord& action) {
+                    return undo(tx, r, action);
+                  });
+            });
+      });
 }
 
 void Participant::AdminRoutes(common::http::Server& server) {

@@ -20,6 +20,9 @@ namespace services_mock {
 
 struct ParticipantOptions {
   std::string service_token = "dev-service-token";
+  // OTLP/HTTP endpoint for this service's spans ("" sends none): by default the
+  // orchestrator's intake, http://127.0.0.1:8080/v1/traces, or a collector of yours.
+  std::string otlp_endpoint;
   common::http::Limits limits;
   size_t pool_size = 16;
 };
@@ -39,8 +42,9 @@ inline constexpr size_t kMaxStepKeyLength = 255;
 
 class Participant {
  public:
+  // `tracer` may be null (no spans).
   Participant(std::string service, common::pg::Pool& pool, Faults& faults,
-              ParticipantOptions options);
+              ParticipantOptions options, const common::trace::Tracer* tracer = nullptr);
 
   void Action(common::http::Server& server, const std::string& path, Validate validate,
               Effect effect);
@@ -60,11 +64,18 @@ class Participant {
   std::optional<steps::guard::Request> Admit(const httplib::Request& req,
                                              httplib::Response& res) const;
   void Answer(const steps::guard::Response& answer, httplib::Response& res);
+  // The request's span, a child of the caller's `traceparent`.
+  common::trace::Span StartRequestSpan(const httplib::Request& req) const;
+  // Runs a guarded route: admission, faults, the guard call, the answer, the span.
+  void Guarded(const httplib::Request& req, httplib::Response& res,
+               const std::function<std::string(const steps::guard::Request&)>& validate,
+               const std::function<steps::guard::Response(const steps::guard::Request&)>& run);
 
   std::string service_;
   common::pg::Pool& pool_;
   Faults& faults_;
   ParticipantOptions options_;
+  const common::trace::Tracer* tracer_;
   steps::guard::Guard guard_;
 };
 

@@ -13,7 +13,14 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
     : kind_(kind),
       pool_({.url = database_url, .size = options.pool_size}),
       faults_(faults),
-      participant_(NameOf(kind), pool_, faults_, options),
+      exporter_(
+          options.otlp_endpoint.empty()
+              ? nullptr
+              : std::make_unique<common::trace::Exporter>(
+                    common::trace::Exporter::OtlpHttp(options.otlp_endpoint, options.service_token),
+                    common::trace::Exporter::Options{})),
+      tracer_(NameOf(kind), exporter_.get()),
+      participant_(NameOf(kind), pool_, faults_, options, exporter_ ? &tracer_ : nullptr),
       server_(options.limits),
       gc_("participant_gc", std::chrono::minutes(1), [this] {
         while (participant_.guard().DeleteExpired(1000) == 1000) {

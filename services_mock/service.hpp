@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/periodic.hpp"
+#include "common/trace/exporter.hpp"
 #include "services_mock/faults.hpp"
 #include "services_mock/participant.hpp"
 
@@ -35,11 +36,14 @@ class ParticipantService {
   void Serve();
   void Stop();
   Faults& faults() { return faults_; }
+  common::trace::Exporter* exporter() { return exporter_.get(); }
 
  private:
   ParticipantKind kind_;
   common::pg::Pool pool_;
   Faults faults_;
+  std::unique_ptr<common::trace::Exporter> exporter_;  // null when spans go nowhere
+  common::trace::Tracer tracer_;
   Participant participant_;
   common::http::Server server_;
   common::Periodic gc_;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/percent_encode.hpp"
+#include "orchestrator/http/trace_view.hpp"
 
 namespace idemsaga_cmd {
 namespace {
@@ -24,6 +25,18 @@ std::unique_ptr<httplib::Client> Connect(const ClientFlags& f) {
   c->set_connection_timeout(3);
   c->set_read_timeout(30);
   return c;
+}
+
+void PrintTrace(const ClientFlags& f) {
+  auto r = Connect(f)->Get(("/v1/orders/" + common::PercentEncode(f.key) + "/trace").c_str(),
+                           {{"Authorization", "Bearer " + f.api_key}});
+  if (!r || r->status != 200) {
+    std::cerr << "could not read the trace: " << (r ? r->body : httplib::to_string(r.error()))
+              << std::endl;
+    exit_code = 1;
+    return;
+  }
+  std::cout << orchestrator::RenderWaterfall(nlohmann::json::parse(r->body));
 }
 
 void Print(const httplib::Result& r) {
@@ -59,6 +72,7 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
       ->add_option("--payment-method", f.payment_method,
                    "pm_card_visa, or pm_card_declined to see a compensation")
       ->capture_default_str();
+  order->add_flag("--trace", f.show_trace, "print the order's trace as a waterfall too");
   order->callback([&f, &run] {
     run = [&f] {
       nlohmann::json body = {{"customer_id", f.customer_id},
@@ -69,6 +83,10 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
       Print(Connect(f)->Post("/v1/orders",
                              {{"Authorization", "Bearer " + f.api_key}, {"Idempotency-Key", f.key}},
                              body.dump(), "application/json"));
+      if (f.show_trace) {
+        std::cout << std::endl;
+        PrintTrace(f);
+      }
     };
   });
 
@@ -95,6 +113,11 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
                              {{"Authorization", "Bearer " + f.api_key}}, "", "application/json"));
     };
   });
+
+  auto* trace = app.add_subcommand("trace", "Print an order's trace as a waterfall");
+  AddConnectionFlags(trace, f);
+  trace->add_option("key", f.key, "the order's Idempotency-Key")->required();
+  trace->callback([&f, &run] { run = [&f] { PrintTrace(f); }; });
 
   auto* orders = app.add_subcommand("orders", "Inspect orders");
   orders->require_subcommand(1);

@@ -19,6 +19,7 @@ struct ClientFlags {
   std::string payment_method = "pm_card_visa";
   std::string status;
   bool stuck_only = false;
+  bool show_trace = false;
 };
 
 void AddClientCommands(CLI::App& app, ClientFlags& flags, std::function<void()>& run);

@@ -30,6 +30,7 @@ struct ParticipantFlags {
   std::string listen;
   std::string database_url;
   std::string service_token = "dev-service-token";
+  std::string otlp_endpoint = "http://127.0.0.1:8080/v1/traces";
   bool migrate = false;
   services_mock::FaultSettings faults;
 };
@@ -48,6 +49,9 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
                   "bearer token callers must present (dev default: dev-service-token)")
       ->envname("IDEMSAGA_SERVICE_TOKEN");
   cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
+  cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
+                  "where spans go (OTLP/HTTP JSON); \"\" sends none")
+      ->capture_default_str();
   cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
@@ -62,8 +66,10 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
         common::pg::Migrate(conn, services_mock::NameOf(kind));
       }
       auto [host, port] = common::http::SplitHostPort(flags.listen);
-      ParticipantService svc(kind, flags.database_url, {.service_token = flags.service_token},
-                             flags.faults);
+      ParticipantService svc(
+          kind, flags.database_url,
+          {.service_token = flags.service_token, .otlp_endpoint = flags.otlp_endpoint},
+          flags.faults);
       int bound = svc.Bind(host, port);
       std::thread server([&] { svc.Serve(); });
       std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
@@ -141,6 +147,8 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
   cmd->add_option("--response-budget-ms", o.sagas.response_budget,
                   "answer 202 when a saga takes longer")
       ->capture_default_str();
+  cmd->add_option("--otlp-endpoint", o.otlp_endpoint,
+                  "send spans to this OTLP/HTTP endpoint instead of storing them here");
   cmd->add_option("--participant-timeout-ms", o.participant_timeout,
                   "read timeout of one participant call")
       ->capture_default_str();
@@ -236,11 +244,14 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
         common::pg::Migrate(conn, kind);
         std::cout << "  " << kind << " database: " << urls[kind] << std::endl;
       }
-      ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], {});
-      ParticipantService payment(ParticipantKind::kPayment, urls["payment"], {});
+      std::string local = "http://127.0.0.1:";
+      std::string intake = local + std::to_string(flags.orchestrator_port) + "/v1/traces";
+      ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"],
+                                   {.otlp_endpoint = intake});
+      ParticipantService payment(ParticipantKind::kPayment, urls["payment"],
+                                 {.otlp_endpoint = intake});
       inventory.Bind("127.0.0.1", flags.inventory_port);
       payment.Bind("127.0.0.1", flags.payment_port);
-      std::string local = "http://127.0.0.1:";
       orchestrator::Orchestrator orch(
           {.database_url = urls["orchestrator"],
            .inventory_url = local + std::to_string(flags.inventory_port),

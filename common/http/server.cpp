@@ -97,7 +97,9 @@ StatusText TextFor(int status) {
 }  // namespace
 
 Server::Server(Limits limits) : limits_(limits) {
-  set_payload_max_length(limits_.max_body_bytes);
+  size_t largest = limits_.max_body_bytes;
+  for (const auto& [path, bytes] : limits_.large_bodies) largest = std::max(largest, bytes);
+  set_payload_max_length(largest);  // per-route limits are checked below and at parse
   set_read_timeout(limits_.read_timeout_s);
   set_write_timeout(limits_.write_timeout_s);
   set_keep_alive_max_count(limits_.keep_alive_max_count);
@@ -119,9 +121,10 @@ Server::Server(Limits limits) : limits_(limits) {
       auto declared = req.get_header_value("Content-Length");
       bool digits = !declared.empty() && declared.size() <= 12 &&
                     declared.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoull(declared) > limits_.max_body_bytes) {
+      size_t limit = BodyLimit(req.path);
+      if (!digits || std::stoull(declared) > limit) {
         SetError(res, 413, "payload_too_large",
-                 "the body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
+                 "the body is larger than " + std::to_string(limit) + " bytes");
         res.set_header("Connection", "close");
         return HandlerResponse::Handled;
       }
@@ -168,6 +171,26 @@ Server::Server(Limits limits) : limits_(limits) {
   });
 }
 
+bool Server::Serve() {
+  serving_ = true;
+  bool ok = stop_requested_ || listen_after_bind();
+  serving_ = false;
+  return ok;
+}
+
+void Server::Stop() {
+  stop_requested_ = true;
+  while (serving_) {
+    stop();  // a no-op until the listen loop runs; then it ends it
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+size_t Server::BodyLimit(const std::string& path) const {
+  auto it = limits_.large_bodies.find(path);
+  return it == limits_.large_bodies.end() ? limits_.max_body_bytes : it->second;
+}
+
 int Server::Bind(const std::string& host, int port) {
   int bound = port;
   if (port == 0) {
@@ -200,6 +223,15 @@ std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib
   for (auto& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (media != "application/json") {
     SetError(res, 415, "unsupported_media_type", "Content-Type must be application/json");
+    return std::nullopt;
+  }
+  size_t limit = limits.max_body_bytes;
+  if (auto it = limits.large_bodies.find(req.path); it != limits.large_bodies.end()) {
+    limit = it->second;
+  }
+  if (req.body.size() > limit) {
+    SetError(res, 413, "payload_too_large",
+             "the body is larger than " + std::to_string(limit) + " bytes");
     return std::nullopt;
   }
   bool too_deep = false;

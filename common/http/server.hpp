@@ -11,6 +11,8 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -20,28 +22,39 @@ namespace common::http {
 
 struct Limits {
   size_t max_body_bytes = 64 * 1024;  // orders and step calls are < 2 KiB; 64 KiB is generous
-  int max_json_depth = 16;            // our payloads nest 3 deep
-  size_t threads = 32;                // handlers block on PostgreSQL and participants
-  size_t queue = 256;                 // accepted connections waiting for a thread
-  int backlog = 1024;                 // kernel queue for bursts (duplicate storms)
+  // Routes that take larger bodies (the OTLP trace intake): path -> bytes.
+  std::map<std::string, size_t> large_bodies = {};
+  int max_json_depth = 16;  // our payloads nest 3 deep
+  size_t threads = 32;      // handlers block on PostgreSQL and participants
+  size_t queue = 256;       // accepted connections waiting for a thread
+  int backlog = 1024;       // kernel queue for bursts (duplicate storms)
   time_t read_timeout_s = 5;
   time_t write_timeout_s = 5;
   size_t keep_alive_max_count = 1000;
-  time_t keep_alive_timeout_s = 5;
+  // Idle keep-alive connections hold a worker until this passes, and a shutdown waits for
+  // them (httplib offers no way to close them sooner): short, yet enough for back-to-back
+  // step calls to reuse a connection.
+  time_t keep_alive_timeout_s = 2;
 };
 
 class Server : public httplib::Server {
  public:
   explicit Server(Limits limits = {});
   const Limits& limits() const { return limits_; }
+  // The body limit of `path`.
+  size_t BodyLimit(const std::string& path) const;
   // Binds and returns the port (0 picks a free one); -1 on failure.
   int Bind(const std::string& host, int port);
   // Serves until Stop(); returns false if the listen loop failed.
-  bool Serve() { return listen_after_bind(); }
-  void Stop() { stop(); }
+  bool Serve();
+  // Safe from any thread at any time, even before Serve() has started its loop (httplib's
+  // stop() is lost then): returns once Serve() has returned or will return at once.
+  void Stop();
 
  private:
   Limits limits_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> serving_{false};
 };
 
 // The one error body: {"error":{"code":...,"message":...}}.

@@ -63,12 +63,53 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
 }
 
 Runner::Runner(const Definition& definition, RetryPolicy policy, Sleep sleep,
-               ShouldStop should_stop)
+               ShouldStop should_stop, const common::trace::Tracer* tracer)
     : definition_(definition),
       policy_(policy),
       sleep_(sleep ? std::move(sleep)
                    : [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }),
-      should_stop_(should_stop ? std::move(should_stop) : [] { return false; }) {}
+      should_stop_(should_stop ? std::move(should_stop) : [] { return false; }),
+      tracer_(tracer) {}
+
+common::trace::Span Runner::StartSpan(const std::string& name,
+                                      const common::trace::SpanContext& parent,
+                                      const SagaInput& input) const {
+  if (tracer_ == nullptr) return {};
+  auto span = tracer_->Start(name, parent);
+  span.Set("tenant", input.tenant_id).Set("idempotency_key", input.parent_key);
+  return span;
+}
+
+// The attempt's span id is the one the step sends in `traceparent`, so the participant's
+// spans become its children.
+common::trace::Span Runner::StartAttemptSpan(const std::string& name,
+                                             const common::trace::SpanContext& parent,
+                                             const StepContext& ctx) const {
+  if (tracer_ == nullptr) return {};
+  auto span = tracer_->StartWithId(name, parent, ctx.trace.parent_span_id,
+                                   common::trace::SpanKind::kClient);
+  span.Set("tenant", ctx.tenant_id)
+      .Set("idempotency_key", ctx.parent_key)
+      .Set("step", ctx.step_name)
+      .Set("derived_key", ctx.derived_key)
+      .Set("attempt", static_cast<long long>(ctx.attempt));
+  return span;
+}
+
+namespace {
+
+void Record(common::trace::Span& span, const StepResult& r) {
+  span.Set("outcome", std::string(ToString(r.outcome)));
+  if (r.http_status != 0) span.Set("http.status_code", static_cast<long long>(r.http_status));
+  if (r.replayed) span.Set("replayed", true);
+  if (r.outcome == Outcome::kSucceeded) {
+    span.Ok();
+  } else {
+    span.Error(r.detail.empty() ? ToString(r.outcome) : r.detail);
+  }
+}
+
+}  // namespace
 
 StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
                             const nlohmann::json& outputs, const std::string& key) const {
@@ -95,9 +136,11 @@ void Runner::Backoff(int attempt) const {
 
 StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
                        const nlohmann::json& outputs, StepRecord& record, Journal& journal,
-                       bool& fenced) const {
+                       bool& fenced, const common::trace::SpanContext& saga_span) const {
   auto deadline = Clock::now() + policy_.step_deadline;
   StepContext ctx = Context(step, input, outputs, record.action_key);
+  auto step_span = StartSpan("step " + step.name, saga_span, input);
+  step_span.Set("step", step.name).Set("derived_key", record.action_key);
   ctx.deadline = deadline;
   bool in_doubt = false;
   StepResult last = StepResult::Retryable("not attempted");
@@ -109,32 +152,48 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     ctx.attempt = attempt;
     ctx.trace.parent_span_id = common::RandomHex(8);
     record.attempts = attempt;
+    auto attempt_span = StartAttemptSpan(step.name + " attempt", step_span.context(), ctx);
     last = Call(step.action, ctx);
     common::CrashPoint("after_step_sent");
     LogStep("step_outcome", ctx, last);
-    if (last.outcome == Outcome::kSucceeded || last.outcome == Outcome::kTerminal) return last;
+    Record(attempt_span, last);
+    step_span.Set("attempts", static_cast<long long>(attempt));
+    if (last.outcome == Outcome::kSucceeded || last.outcome == Outcome::kTerminal) {
+      Record(step_span, last);
+      return last;
+    }
     in_doubt = in_doubt || last.outcome == Outcome::kInDoubt;
     if (attempt == policy_.max_attempts || Clock::now() >= deadline || should_stop_()) break;
     Backoff(attempt);
   }
   // Once any attempt may have been applied, the step stays "possibly applied".
   if (in_doubt) last.outcome = Outcome::kInDoubt;
+  Record(step_span, last);
   return last;
 }
 
 SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
                            const nlohmann::json& outputs, StepRecord& record,
-                           std::vector<StepRecord>& all, Journal& journal) const {
+                           std::vector<StepRecord>& all, Journal& journal,
+                           const common::trace::SpanContext& saga_span) const {
   StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
+  auto step_span = StartSpan("compensate " + step.name, saga_span, input);
+  step_span.Set("step", step.name).Set("derived_key", ctx.derived_key).Set("compensation", true);
   for (;;) {
     if (should_stop_()) return SagaEnd::kAbandoned;
     if (!journal.KeepLease()) return SagaEnd::kFenced;
     ctx.attempt = ++record.compensation_attempts;
     ctx.trace.parent_span_id = common::RandomHex(8);
     ctx.deadline = Clock::now() + policy_.step_deadline;
+    auto attempt_span =
+        StartAttemptSpan(step.name + " compensation attempt", step_span.context(), ctx);
+    attempt_span.Set("compensation", true);
     StepResult r = Call(step.compensation, ctx);
     LogStep("compensation_outcome", ctx, r);
+    Record(attempt_span, r);
+    step_span.Set("attempts", static_cast<long long>(record.compensation_attempts));
     if (r.outcome == Outcome::kSucceeded) {
+      step_span.Ok();
       record.status = "compensated";
       record.detail.clear();
       return SagaEnd::kCompleted;
@@ -150,12 +209,30 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
                                {"attempts", std::to_string(record.compensation_attempts)},
                                {"detail", r.detail},
                                {"trace_id", input.trace_id}});
+    step_span.Error("stuck after " + std::to_string(record.compensation_attempts) + " attempts")
+        .Set("stuck", true);
     return journal.DeferStuck(all, policy_.stuck_retry_interval) ? SagaEnd::kDeferred
                                                                  : SagaEnd::kFenced;
   }
 }
 
 SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
+  auto saga_span =
+      StartSpan("saga " + definition_.name(), {input.trace_id, input.root_span_id}, input);
+  saga_span.Set("saga", definition_.name()).Set("resumed", input.resumed);
+  SagaResult result = RunSteps(input, journal, saga_span.context());
+  static constexpr const char* kEnds[] = {"completed", "failed", "fenced", "abandoned", "deferred"};
+  saga_span.Set("outcome", std::string(kEnds[static_cast<int>(result.end)]));
+  if (result.end == SagaEnd::kCompleted) {
+    saga_span.Ok();
+  } else if (result.end == SagaEnd::kFailed) {
+    saga_span.Error(result.failed_step + ": " + result.failure.detail);
+  }
+  return result;
+}
+
+SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
+                            const common::trace::SpanContext& saga_span) const {
   SagaResult result;
   const auto& defs = definition_.steps();
   if (input.compensating) {
@@ -173,7 +250,7 @@ SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
       if (should_stop_()) return result;  // kAbandoned
       bool fenced = false;
       auto& record = result.steps[i];
-      StepResult r = Act(defs[i], input, result.outputs, record, journal, fenced);
+      StepResult r = Act(defs[i], input, result.outputs, record, journal, fenced, saga_span);
       if (fenced) {
         result.end = SagaEnd::kFenced;
         return result;
@@ -212,7 +289,7 @@ SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
     auto def = std::find_if(defs.begin(), defs.end(),
                             [&](const StepDefinition& d) { return d.name == record.name; });
     if (def == defs.end()) continue;  // a step this build no longer defines: nothing to call
-    SagaEnd end = Compensate(*def, input, result.outputs, record, result.steps, journal);
+    SagaEnd end = Compensate(*def, input, result.outputs, record, result.steps, journal, saga_span);
     if (end != SagaEnd::kCompleted) {
       result.end = end;
       return result;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/trace/span.hpp"
 #include "orchestrator/saga/definition.hpp"
 
 namespace saga {
@@ -86,6 +87,8 @@ struct SagaInput {
   std::string parent_key;
   nlohmann::json request;
   std::string trace_id;
+  std::string root_span_id;  // the order request's span: the saga span's parent
+  bool resumed = false;      // taken over from another owner (recovery)
   // Set when resuming a saga that had already decided to compensate: its recorded steps.
   std::optional<std::vector<StepRecord>> compensating;
   std::optional<StepResult> failure;
@@ -97,8 +100,9 @@ class Runner {
   using Sleep = std::function<void(std::chrono::milliseconds)>;
   using ShouldStop = std::function<bool()>;
 
+  // `tracer` may be null (no spans).
   Runner(const Definition& definition, RetryPolicy policy, Sleep sleep = {},
-         ShouldStop should_stop = {});
+         ShouldStop should_stop = {}, const common::trace::Tracer* tracer = nullptr);
 
   SagaResult Run(const SagaInput& input, Journal& journal) const;
 
@@ -106,19 +110,29 @@ class Runner {
 
  private:
   StepResult Act(const StepDefinition& step, const SagaInput& input, const nlohmann::json& outputs,
-                 StepRecord& record, Journal& journal, bool& fenced) const;
+                 StepRecord& record, Journal& journal, bool& fenced,
+                 const common::trace::SpanContext& saga_span) const;
+  SagaResult RunSteps(const SagaInput& input, Journal& journal,
+                      const common::trace::SpanContext& saga_span) const;
   // kCompleted when undone; otherwise why it stopped: kFenced, kAbandoned or kDeferred.
   SagaEnd Compensate(const StepDefinition& step, const SagaInput& input,
                      const nlohmann::json& outputs, StepRecord& record,
-                     std::vector<StepRecord>& all, Journal& journal) const;
+                     std::vector<StepRecord>& all, Journal& journal,
+                     const common::trace::SpanContext& saga_span) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
   void Backoff(int attempt) const;
+  common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
+                                const SagaInput& input) const;
+  common::trace::Span StartAttemptSpan(const std::string& name,
+                                       const common::trace::SpanContext& parent,
+                                       const StepContext& ctx) const;
 
   const Definition& definition_;
   RetryPolicy policy_;
   Sleep sleep_;
   ShouldStop should_stop_;
+  const common::trace::Tracer* tracer_;
 };
 
 }  // namespace saga

@@ -14,16 +14,17 @@ constexpr const char* kColumns = R"sql(
   coalesce(extract(epoch FROM k.lease_expires_at - now()), 0)::float8,
   k.steps::text, coalesce(k.failed_step, ''), coalesce(k.failure::text, 'null'), k.stuck,
   coalesce(k.response_status, 0), coalesce(k.response_headers::text, 'null'),
-  coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text)sql";
+  coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
+  coalesce(k.root_span_id, ''))sql";
 
 // Claims a new key. The conflicting case returns nothing and the row is read next.
 const std::string kClaim = std::string(R"sql(
   INSERT INTO idempotency_keys AS k
     (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
-     lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at)
+          lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at, root_span_id)
   VALUES ($1, $2, $3, $4::jsonb, $5, 'ord_' || replace(gen_random_uuid()::text, '-', ''),
           'started', $6, 1, now() + make_interval(secs => $7), $8,
-          now() + make_interval(secs => $9))
+                    now() + make_interval(secs => $9), $10)
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING )sql") + kColumns;
 
@@ -87,12 +88,30 @@ const std::string kList = std::string("SELECT ") + kColumns + R"sql(
   ORDER BY created_at DESC
   LIMIT $4)sql";
 
-// Batched so that a large backlog never holds long locks or a long transaction.
+// Batched so that a large backlog never holds long locks or a long transaction. A key's
+// spans go with it.
 constexpr const char* kDeleteExpired = R"sql(
-  DELETE FROM idempotency_keys
-  WHERE ctid IN (SELECT ctid FROM idempotency_keys
-                 WHERE status IN ('completed', 'failed') AND expires_at < now()
-                 LIMIT $1))sql";
+  WITH gone AS (
+    DELETE FROM idempotency_keys
+    WHERE ctid IN (SELECT ctid FROM idempotency_keys
+                   WHERE status IN ('completed', 'failed') AND expires_at < now()
+                   LIMIT $1)
+    RETURNING tenant_id, idempotency_key, trace_id)
+  , spans_gone AS (
+    DELETE FROM spans s WHERE s.trace_id IN (SELECT trace_id FROM gone)
+      -- A caller may have sent one traceparent for several orders: keep a trace in use.
+      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
+                      WHERE k.trace_id = s.trace_id
+                        AND (k.tenant_id, k.idempotency_key) NOT IN
+                            (SELECT tenant_id, idempotency_key FROM gone)))
+  SELECT count(*) FROM gone)sql";
+
+constexpr const char* kDeleteUnownedSpans = R"sql(
+  DELETE FROM spans WHERE ctid IN (
+    SELECT s.ctid FROM spans s
+    WHERE s.received_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.trace_id = s.trace_id)
+    LIMIT $2))sql";
 
 constexpr const char* kCounts = R"sql(
   SELECT count(*), count(*) FILTER (WHERE stuck) FROM idempotency_keys
@@ -136,6 +155,7 @@ SagaRow ToRow(const pqxx::row& r) {
   s.trace_id = r[18].as<std::string>();
   s.created_at = r[19].as<std::string>();
   s.updated_at = r[20].as<std::string>();
+  s.root_span_id = r[21].as<std::string>();
   return s;
 }
 
@@ -149,7 +169,8 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
     auto claimed = tx.exec_params(
         kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(), req.saga_name,
         req.owner, Seconds(options_.lease), req.trace_id,
-        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
+        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
+        req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
     if (!claimed.empty()) {
       tx.commit();
       SagaRow row = ToRow(claimed[0]);
@@ -288,7 +309,18 @@ std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::
 long long ParentStore::DeleteExpired(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kDeleteExpired, batch);
+    auto n = tx.exec_params1(kDeleteExpired, batch)[0].as<long long>();
+    tx.commit();
+    return n;
+  });
+}
+
+long long ParentStore::DeleteUnownedSpans(int batch) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::work tx(conn);
+    auto r = tx.exec_params(
+        kDeleteUnownedSpans,
+        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)), batch);
     tx.commit();
     return static_cast<long long>(r.affected_rows());
   });

@@ -50,6 +50,7 @@ struct SagaRow {
   std::string trace_id;
   std::string created_at;
   std::string updated_at;
+  std::string root_span_id;  // the order request's span
 };
 
 struct ClaimRequest {
@@ -60,6 +61,7 @@ struct ClaimRequest {
   std::string saga_name;
   std::string owner;
   std::string trace_id;
+  std::string root_span_id;
 };
 
 struct Claim {
@@ -118,8 +120,12 @@ class ParentStore {
   // Admin: a tenant's sagas, newest first; `status` "" for all, `stuck_only` to filter.
   std::vector<SagaRow> List(const std::string& tenant_id, const std::string& status,
                             bool stuck_only, int limit);
-  // Garbage collection: deletes up to `batch` finished keys past their retention.
+  // Garbage collection: deletes up to `batch` finished keys past their retention, with
+  // their traces' spans.
   long long DeleteExpired(int batch);
+  // Deletes up to `batch` spans that no key accounts for (a refused request's, or a caller's
+  // trace whose orders are gone) once they are older than the retention.
+  long long DeleteUnownedSpans(int batch);
 
   struct Counts {
     long long running = 0;

@@ -43,7 +43,9 @@ saga::StepResult MapOutcome(const HttpExchange& x) {
   auto body = nlohmann::json::parse(x.body, nullptr, false);
   if (x.status >= 200 && x.status < 300) {
     if (body.is_discarded()) return StepResult::InDoubt("2xx with a body that is not JSON");
-    return StepResult::Succeeded(std::move(body), x.replayed);
+    auto ok = StepResult::Succeeded(std::move(body), x.replayed);
+    ok.http_status = x.status;
+    return ok;
   }
   auto [code, message] = ErrorOf(body);
   if ((x.status == 409 && code == "idempotency_key_in_progress") || x.status == 429 ||

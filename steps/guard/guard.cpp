@@ -50,8 +50,10 @@ constexpr const char* kDeleteExpired = R"sql(
 // nothing. Anything else (including an in-doubt commit) goes to the caller.
 constexpr int kRaceAttempts = 3;
 
-Response Json(int status, const std::string& code, const std::string& message) {
-  return Response{status, common::http::ErrorBody(code, message), "application/json", false};
+Response Json(int status, const std::string& code, const std::string& message,
+              const char* outcome) {
+  return Response{status, common::http::ErrorBody(code, message), "application/json", false,
+                  outcome};
 }
 
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
@@ -60,13 +62,15 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
   const auto& row = rows[0];
   auto status = row[0].as<std::string>();
-  Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false};
+  Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
+                  "cancelled"};
   if (status == "tombstone") return stored;  // compensated before it arrived: refuse
   if (row[1].as<std::string>() != hash) {
     return Json(kKeyReusedStatus, "idempotency_key_reused",
-                "this Idempotency-Key was used with a different request");
+                "this Idempotency-Key was used with a different request", "mismatch");
   }
   stored.replayed = true;
+  stored.outcome = "replayed";
   return stored;
 }
 
@@ -90,14 +94,23 @@ std::string Fingerprint(const Request& req) {
   return common::Sha256Hex(req.method + "\n" + req.path + "\n" + req.body.dump());
 }
 
+common::trace::Span Guard::StartSpan(const std::string& name, const Request& req) const {
+  if (tracer_ == nullptr || !req.trace.valid()) return {};
+  auto span = tracer_->Start(name, req.trace);
+  span.Set("tenant", req.tenant_id).Set("idempotency_key", req.key);
+  return span;
+}
+
 template <typename Body>
-Response Guard::InTransaction(const Body& body) {
+Response Guard::InTransaction(const Request& req, const Body& body) {
   for (int attempt = 1;; ++attempt) {
     try {
       return pool_.With([&](pqxx::connection& conn) {
         pqxx::work tx(conn);
         Response res = body(tx);
-        tx.commit();  // no-op if `body` already answered without claiming
+        auto commit = StartSpan("guard commit", req);
+        tx.commit();  // a read-only commit when `body` answered from what was stored
+        commit.Set("outcome", res.outcome).Ok();
         return res;
       });
     } catch (const pqxx::transaction_rollback&) {
@@ -105,17 +118,34 @@ Response Guard::InTransaction(const Body& body) {
     } catch (const pqxx::sql_error& e) {
       if (!IsLockTimeout(e)) throw;
       return Json(kInProgressStatus, "idempotency_key_in_progress",
-                  "a request with this Idempotency-Key is still being processed; retry later");
+                  "a request with this Idempotency-Key is still being processed; retry later",
+                  "in_progress");
     }
   }
 }
 
 Response Guard::Run(const Request& req, const Effect& effect) {
   const std::string hash = Fingerprint(req);
-  return InTransaction([&](pqxx::work& tx) {
-    if (auto answered = ClaimOrReplay(tx, req, hash)) return *answered;
+  return InTransaction(req, [&](pqxx::work& tx) {
+    auto claim = StartSpan("guard claim", req);
+    if (auto answered = ClaimOrReplay(tx, req, hash)) {
+      claim.Set("outcome", answered->outcome);
+      if (answered->outcome == "mismatch") claim.Error("key reused with another request");
+      return *answered;
+    }
+    claim.Set("outcome", std::string("claimed")).Ok();
+    claim.End();
+    auto effect_span = StartSpan("business effect", req);
     Response res = effect(tx);
     res.replayed = false;
+    res.outcome = "applied";
+    effect_span.Set("http.status_code", static_cast<long long>(res.status));
+    if (res.status >= 400) {
+      effect_span.Error("refused (stored and replayed)");
+    } else {
+      effect_span.Ok();
+    }
+    effect_span.End();
     Store(tx, req, res);
     return res;
   });
@@ -123,8 +153,16 @@ Response Guard::Run(const Request& req, const Effect& effect) {
 
 Response Guard::Compensate(const Request& req, const std::string& action_key, const Undo& undo) {
   const std::string hash = Fingerprint(req);
-  return InTransaction([&](pqxx::work& tx) {
-    if (auto answered = ClaimOrReplay(tx, req, hash)) return *answered;
+  return InTransaction(req, [&](pqxx::work& tx) {
+    auto claim = StartSpan("guard claim", req);
+    if (auto answered = ClaimOrReplay(tx, req, hash)) {
+      claim.Set("outcome", answered->outcome);
+      return *answered;
+    }
+    claim.Set("outcome", std::string("claimed")).Ok();
+    claim.End();
+    auto undo_span = StartSpan("compensation effect", req);
+    undo_span.Set("action_key", action_key).Set("compensation", true);
     nlohmann::json body = {{"action_key", action_key}};
     std::string refusal = common::http::ErrorBody(
         "cancelled", "this step was compensated before it arrived; it will not be applied");
@@ -150,7 +188,9 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
         if (detail.is_object()) body.update(detail);
       }
     }
-    Response res{200, body.dump(), "application/json", false};
+    undo_span.Set("undo.outcome", body["outcome"].get<std::string>()).Ok();
+    undo_span.End();
+    Response res{200, body.dump(), "application/json", false, "applied"};
     Store(tx, req, res);
     return res;
   });

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "common/pg/pool.hpp"
+#include "common/trace/span.hpp"
 
 namespace steps::guard {
 
@@ -30,7 +31,8 @@ struct Request {
   std::string key;
   std::string method;
   std::string path;
-  nlohmann::json body;  // parsed and validated at the route
+  nlohmann::json body;               // parsed and validated at the route
+  common::trace::SpanContext trace;  // the request's span: parent of the guard's spans
 };
 
 struct Response {
@@ -38,6 +40,8 @@ struct Response {
   std::string body;
   std::string content_type = "application/json";
   bool replayed = false;  // answered from the stored response; send Idempotent-Replayed: true
+  // applied | replayed | mismatch | cancelled (tombstone) | in_progress: for spans and logs.
+  std::string outcome;
 };
 
 // The stored answer of the action a compensation undoes.
@@ -61,7 +65,9 @@ class Guard {
   // Undoes a successful action inside `tx`; returns details for the compensation's answer.
   using Undo = std::function<nlohmann::json(pqxx::work& tx, const ActionRecord& action)>;
 
-  explicit Guard(common::pg::Pool& pool) : pool_(pool) {}
+  // `tracer` may be null (no spans).
+  explicit Guard(common::pg::Pool& pool, const common::trace::Tracer* tracer = nullptr)
+      : pool_(pool), tracer_(tracer) {}
 
   // Runs `effect` at most once for (tenant, key). Throws on transient failure (database
   // unavailable or broken mid-way): nothing is stored and a retry with the key runs again.
@@ -78,9 +84,11 @@ class Guard {
 
  private:
   template <typename Body>
-  Response InTransaction(const Body& body);
+  Response InTransaction(const Request& req, const Body& body);
+  common::trace::Span StartSpan(const std::string& name, const Request& req) const;
 
   common::pg::Pool& pool_;
+  const common::trace::Tracer* tracer_;
 };
 
 }  // namespace steps::guard

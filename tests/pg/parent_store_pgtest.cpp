@@ -22,8 +22,14 @@ class ParentStoreTest : public ::testing::Test {
   }
   ClaimRequest Req(std::string key, std::string owner = "owner-a", std::string body = "1",
                    std::string tenant = "demo") {
-    return {tenant,        key,   common::Sha256Hex(body), {{"n", body}},
-            "place_order", owner, std::string(32, 'a')};
+    // Each key its own trace, as when no caller sends a traceparent.
+    return {tenant,
+            key,
+            common::Sha256Hex(body),
+            {{"n", body}},
+            "place_order",
+            owner,
+            common::Sha256Hex(tenant + key).substr(0, 32)};
   }
   void ExpireLease(const std::string& key) {
     db_.Exec(
@@ -194,10 +200,51 @@ TEST_F(ParentStoreTest, GarbageCollectionDeletesOnlyFinishedKeysPastRetention) {
   db_.Exec(
       "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' "
       "WHERE idempotency_key LIKE 'old-%'");
+  auto span_of = [&](const std::string& key) {
+    db_.Exec(
+        "INSERT INTO spans (trace_id, span_id, service, name, kind, start_unix_nano, "
+        "end_unix_nano, status) SELECT trace_id, substr(md5(idempotency_key), 1, 16), "
+        "'orchestrator', 'x', 1, 0, 1, 'ok' FROM idempotency_keys "
+        "WHERE idempotency_key = $1",
+        key);
+  };
+  span_of("old-done");
+  span_of("new-done");
   EXPECT_EQ(store_.DeleteExpired(1000), 1);
   EXPECT_FALSE(store_.Get("demo", "old-done").has_value());
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM spans"), 1);  // the old key's trace went with it
   EXPECT_TRUE(store_.Get("demo", "new-done").has_value());
   EXPECT_TRUE(store_.Get("demo", "old-running").has_value());  // never while running
+}
+
+TEST_F(ParentStoreTest, ATraceSharedWithAnotherKeyKeepsItsSpans) {
+  auto shared = Req("old-done");
+  auto other = Req("other");
+  other.trace_id = shared.trace_id;  // a caller sent one traceparent for both orders
+  auto c = store_.ClaimKey(shared);
+  store_.ClaimKey(other);
+  store_.Finish(c.lease, true, 201, "{}", nlohmann::json::array());
+  db_.Exec(
+      "INSERT INTO spans (trace_id, span_id, service, name, kind, start_unix_nano, "
+      "end_unix_nano, status) VALUES ($1, repeat('3', 16), 'orchestrator', 'x', 1, 0, 1, "
+      "'ok')",
+      shared.trace_id);
+  db_.Exec(
+      "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' "
+      "WHERE idempotency_key = 'old-done'");
+  EXPECT_EQ(store_.DeleteExpired(1000), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM spans"), 1);
+}
+
+TEST_F(ParentStoreTest, SpansNoKeyAccountsForAreDeletedAfterTheRetention) {
+  db_.Exec(
+      "INSERT INTO spans (trace_id, span_id, service, name, kind, start_unix_nano, "
+      "end_unix_nano, status, received_at) VALUES "
+      "(repeat('a', 32), repeat('1', 16), 'orchestrator', 'refused', 2, 0, 1, 'error', "
+      " now() - interval '25 hours'), "
+      "(repeat('b', 32), repeat('2', 16), 'orchestrator', 'recent', 2, 0, 1, 'error', now())");
+  EXPECT_EQ(store_.DeleteUnownedSpans(1000), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM spans WHERE name = 'recent'"), 1);
 }
 
 }  // namespace

@@ -5,7 +5,11 @@
 // at once (no sleeping). Call() sends one request the way callers of our services do.
 #pragma once
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,13 +18,23 @@
 
 namespace test_support {
 
+// Serving<T>(AtPort{p}, args...) binds a given port instead (one chosen with FreePort()).
+struct AtPort {
+  int port;
+};
+
+// A loopback port that was free a moment ago.
+int FreePort();
+
 template <typename T>
 class Serving {
  public:
   template <typename... Args>
-  explicit Serving(Args&&... args)
+  explicit Serving(Args&&... args) : Serving(AtPort{0}, std::forward<Args>(args)...) {}
+  template <typename... Args>
+  explicit Serving(AtPort at, Args&&... args)
       : service(std::forward<Args>(args)...),
-        port(service.Bind("127.0.0.1", 0)),
+        port(service.Bind("127.0.0.1", at.port)),
         thread([this] { service.Serve(); }) {}
   ~Serving() {
     service.Stop();
@@ -61,6 +75,18 @@ inline std::string ErrorCode(const httplib::Result& r) {
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.contains("error")) return "<not an error body: " + r->body + ">";
   return j["error"]["code"].get<std::string>();
+}
+
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace test_support

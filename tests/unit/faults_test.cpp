@@ -37,6 +37,14 @@ TEST(FaultSettings, RejectsOutOfRangeWrongTypeAndUnknownFields) {
   }
 }
 
+TEST(Faults, FailNextFailsExactlyThatManyRequests) {
+  services_mock::Faults faults({.fail_next = 2});
+  EXPECT_TRUE(faults.ShouldFail());
+  EXPECT_TRUE(faults.ShouldFail());
+  EXPECT_FALSE(faults.ShouldFail());
+  EXPECT_EQ(faults.Get().fail_next, 0);
+}
+
 TEST(Faults, RateOneAlwaysFiresAndRateZeroNever) {
   services_mock::Faults faults({.error_rate = 1, .drop_after_commit_rate = 0});
   for (int i = 0; i < 100; ++i) {

@@ -1,0 +1,87 @@
+#include "common/trace/exporter.hpp"
+
+#include <httplib.h>
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.hpp"
+#include "common/trace/otlp.hpp"
+
+namespace common::trace {
+
+Exporter::Exporter(Sink sink, Options options)
+    : sink_(std::move(sink)), options_(options), timer_(io_) {
+  Arm();
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+Exporter::~Exporter() {
+  boost::asio::post(io_, [this] {
+    timer_.cancel();
+    io_.stop();
+  });
+  thread_.join();
+  Flush();  // what is left, once
+}
+
+void Exporter::Enqueue(SpanData span) {
+  std::lock_guard lock(queue_mutex_);
+  if (queue_.size() >= options_.max_queue) {
+    ++dropped_;
+    return;
+  }
+  queue_.push_back(std::move(span));
+}
+
+void Exporter::Arm() {
+  timer_.expires_after(options_.flush_interval);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    Drain();
+    Arm();
+  });
+}
+
+void Exporter::Flush() { Drain(); }
+
+void Exporter::Drain() {
+  std::lock_guard export_lock(export_mutex_);
+  for (;;) {
+    std::vector<SpanData> batch;
+    {
+      std::lock_guard lock(queue_mutex_);
+      while (!queue_.empty() && batch.size() < options_.max_batch) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    if (batch.empty()) return;
+    bool ok = false;
+    try {
+      ok = sink_(batch);
+    } catch (const std::exception& e) {
+      Log("span_export_failed", {{"spans", std::to_string(batch.size())}, {"error", e.what()}});
+    }
+    (ok ? exported_ : failed_) += static_cast<long long>(batch.size());
+  }
+}
+
+Exporter::Sink Exporter::OtlpHttp(const std::string& url, const std::string& bearer_token) {
+  auto scheme_end = url.find("://");
+  auto path_start = url.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
+  std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);
+  std::string path = path_start == std::string::npos ? "/v1/traces" : url.substr(path_start);
+  // Used by one thread at a time (the exporter serialises its sink).
+  auto client = std::make_shared<httplib::Client>(base);
+  client->set_keep_alive(true);
+  client->set_connection_timeout(1);
+  client->set_read_timeout(3);
+  return [client, path, bearer_token](const std::vector<SpanData>& spans) {
+    httplib::Headers headers;
+    if (!bearer_token.empty()) headers.emplace("Authorization", "Bearer " + bearer_token);
+    auto r = client->Post(path.c_str(), headers, EncodeOtlp(spans).dump(), "application/json");
+    return r && r->status / 100 == 2;
+  };
+}
+
+}  // namespace common::trace

@@ -1,0 +1,66 @@
+// Exports finished spans in batches from a background thread (a Boost.Asio timer), off the
+// request path. The queue is bounded: when it is full a span is dropped and counted, and the
+// request that made it never waits. A batch its sink refuses is dropped and counted too
+// (tracing must not grow memory while a collector is down).
+//
+// Thread-safe. The sink runs on one thread at a time.
+//   Exporter exporter(Exporter::OtlpHttp("http://127.0.0.1:8080/v1/traces", token), {});
+//   Tracer tracer("inventory", &exporter);
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/trace/span.hpp"
+
+namespace common::trace {
+
+class Exporter {
+ public:
+  // Delivers one batch; throws (or returns false) when it could not.
+  using Sink = std::function<bool(const std::vector<SpanData>&)>;
+
+  struct Options {
+    size_t max_queue = 10000;  // spans; ~10 s of a busy service's spans
+    size_t max_batch = 200;    // spans per delivery (an OTLP body of ~150 KiB)
+    std::chrono::milliseconds flush_interval{200};
+  };
+
+  Exporter(Sink sink, Options options);
+  ~Exporter();
+
+  void Enqueue(SpanData span);
+  // Delivers everything queued now, on the calling thread.
+  void Flush();
+
+  long long dropped() const { return dropped_; }
+  long long failed() const { return failed_; }
+  long long exported() const { return exported_; }
+
+  // POSTs OTLP/HTTP JSON to `url` (http://host:port/v1/traces) with a bearer token.
+  static Sink OtlpHttp(const std::string& url, const std::string& bearer_token);
+
+ private:
+  void Arm();
+  void Drain();
+
+  Sink sink_;
+  Options options_;
+  std::mutex queue_mutex_;
+  std::deque<SpanData> queue_;
+  std::mutex export_mutex_;
+  std::atomic<long long> dropped_{0}, failed_{0}, exported_{0};
+  boost::asio::io_context io_;
+  boost::asio::steady_timer timer_;
+  std::thread thread_;
+};
+
+}  // namespace common::trace

@@ -1,0 +1,290 @@
+// Traces of the whole flow: the participants export OTLP/HTTP JSON to the orchestrator's
+// intake, which stores them with its own spans; the API returns one tree per order. The page
+// test loads /ui/ in headless Chromium.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/crypto.hpp"
+#include "common/process.hpp"
+#include "orchestrator/orchestrator.hpp"
+#include "services_mock/service.hpp"
+#include "tests/support/pg_harness.hpp"
+#include "tests/support/serving.hpp"
+
+namespace {
+
+using orchestrator::Orchestrator;
+using services_mock::ParticipantKind;
+using services_mock::ParticipantService;
+using test_support::AtPort;
+using test_support::Call;
+using test_support::Post;
+using test_support::ScratchDatabase;
+using test_support::Serving;
+
+constexpr const char* kOrder =
+    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})";
+constexpr const char* kDeclined =
+    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_declined"})";
+
+Call Order(std::string key, std::string body = kOrder) {
+  return Call{
+      .key = std::move(key), .body = std::move(body), .tenant = "", .token = "dev-key-demo"};
+}
+
+class TracesTest : public ::testing::Test {
+ protected:
+  TracesTest() : orch_db_("orchestrator"), inv_db_("inventory"), pay_db_("payment") {}
+
+  void SetUp() override { Start({}); }
+
+  void Start(common::trace::Exporter::Options exporter) {
+    payment_.reset();
+    inventory_.reset();
+    orch_.reset();
+    int inventory_port = test_support::FreePort(), payment_port = test_support::FreePort();
+    orchestrator::OrchestratorOptions o;
+    o.database_url = orch_db_.url();
+    o.inventory_url = "http://127.0.0.1:" + std::to_string(inventory_port);
+    o.payment_url = "http://127.0.0.1:" + std::to_string(payment_port);
+    o.retry = {.max_attempts = 4,
+               .initial_backoff = std::chrono::milliseconds(5),
+               .max_backoff = std::chrono::milliseconds(20)};
+    o.exporter = exporter;
+    // Each service holds the others' idle connections; a stop waits that long for them.
+    o.limits.keep_alive_timeout_s = 1;
+    orch_ = std::make_unique<Serving<Orchestrator>>(o);
+    orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+    orch_->service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
+    services_mock::ParticipantOptions p{.otlp_endpoint = orch_->Url() + "/v1/traces"};
+    p.limits.keep_alive_timeout_s = 1;
+    inventory_ = std::make_unique<Serving<ParticipantService>>(
+        AtPort{inventory_port}, ParticipantKind::kInventory, inv_db_.url(), p);
+    payment_ = std::make_unique<Serving<ParticipantService>>(
+        AtPort{payment_port}, ParticipantKind::kPayment, pay_db_.url(), p);
+    client_ = std::make_unique<httplib::Client>(orch_->Client());
+  }
+
+  nlohmann::json Trace(const std::string& key, const std::string& api_key = "dev-key-demo") {
+    auto r = client_->Get(("/v1/orders/" + key + "/trace").c_str(),
+                          {{"Authorization", "Bearer " + api_key}});
+    if (!r || r->status != 200) return nullptr;
+    return nlohmann::json::parse(r->body);
+  }
+
+  ScratchDatabase orch_db_, inv_db_, pay_db_;
+  std::unique_ptr<Serving<Orchestrator>> orch_;
+  std::unique_ptr<Serving<ParticipantService>> inventory_, payment_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+std::vector<nlohmann::json> Named(const nlohmann::json& trace, const std::string& name) {
+  std::vector<nlohmann::json> out;
+  for (const auto& s : trace["spans"]) {
+    if (s["name"] == name) out.push_back(s);
+  }
+  return out;
+}
+
+std::map<std::string, nlohmann::json> ById(const nlohmann::json& trace) {
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& s : trace["spans"]) out[s["span_id"]] = s;
+  return out;
+}
+
+TEST_F(TracesTest, OneOrderIsOneTreeAcrossTheThreeServices) {
+  auto r = Post(*client_, "/v1/orders", Order("t-1"));
+  ASSERT_EQ(r->status, 201);
+  auto trace = Trace("t-1");
+  ASSERT_FALSE(trace.is_null());
+  EXPECT_TRUE(trace["complete"].get<bool>()) << trace.dump();
+  std::string trace_id = nlohmann::json::parse(r->body)["trace_id"];
+  EXPECT_EQ(trace["trace_id"], trace_id);
+  EXPECT_EQ(r->get_header_value("traceparent").substr(3, 32), trace_id);
+
+  auto by_id = ById(trace);
+  std::set<std::string> services;
+  int roots = 0;
+  for (const auto& s : trace["spans"]) {
+    EXPECT_EQ(s["trace_id"], trace_id);
+    services.insert(s["service"]);
+    if (s["parent_span_id"].is_null()) {
+      ++roots;
+      EXPECT_EQ(s["name"], "POST /v1/orders");
+    } else {
+      EXPECT_TRUE(by_id.count(s["parent_span_id"])) << "orphan span " << s.dump();
+    }
+    EXPECT_EQ(s["attributes"]["tenant"], "demo") << s.dump();
+  }
+  EXPECT_EQ(roots, 1);
+  EXPECT_EQ(services, (std::set<std::string>{"orchestrator", "inventory", "payment"}));
+  for (const char* name : {"saga place_order", "step inventory", "step payment",
+                           "inventory attempt", "payment attempt", "POST /v1/reservations",
+                           "POST /v1/charges", "guard claim", "business effect", "guard commit"}) {
+    EXPECT_FALSE(Named(trace, name).empty()) << name;
+  }
+  // A participant's request span hangs under the step attempt that called it.
+  auto charge = Named(trace, "POST /v1/charges").at(0);
+  auto attempt = by_id[charge["parent_span_id"]];
+  EXPECT_EQ(attempt["name"], "payment attempt");
+  EXPECT_EQ(attempt["attributes"]["derived_key"], "t-1-payment");
+  EXPECT_EQ(attempt["attributes"]["attempt"], 1);
+  EXPECT_EQ(attempt["attributes"]["outcome"], "succeeded");
+  EXPECT_EQ(attempt["attributes"]["http.status_code"], 201);
+  EXPECT_EQ(charge["attributes"]["guard.outcome"], "applied");
+  EXPECT_EQ(Named(trace, "business effect").size(), 2u);
+}
+
+TEST_F(TracesTest, ACallersTraceIsContinued) {
+  const std::string caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  auto call = Order("t-2");
+  call.extra = {{"traceparent", "00-" + caller_trace + "-00f067aa0ba902b7-01"}};
+  auto r = Post(*client_, "/v1/orders", call);
+  ASSERT_EQ(r->status, 201);
+  EXPECT_EQ(nlohmann::json::parse(r->body)["trace_id"], caller_trace);
+  auto trace = Trace("t-2");
+  auto root = Named(trace, "POST /v1/orders").at(0);
+  EXPECT_EQ(root["parent_span_id"], "00f067aa0ba902b7");
+}
+
+TEST_F(TracesTest, ADeclinedOrderShowsMarkedCompensationSpans) {
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("t-3", kDeclined))->status, 402);
+  auto trace = Trace("t-3");
+  ASSERT_TRUE(trace["complete"].get<bool>());
+  auto by_id = ById(trace);
+  auto payment_attempt = Named(trace, "payment attempt").at(0);
+  EXPECT_EQ(payment_attempt["status"], "error");
+  EXPECT_EQ(payment_attempt["attributes"]["http.status_code"], 402);
+  auto compensate = Named(trace, "compensate inventory");
+  ASSERT_EQ(compensate.size(), 1u);
+  EXPECT_EQ(compensate[0]["attributes"]["compensation"], true);
+  EXPECT_EQ(compensate[0]["attributes"]["derived_key"], "t-3-inventory-compensate");
+  auto release = Named(trace, "POST /v1/reservations/release").at(0);
+  EXPECT_EQ(by_id[release["parent_span_id"]]["name"], "inventory compensation attempt");
+  auto undo = Named(trace, "compensation effect").at(0);
+  EXPECT_EQ(undo["attributes"]["undo.outcome"], "undone");
+  EXPECT_EQ(Named(trace, "saga place_order").at(0)["status"], "error");
+}
+
+TEST_F(TracesTest, ARetriedStepHasOneAttemptSpanPerTryUnderOneStep) {
+  payment_->service.faults().Set({.fail_next = 2});
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("t-4"))->status, 201);
+  auto trace = Trace("t-4");
+  auto step = Named(trace, "step payment");
+  ASSERT_EQ(step.size(), 1u);
+  auto attempts = Named(trace, "payment attempt");
+  ASSERT_EQ(attempts.size(), 3u);
+  std::map<long long, std::string> status_by_attempt;
+  for (const auto& a : attempts) {
+    EXPECT_EQ(a["parent_span_id"], step[0]["span_id"]);
+    EXPECT_EQ(a["attributes"]["derived_key"], "t-4-payment");  // the same key every time
+    status_by_attempt[a["attributes"]["attempt"]] = a["status"];
+  }
+  EXPECT_EQ(status_by_attempt,
+            (std::map<long long, std::string>{{1, "error"}, {2, "error"}, {3, "ok"}}));
+  EXPECT_EQ(step[0]["attributes"]["attempts"], 3);
+}
+
+TEST_F(TracesTest, AReplayedRequestShowsInItsOwnRequestSpan) {
+  Post(*client_, "/v1/orders", Order("t-5"));
+  auto replay = Post(*client_, "/v1/orders", Order("t-5"));
+  ASSERT_EQ(replay->get_header_value("Idempotent-Replayed"), "true");
+  auto trace = Trace("t-5");
+  auto requests = Named(trace, "POST /v1/orders");
+  ASSERT_EQ(requests.size(), 2u);
+  int replays = 0;
+  for (const auto& r : requests) {
+    if (r["attributes"].value("replayed", false)) {
+      ++replays;
+      EXPECT_EQ(r["attributes"]["idempotency.outcome"], "replayed");
+    }
+  }
+  EXPECT_EQ(replays, 1);
+  EXPECT_EQ(Named(trace, "saga place_order").size(), 1u);  // nothing ran again
+}
+
+TEST_F(TracesTest, AnotherTenantCannotReadTheTrace) {
+  Post(*client_, "/v1/orders", Order("t-6"));
+  EXPECT_TRUE(Trace("t-6", "dev-key-acme").is_null());
+  auto r = client_->Get("/v1/orders/t-6/trace", {{"Authorization", "Bearer dev-key-acme"}});
+  EXPECT_EQ(r->status, 404);
+}
+
+TEST_F(TracesTest, TheIntakeWantsTheServiceTokenAndOtlp) {
+  EXPECT_EQ(client_->Post("/v1/traces", R"({"resourceSpans":[]})", "application/json")->status,
+            401);
+  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  EXPECT_EQ(client_->Post("/v1/traces", auth, R"({"spans":[]})", "application/json")->status, 400);
+  EXPECT_EQ(
+      client_->Post("/v1/traces", auth, R"({"resourceSpans":[]})", "application/json")->status,
+      200);
+}
+
+TEST_F(TracesTest, AFullExportQueueDropsSpansAndRequestsStillSucceed) {
+  Start({.max_queue = 2, .max_batch = 1, .flush_interval = std::chrono::hours(1)});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Post(*client_, "/v1/orders", Order("q-" + std::to_string(i)))->status, 201);
+  }
+  EXPECT_GT(orch_->service.exporter().dropped(), 0);
+}
+
+// The trace page in a real browser: every span drawn, the compensation marked.
+TEST_F(TracesTest, ThePageDrawsTheWholeWaterfallOfADeclinedOrder) {
+  std::string chromium;
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (std::filesystem::exists(c)) chromium = c;
+  }
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (.ci/run installs it)";
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("page-1", kDeclined))->status, 402);
+  auto trace = Trace("page-1");
+  ASSERT_TRUE(trace["complete"].get<bool>());
+  size_t spans = trace["spans"].size();
+
+  std::string profile =
+      std::filesystem::temp_directory_path() / ("idemsaga-chromium-" + common::RandomHex(4));
+  std::string url = orch_->Url() + "/ui/#key=dev-key-demo&order=page-1";
+  std::vector<std::string> flags = {chromium,
+                                    "--headless",
+                                    "--no-sandbox",
+                                    "--disable-gpu",
+                                    "--disable-background-networking",
+                                    "--no-first-run",
+                                    "--disable-component-update",
+                                    "--disable-sync",
+                                    "--user-data-dir=" + profile,
+                                    "--window-size=1400,900",
+                                    "--virtual-time-budget=5000"};
+  auto dom_args = flags;
+  dom_args.push_back("--dump-dom");
+  dom_args.push_back(url);
+  std::string dom = common::ReadProgramOutput(dom_args);
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = dom.find(needle); at != std::string::npos; at = dom.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_NE(dom.find("data-loaded=\"page-1\""), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_EQ(count("class=\"span-row"), spans);
+  EXPECT_EQ(count("class=\"span-row compensation"), 3u);  // step, attempt, participant's undo
+  EXPECT_GE(count("class=\"span-row error"), 2u);         // the declined payment
+  EXPECT_NE(dom.find("svc-inventory"), std::string::npos);
+  EXPECT_NE(dom.find("svc-payment"), std::string::npos);
+
+  // A screenshot for people to look at: build/<preset>/test-artifacts/trace-page.png.
+  std::filesystem::create_directories("test-artifacts");
+  auto shot_args = flags;
+  shot_args.push_back("--screenshot=" +
+                      (std::filesystem::current_path() / "test-artifacts/trace-page.png").string());
+  shot_args.push_back(url);
+  EXPECT_EQ(common::RunProgram(shot_args, profile + ".log"), 0);
+  EXPECT_TRUE(std::filesystem::exists("test-artifacts/trace-page.png"));
+  std::filesystem::remove_all(profile);
+  std::filesystem::remove(profile + ".log");
+}
+
+}  // namespace

@@ -1,0 +1,191 @@
+// W3C traceparent, OTLP JSON, the exporter's bounded queue and the terminal waterfall.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "common/trace/exporter.hpp"
+#include "common/trace/otlp.hpp"
+#include "common/trace/trace_context.hpp"
+#include "orchestrator/http/trace_view.hpp"
+
+namespace {
+
+using namespace common::trace;
+
+const std::string kTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
+const std::string kSpan = "00f067aa0ba902b7";
+
+TEST(Traceparent, ParsesTheSpecExample) {
+  auto tp = ParseTraceparent("00-" + kTrace + "-" + kSpan + "-01");
+  ASSERT_TRUE(tp);
+  EXPECT_EQ(tp->trace_id, kTrace);
+  EXPECT_EQ(tp->parent_id, kSpan);
+  EXPECT_TRUE(tp->sampled);
+  EXPECT_FALSE(ParseTraceparent("00-" + kTrace + "-" + kSpan + "-00")->sampled);
+}
+
+TEST(Traceparent, FormatsWhatItParses) {
+  std::string h = FormatTraceparent(kTrace, kSpan);
+  EXPECT_EQ(h, "00-" + kTrace + "-" + kSpan + "-01");
+  EXPECT_EQ(ParseTraceparent(h)->trace_id, kTrace);
+}
+
+TEST(Traceparent, RejectsWhatTheSpecSaysToIgnore) {
+  for (const std::string& bad : std::vector<std::string>{
+           "ff-" + kTrace + "-" + kSpan + "-01",                    // version ff is invalid
+           "00-" + std::string(32, '0') + "-" + kSpan + "-01",      // all-zero trace id
+           "00-" + kTrace + "-" + std::string(16, '0') + "-01",     // all-zero parent id
+           "00-" + kTrace.substr(1) + "-" + kSpan + "-01",          // short trace id
+           "00-" + kTrace + "-" + kSpan + "0-01",                   // long parent id
+           "00-4BF92F3577B34DA6A3CE929D0E0E4736-" + kSpan + "-01",  // upper case
+           "00-" + kTrace + "-" + kSpan + "-01-extra",              // version 00 has 4 fields
+           "0g-" + kTrace + "-" + kSpan + "-01",                    // version not hex
+           "00-" + kTrace + "-" + kSpan + "-zz",                    // flags not hex
+           "", "00", "garbage"}) {
+    EXPECT_FALSE(ParseTraceparent(bad)) << bad;
+  }
+}
+
+TEST(Traceparent, AcceptsALaterVersionWithMoreFields) {
+  auto tp = ParseTraceparent("01-" + kTrace + "-" + kSpan + "-01-what-ever");
+  ASSERT_TRUE(tp);
+  EXPECT_EQ(tp->trace_id, kTrace);
+}
+
+TEST(Traceparent, NewIdsAreValidAndDistinct) {
+  EXPECT_TRUE(IsHexId(NewTraceId(), 32));
+  EXPECT_TRUE(IsHexId(NewSpanId(), 16));
+  EXPECT_NE(NewTraceId(), NewTraceId());
+}
+
+SpanData Sample(std::string service, std::string span_id, std::string parent) {
+  SpanData s;
+  s.trace_id = kTrace;
+  s.span_id = std::move(span_id);
+  s.parent_span_id = std::move(parent);
+  s.service = std::move(service);
+  s.name = "POST /v1/charges";
+  s.kind = SpanKind::kServer;
+  s.start_unix_nano = 1700000000000000000LL;
+  s.end_unix_nano = 1700000000005000000LL;
+  s.status = SpanStatus::kError;
+  s.status_message = "declined";
+  s.attributes = {{"tenant", std::string("demo")}, {"attempt", 3LL}, {"replayed", true}};
+  return s;
+}
+
+TEST(Otlp, RoundTripsEveryField) {
+  std::vector<SpanData> spans = {Sample("payment", kSpan, ""),
+                                 Sample("orchestrator", "1111111111111111", kSpan)};
+  auto json = EncodeOtlp(spans);
+  // The OTLP JSON encoding: hex ids, 64-bit integers as strings, one resource per service.
+  EXPECT_EQ(json["resourceSpans"].size(), 2u);
+  auto first = json["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+  EXPECT_TRUE(first["startTimeUnixNano"].is_string());
+  std::string error;
+  auto decoded = DecodeOtlp(nlohmann::json::parse(json.dump()), error);
+  ASSERT_TRUE(decoded) << error;
+  ASSERT_EQ(decoded->size(), 2u);
+  for (const auto& original : spans) {
+    auto it = std::find_if(decoded->begin(), decoded->end(),
+                           [&](const SpanData& d) { return d.span_id == original.span_id; });
+    ASSERT_NE(it, decoded->end());
+    EXPECT_EQ(it->trace_id, original.trace_id);
+    EXPECT_EQ(it->parent_span_id, original.parent_span_id);
+    EXPECT_EQ(it->service, original.service);
+    EXPECT_EQ(it->name, original.name);
+    EXPECT_EQ(it->kind, original.kind);
+    EXPECT_EQ(it->start_unix_nano, original.start_unix_nano);
+    EXPECT_EQ(it->end_unix_nano, original.end_unix_nano);
+    EXPECT_EQ(it->status, original.status);
+    EXPECT_EQ(it->status_message, original.status_message);
+    EXPECT_EQ(it->attributes, original.attributes);
+  }
+}
+
+TEST(Otlp, RefusesBadIdsAndThingsThatAreNotOtlp) {
+  std::string error;
+  EXPECT_FALSE(DecodeOtlp(nlohmann::json::object(), error));
+  auto bad = EncodeOtlp({Sample("payment", kSpan, "")});
+  bad["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "xyz";
+  EXPECT_FALSE(DecodeOtlp(bad, error));
+  EXPECT_FALSE(error.empty());
+}
+
+TEST(Exporter, AFullQueueDropsAndCountsInsteadOfWaiting) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> delivered{0};
+  {
+    Exporter exporter(
+        [&](const std::vector<SpanData>& batch) {
+          std::unique_lock lock(m);
+          cv.wait(lock, [&] { return release; });  // a collector that hangs
+          delivered += static_cast<int>(batch.size());
+          return true;
+        },
+        {.max_queue = 10, .max_batch = 5, .flush_interval = std::chrono::milliseconds(1)});
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 1000; ++i) exporter.Enqueue(Sample("payment", kSpan, ""));
+    // 1000 enqueues against a hung sink return at once.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+    EXPECT_GE(exporter.dropped(), 1000 - 10 - 5);
+    {
+      std::lock_guard lock(m);
+      release = true;
+    }
+    cv.notify_all();
+  }
+  EXPECT_GT(delivered, 0);
+}
+
+TEST(Exporter, DeliversInBatchesAndCountsFailures) {
+  std::vector<size_t> sizes;
+  Exporter exporter(
+      [&](const std::vector<SpanData>& batch) {
+        sizes.push_back(batch.size());
+        return sizes.size() != 2;  // the second delivery fails
+      },
+      {.max_queue = 100, .max_batch = 4, .flush_interval = std::chrono::hours(1)});
+  for (int i = 0; i < 10; ++i) exporter.Enqueue(Sample("payment", kSpan, ""));
+  exporter.Flush();
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 4, 2}));
+  EXPECT_EQ(exporter.exported(), 6);
+  EXPECT_EQ(exporter.failed(), 4);
+}
+
+TEST(Waterfall, DrawsTheTreeWithMarkersBarsAndCompensations) {
+  nlohmann::json trace = {
+      {"trace_id", kTrace},
+      {"idempotency_key", "A"},
+      {"order_status", "failed"},
+      {"complete", true},
+      {"spans",
+       {{{"span_id", "aaaaaaaaaaaaaaaa"},
+         {"parent_span_id", nullptr},
+         {"service", "orchestrator"},
+         {"name", "POST /v1/orders"},
+         {"start_time_unix_nano", 0},
+         {"end_time_unix_nano", 100},
+         {"status", "error"},
+         {"attributes", {{"http.status_code", 402}}}},
+        {{"span_id", "bbbbbbbbbbbbbbbb"},
+         {"parent_span_id", "aaaaaaaaaaaaaaaa"},
+         {"service", "orchestrator"},
+         {"name", "compensate inventory"},
+         {"start_time_unix_nano", 50},
+         {"end_time_unix_nano", 100},
+         {"status", "ok"},
+         {"attributes", {{"compensation", true}, {"derived_key", "A-inventory-compensate"}}}}}}};
+  std::string out = orchestrator::RenderWaterfall(trace, 20);
+  EXPECT_NE(out.find("POST /v1/orders [402]"), std::string::npos) << out;
+  EXPECT_NE(out.find("  \u21a9 compensate inventory [A-inventory-compensate]"), std::string::npos)
+      << out;
+
+  EXPECT_NE(out.find("\u2592\u2592\u2592"), std::string::npos) << "compensation bar";
+  EXPECT_NE(out.find("ERROR"), std::string::npos);
+}
+
+}  // namespace
