@@ -29,9 +29,11 @@ class Exporter {
   using Sink = std::function<bool(const std::vector<SpanData>&)>;
 
   struct Options {
-    size_t max_queue = 10000;  // spans; ~10 s of a busy service's spans
-    size_t max_batch = 200;    // spans per delivery (an OTLP body of ~150 KiB)
-    std::chrono::milliseconds flush_interval{200};
+        size_t max_queue = 20000;  // spans; several seconds of a busy service's spans
+    // Fewer, larger deliveries: each is one request and one commit at the intake. 500 spans
+    // make an OTLP body of ~350 KiB, within the intake's 4 MiB.
+    size_t max_batch = 500;
+    std::chrono::milliseconds flush_interval{500};
   };
 
   Exporter(Sink sink, Options options);
