@@ -23,11 +23,6 @@ void Send(const Answer& a, httplib::Response& res) {
   for (const auto& [k, v] : a.headers) res.set_header(k.c_str(), v);
 }
 
-void Unavailable(httplib::Response& res, const std::string& what) {
-  SetError(res, 503, "unavailable", what + "; retrying with the same key is safe");
-  res.set_header("Retry-After", "1");
-}
-
 nlohmann::json SagaView(const SagaRow& row) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : row.steps) {
@@ -60,7 +55,7 @@ std::string MakeOwnerId() {
   return std::string(host) + ":" + std::to_string(getpid()) + ":" + common::RandomHex(3);
 }
 
-Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factory)
+Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory& factory)
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
@@ -93,7 +88,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options, DefinitionFactory factor
       recovery_(store_, sagas_, options_.recovery),
       server_([this] {
         auto limits = options_.limits;
-        limits.large_bodies["/v1/traces"] = 4 * 1024 * 1024;  // OTLP batches
+        limits.large_bodies["/v1/traces"] = size_t{4} * 1024 * 1024;  // OTLP batches
         return limits;
       }()) {
   TraceRoutes();  // first: /v1/orders/{key}/trace must match before /v1/orders/{key}
@@ -218,20 +213,7 @@ std::optional<std::string> Orchestrator::Authenticate(const httplib::Request& re
 }
 
 void Orchestrator::Routes() {
-  server_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  server_.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    try {
-      pool_.With([](pqxx::connection& conn) {
-        pqxx::nontransaction tx(conn);
-        tx.exec("SELECT 1");
-      });
-      res.set_content(R"({"status":"ready"})", "application/json");
-    } catch (const std::exception&) {
-      Unavailable(res, "the database is not reachable");
-    }
-  });
+  common::http::AddHealthRoutes(server_, pool_);
 
   OrderRoute();
 

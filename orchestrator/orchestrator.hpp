@@ -58,7 +58,7 @@ inline constexpr size_t kMaxParentKeyLength = 200;
 class Orchestrator {
  public:
   // Serves the place_order saga unless `factory` says otherwise (tests, examples).
-  explicit Orchestrator(OrchestratorOptions options, DefinitionFactory factory = {});
+  explicit Orchestrator(OrchestratorOptions options, const DefinitionFactory& factory = {});
   ~Orchestrator();
 
   int Bind(const std::string& host, int port);

@@ -18,11 +18,6 @@ void DropConnection(httplib::Response& res) {
                            [](size_t, size_t, httplib::DataSink&) { return false; });
 }
 
-void Unavailable(httplib::Response& res, const std::string& why) {
-  SetError(res, 503, "unavailable", why + "; retrying with the same key is safe");
-  res.set_header("Retry-After", "1");
-}
-
 }  // namespace
 
 Participant::Participant(std::string service, common::pg::Pool& pool, Faults& faults,
@@ -55,7 +50,7 @@ void Participant::Guarded(
     if (auto problem = validate(*admitted); !problem.empty()) {
       SetError(res, 400, "invalid_request", problem);
     } else if (faults_.ShouldFail()) {
-      Unavailable(res, "injected fault");
+      common::http::SetUnavailable(res, "injected fault");
       span.Set("fault", std::string("error"));
     } else {
       try {
@@ -72,7 +67,7 @@ void Participant::Guarded(
                                                 {"tenant", admitted->tenant_id},
                                                 {"key", admitted->key},
                                                 {"error", e.what()}});
-        Unavailable(res, "the request could not be completed");
+        common::http::SetUnavailable(res, "the request could not be completed");
       }
     }
   }
@@ -165,20 +160,7 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
 }
 
 void Participant::AdminRoutes(common::http::Server& server) {
-  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  server.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    try {
-      pool_.With([](pqxx::connection& conn) {
-        pqxx::nontransaction tx(conn);
-        tx.exec("SELECT 1");
-      });
-      res.set_content(R"({"status":"ready"})", "application/json");
-    } catch (const std::exception&) {
-      Unavailable(res, "the database is not reachable");
-    }
-  });
+  common::http::AddHealthRoutes(server, pool_);
   server.Get("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
     res.set_content(ToJson(faults_.Get()).dump(), "application/json");

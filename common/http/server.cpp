@@ -96,7 +96,7 @@ StatusText TextFor(int status) {
 
 }  // namespace
 
-Server::Server(Limits limits) : limits_(limits) {
+Server::Server(Limits limits) : limits_(std::move(limits)) {
   size_t largest = limits_.max_body_bytes;
   for (const auto& [path, bytes] : limits_.large_bodies) largest = std::max(largest, bytes);
   set_payload_max_length(largest);  // per-route limits are checked below and at parse
@@ -148,7 +148,7 @@ Server::Server(Limits limits) : limits_(limits) {
     std::string what = "unknown";
     bool outage = false;
     try {
-      std::rethrow_exception(ep);
+      std::rethrow_exception(std::move(ep));
     } catch (const pg::PoolUnavailable& e) {
       what = e.what();
       outage = true;
@@ -162,9 +162,7 @@ Server::Server(Limits limits) : limits_(limits) {
     Log(outage ? "handler_database_unavailable" : "handler_exception",
         {{"method", req.method}, {"path", req.path}, {"error", what}});
     if (outage) {
-      SetError(res, 503, "unavailable",
-               "the database is unavailable; retrying with the same key is safe");
-      res.set_header("Retry-After", "1");
+      SetUnavailable(res, "the database is unavailable");
     } else {
       SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
     }
@@ -249,6 +247,28 @@ std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib
     SetError(res, 400, "invalid_json", "the body is not valid JSON");
   }
   return std::nullopt;
+}
+
+void SetUnavailable(httplib::Response& res, const std::string& what) {
+  SetError(res, 503, "unavailable", what + "; retrying with the same key is safe");
+  res.set_header("Retry-After", "1");
+}
+
+void AddHealthRoutes(Server& server, pg::Pool& pool) {
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  server.Get("/readyz", [&pool](const httplib::Request&, httplib::Response& res) {
+    try {
+      pool.With([](pqxx::connection& conn) {
+        pqxx::nontransaction tx(conn);
+        tx.exec("SELECT 1");
+      });
+      res.set_content(R"({"status":"ready"})", "application/json");
+    } catch (const std::exception&) {
+      SetUnavailable(res, "the database is not reachable");
+    }
+  });
 }
 
 std::string BearerToken(const httplib::Request& req) {

@@ -18,6 +18,10 @@
 #include <string>
 #include <string_view>
 
+namespace common::pg {
+class Pool;
+}
+
 namespace common::http {
 
 struct Limits {
@@ -65,6 +69,12 @@ void SetError(httplib::Response& res, int status, std::string_view code, std::st
 // on `res` and returns nullopt.
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
                                             const Limits& limits);
+
+// 503 `unavailable` with Retry-After: an outage, after which a retry with the same key is safe.
+void SetUnavailable(httplib::Response& res, const std::string& what);
+
+// GET /healthz (the process answers) and GET /readyz (its database answers too).
+void AddHealthRoutes(Server& server, pg::Pool& pool);
 
 // The token of an `Authorization: Bearer <token>` header, or "" when absent or malformed.
 std::string BearerToken(const httplib::Request& req);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/crypto.hpp"
+#include "common/net.hpp"
 #include "common/process.hpp"
 
 namespace common::pg {
@@ -54,22 +55,6 @@ std::string FindBindir() {
   throw std::runtime_error(
       "PostgreSQL 15 server binaries not found (pg_config --bindir, /usr/lib/postgresql/15/bin); "
       "install postgresql-15");
-}
-
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    throw std::runtime_error("cannot find a free loopback port");
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace
@@ -148,7 +133,7 @@ void PrivateCluster::StartServer() {
   // A server left running on this folder (its owner was killed) holds the port and data.
   if (PgCtl({"status"}) == 0) PgCtl({"stop", "-m", "fast", "-w"});
   for (int attempt = 0; attempt < 3; ++attempt) {
-    port_ = options_.port != 0 ? options_.port : FreeLoopbackPort();
+    port_ = options_.port != 0 ? options_.port : common::FreeLoopbackPort();
     WriteSettings();
     if (PgCtl({"start", "-w", "-t", "60", "-l", (options_.dir / "server.log").string()}) == 0) {
       running_ = true;

@@ -29,7 +29,7 @@ class Exporter {
   using Sink = std::function<bool(const std::vector<SpanData>&)>;
 
   struct Options {
-        size_t max_queue = 20000;  // spans; several seconds of a busy service's spans
+    size_t max_queue = 20000;  // spans; several seconds of a busy service's spans
     // Fewer, larger deliveries: each is one request and one commit at the intake. 500 spans
     // make an OTLP body of ~350 KiB, within the intake's 4 MiB.
     size_t max_batch = 500;

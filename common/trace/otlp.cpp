@@ -49,6 +49,16 @@ long long DecodeNanos(const nlohmann::json& v) {
 
 }  // namespace
 
+nlohmann::json AttributesJson(const std::map<std::string, AttributeValue>& attributes) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& entry : attributes) {
+    // Not a structured binding: clang 14 cannot capture those in the lambda.
+    const std::string& key = entry.first;
+    std::visit([&](const auto& x) { out[key] = x; }, entry.second);
+  }
+  return out;
+}
+
 nlohmann::json EncodeOtlp(const std::vector<SpanData>& spans) {
   std::map<std::string, nlohmann::json> by_service;
   for (const auto& s : spans) {

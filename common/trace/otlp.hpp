@@ -3,6 +3,7 @@
 // Pure functions.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -11,6 +12,9 @@
 #include "common/trace/span.hpp"
 
 namespace common::trace {
+
+// Attributes as a plain JSON object ({"attempt": 2, "replayed": true, ...}).
+nlohmann::json AttributesJson(const std::map<std::string, AttributeValue>& attributes);
 
 // One resourceSpans entry per service.
 nlohmann::json EncodeOtlp(const std::vector<SpanData>& spans);

@@ -6,13 +6,14 @@
 #include <map>
 #include <set>
 
+#include "common/trace/otlp.hpp"
+
 namespace orchestrator {
 
 using common::trace::SpanData;
 
 nlohmann::json SpanJson(const SpanData& s) {
-  nlohmann::json attrs = nlohmann::json::object();
-  for (const auto& [k, v] : s.attributes) std::visit([&](const auto& x) { attrs[k] = x; }, v);
+  nlohmann::json attrs = common::trace::AttributesJson(s.attributes);
   const char* status = s.status == common::trace::SpanStatus::kError ? "error"
                        : s.status == common::trace::SpanStatus::kOk  ? "ok"
                                                                      : "unset";
@@ -114,8 +115,8 @@ std::string RenderWaterfall(const nlohmann::json& trace, int bar_width) {
     bool comp = a.value("compensation", false);
     std::string name = std::string(static_cast<size_t>(depth) * 2, ' ') + (comp ? "\u21a9 " : "") +
                        s["name"].get<std::string>() + " " + Markers(a);
-    int from = static_cast<int>((start - t0) / total * bar_width);
-    int len = std::max(1, static_cast<int>((end - start) / total * bar_width));
+    int from = static_cast<int>(static_cast<double>(start - t0) / total * bar_width);
+    int len = std::max(1, static_cast<int>(static_cast<double>(end - start) / total * bar_width));
     from = std::min(from, bar_width - 1);
     len = std::min(len, bar_width - from);
     std::string bar(static_cast<size_t>(from), ' ');

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/trace/otlp.hpp"
+
 namespace orchestrator {
 namespace {
 
@@ -40,10 +42,7 @@ void SpanStore::Insert(const std::vector<SpanData>& spans) {
   if (spans.empty()) return;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& s : spans) {
-    nlohmann::json attrs = nlohmann::json::object();
-    for (const auto& [k, v] : s.attributes) {
-      std::visit([&](const auto& x) { attrs[k] = x; }, v);
-    }
+    nlohmann::json attrs = common::trace::AttributesJson(s.attributes);
     rows.push_back({{"trace_id", s.trace_id},
                     {"span_id", s.span_id},
                     {"parent_span_id", s.parent_span_id},

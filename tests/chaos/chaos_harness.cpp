@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/crypto.hpp"
+#include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 
@@ -44,7 +45,7 @@ std::string ParentOf(const std::string& step_key, const std::string& suffix) {
 
 }  // namespace
 
-Process::Process(std::vector<std::string> argv, std::map<std::string, std::string> env,
+Process::Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
                  std::string log_path)
     : log_path_(std::move(log_path)) {
   std::vector<char*> args;
@@ -101,18 +102,6 @@ bool Process::Exited(std::chrono::milliseconds wait) {
   return true;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 common::pg::PrivateCluster& Stack::Cluster() {
   // One cluster for the whole suite; a scenario may crash and restart it.
   static std::unique_ptr<common::pg::PrivateCluster> cluster =
@@ -142,9 +131,10 @@ Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), o
                    common::Sha256Hex(key));
   }
   tx.commit();
-  ports_["inventory"] = FreePort();
-  ports_["payment"] = FreePort();
-  for (int i = 0; i < options_.replicas; ++i) orchestrator_ports_.push_back(FreePort());
+  ports_["inventory"] = common::FreeLoopbackPort();
+  ports_["payment"] = common::FreeLoopbackPort();
+  for (int i = 0; i < options_.replicas; ++i)
+    orchestrator_ports_.push_back(common::FreeLoopbackPort());
   orchestrators_.resize(options_.replicas);
 }
 

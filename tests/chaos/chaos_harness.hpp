@@ -25,7 +25,7 @@ namespace chaos {
 // A child process; SIGKILLed on destruction if still running. Ends only what it started.
 class Process {
  public:
-  Process(std::vector<std::string> argv, std::map<std::string, std::string> env,
+  Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
           std::string log_path);
   ~Process();
   void Signal(int sig);
@@ -39,8 +39,6 @@ class Process {
   bool reaped_ = false;
   std::string log_path_;
 };
-
-int FreePort();
 
 struct StackOptions {
   int replicas = 1;

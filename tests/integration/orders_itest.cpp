@@ -22,21 +22,15 @@ using services_mock::ParticipantKind;
 using services_mock::ParticipantService;
 using test_support::Call;
 using test_support::ErrorCode;
+using test_support::kDeclinedOrder;
+using test_support::kOrder;
+using test_support::Order;
 using test_support::Post;
 using test_support::ScratchDatabase;
 using test_support::Serving;
 
-constexpr const char* kOrder =
-    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})";
-constexpr const char* kDeclinedOrder =
-    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_declined"})";
 constexpr const char* kGadgetOrder =
     R"({"customer_id":"cust_1","items":[{"sku":"gadget","quantity":11}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})";
-
-Call Order(std::string key, std::string body = kOrder, std::string api_key = "dev-key-demo") {
-  return Call{
-      .key = std::move(key), .body = std::move(body), .tenant = "", .token = std::move(api_key)};
-}
 
 // Fast retries so that failure paths finish in milliseconds.
 OrchestratorOptions TestOptions(const std::string& db, const std::string& inventory,

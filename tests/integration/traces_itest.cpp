@@ -23,19 +23,11 @@ using services_mock::ParticipantKind;
 using services_mock::ParticipantService;
 using test_support::AtPort;
 using test_support::Call;
+using test_support::kDeclinedOrder;
+using test_support::Order;
 using test_support::Post;
 using test_support::ScratchDatabase;
 using test_support::Serving;
-
-constexpr const char* kOrder =
-    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})";
-constexpr const char* kDeclined =
-    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_declined"})";
-
-Call Order(std::string key, std::string body = kOrder) {
-  return Call{
-      .key = std::move(key), .body = std::move(body), .tenant = "", .token = "dev-key-demo"};
-}
 
 class TracesTest : public ::testing::Test {
  protected:
@@ -47,7 +39,7 @@ class TracesTest : public ::testing::Test {
     payment_.reset();
     inventory_.reset();
     orch_.reset();
-    int inventory_port = test_support::FreePort(), payment_port = test_support::FreePort();
+    int inventory_port = common::FreeLoopbackPort(), payment_port = common::FreeLoopbackPort();
     orchestrator::OrchestratorOptions o;
     o.database_url = orch_db_.url();
     o.inventory_url = "http://127.0.0.1:" + std::to_string(inventory_port);
@@ -153,7 +145,7 @@ TEST_F(TracesTest, ACallersTraceIsContinued) {
 }
 
 TEST_F(TracesTest, ADeclinedOrderShowsMarkedCompensationSpans) {
-  ASSERT_EQ(Post(*client_, "/v1/orders", Order("t-3", kDeclined))->status, 402);
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("t-3", kDeclinedOrder))->status, 402);
   auto trace = Trace("t-3");
   ASSERT_TRUE(trace["complete"].get<bool>());
   auto by_id = ById(trace);
@@ -240,7 +232,7 @@ TEST_F(TracesTest, ThePageDrawsTheWholeWaterfallOfADeclinedOrder) {
     if (std::filesystem::exists(c)) chromium = c;
   }
   if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (.ci/run installs it)";
-  ASSERT_EQ(Post(*client_, "/v1/orders", Order("page-1", kDeclined))->status, 402);
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("page-1", kDeclinedOrder))->status, 402);
   auto trace = Trace("page-1");
   ASSERT_TRUE(trace["complete"].get<bool>());
   size_t spans = trace["spans"].size();

@@ -5,26 +5,22 @@
 // at once (no sleeping). Call() sends one request the way callers of our services do.
 #pragma once
 
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "common/net.hpp"
+
 namespace test_support {
 
-// Serving<T>(AtPort{p}, args...) binds a given port instead (one chosen with FreePort()).
+// Serving<T>(AtPort{p}, args...) binds a given port instead (one chosen with
+// common::FreeLoopbackPort()).
 struct AtPort {
   int port;
 };
-
-// A loopback port that was free a moment ago.
-int FreePort();
 
 template <typename T>
 class Serving {
@@ -70,23 +66,24 @@ inline httplib::Result Post(httplib::Client& client, const std::string& path, co
   return client.Post(path.c_str(), headers, call.body, call.content_type.c_str());
 }
 
+// Order bodies as the README shows them.
+inline constexpr const char* kOrder =
+    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})";
+inline constexpr const char* kDeclinedOrder =
+    R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_declined"})";
+
+// A POST /v1/orders call as a tenant (the API key is the bearer token; no X-Tenant-ID).
+inline Call Order(std::string key, std::string body = kOrder,
+                  std::string api_key = "dev-key-demo") {
+  return Call{
+      .key = std::move(key), .body = std::move(body), .tenant = "", .token = std::move(api_key)};
+}
+
 // The `error.code` of a JSON error body, or a marker when the body is not one.
 inline std::string ErrorCode(const httplib::Result& r) {
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.contains("error")) return "<not an error body: " + r->body + ">";
   return j["error"]["code"].get<std::string>();
-}
-
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace test_support
