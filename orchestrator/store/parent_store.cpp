@@ -164,32 +164,34 @@ double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); 
 }  // namespace
 
 Claim ParentStore::ClaimKey(const ClaimRequest& req) {
-  return pool_.With([&](pqxx::connection& conn) {
+  // Phase 1: claim, or read what is there. Its connection goes back to the pool before any
+  // further phase borrows one: nested borrows could exhaust the pool under a retry storm.
+  auto [claimed, row] = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto claimed = tx.exec_params(
+    auto inserted = tx.exec_params(
         kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(), req.saga_name,
         req.owner, Seconds(options_.lease), req.trace_id,
         Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
         req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
-    if (!claimed.empty()) {
-      tx.commit();
-      SagaRow row = ToRow(claimed[0]);
-      return Claim{Claim::kClaimed, row, {req.tenant_id, req.key, req.owner, row.lease_epoch}};
-    }
-    SagaRow row = ToRow(tx.exec_params1(kGet, req.tenant_id, req.key));
+    SagaRow found =
+        ToRow(inserted.empty() ? tx.exec_params1(kGet, req.tenant_id, req.key) : inserted[0]);
     tx.commit();
-    if (row.request_hash != req.request_hash) return Claim{Claim::kMismatch, row, {}};
-    if (row.status == "completed" || row.status == "failed")
-      return Claim{Claim::kFinished, row, {}};
-    if (row.lease_live) return Claim{Claim::kInProgress, row, {}};
-    // The owner died (or stalled past its lease): resume it here, if no one beats us to it.
-    if (auto taken = TakeOverExpired(req.tenant_id, req.key, req.owner)) return *taken;
-    auto now = Get(req.tenant_id, req.key);
-    if (now && (now->status == "completed" || now->status == "failed")) {
-      return Claim{Claim::kFinished, *now, {}};
-    }
-    return Claim{Claim::kInProgress, now.value_or(row), {}};
+    return std::pair{!inserted.empty(), found};
   });
+  if (claimed) {
+    return Claim{Claim::kClaimed, row, {req.tenant_id, req.key, req.owner, row.lease_epoch}};
+  }
+  if (row.request_hash != req.request_hash) return Claim{Claim::kMismatch, row, {}};
+  if (row.status == "completed" || row.status == "failed") return Claim{Claim::kFinished, row, {}};
+  if (row.lease_live) return Claim{Claim::kInProgress, row, {}};
+  // Phase 2: the owner died (or stalled past its lease): resume it here, unless another
+  // process beats us to it; then answer from what that one left.
+  if (auto taken = TakeOverExpired(req.tenant_id, req.key, req.owner)) return *taken;
+  auto now = Get(req.tenant_id, req.key);
+  if (now && (now->status == "completed" || now->status == "failed")) {
+    return Claim{Claim::kFinished, *now, {}};
+  }
+  return Claim{Claim::kInProgress, now.value_or(row), {}};
 }
 
 std::optional<Claim> ParentStore::TakeOverExpired(const std::string& tenant_id,
