@@ -70,7 +70,7 @@ class Orchestrator {
 
   ParentStore& store() { return store_; }
   common::trace::Exporter& exporter() { return exporter_; }
-  Recovery& recovery() { return recovery_; }
+  
 
  private:
   void Routes();

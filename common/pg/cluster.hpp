@@ -58,8 +58,8 @@ class PrivateCluster {
   static void StopDetached(const std::filesystem::path& dir, bool remove);
 
   std::string Url(std::string_view dbname = "postgres") const;
-  int port() const { return port_; }
-  const std::filesystem::path& dir() const { return options_.dir; }
+  
+  
 
  private:
   explicit PrivateCluster(Options options) : options_(std::move(options)) {}
