@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
 #include "common/trace/trace_context.hpp"
+#include "steps/guard/guard.hpp"
 #include "steps/order_schema.hpp"
 #include "steps/place_order.hpp"
 
@@ -26,6 +27,10 @@ void Send(const Answer& a, httplib::Response& res) {
 nlohmann::json SagaView(const SagaRow& row) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : row.steps) {
+    if (!s.is_object()) {  // a row this build cannot read: show it as it is
+      steps.push_back({{"unreadable", s}});
+      continue;
+    }
     steps.push_back({{"name", s.value("name", "")},
                      {"derived_key", s.value("action_key", "")},
                      {"status", s.value("status", "")},
@@ -71,10 +76,12 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
       tracer_("orchestrator", &exporter_),
       inventory_({.base_url = options_.inventory_url,
                   .service_token = options_.service_token,
-                  .read_timeout = options_.participant_timeout}),
+                  .read_timeout = options_.participant_timeout,
+                  .business_errors = {"insufficient_stock"}}),
       payment_({.base_url = options_.payment_url,
                 .service_token = options_.service_token,
-                .read_timeout = options_.participant_timeout}),
+                .read_timeout = options_.participant_timeout,
+                .business_errors = {"card_declined"}}),
       definition_(factory ? factory(inventory_, payment_)
                           : steps::MakePlaceOrderSaga(inventory_, payment_)),
       sagas_(
@@ -97,6 +104,37 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
 }
 
 Orchestrator::~Orchestrator() { Stop(); }
+
+std::chrono::seconds Orchestrator::RequiredParticipantRetention() const {
+  // Actions and compensations: every step's deadline twice over.
+  auto longest = saga::LongestRun(options_.retry, 2 * definition_.steps().size());
+  return options_.store.retention + std::chrono::ceil<std::chrono::seconds>(longest);
+}
+
+int Orchestrator::CheckParticipantRetention() {
+  auto required = RequiredParticipantRetention();
+  int checked = 0;
+  for (auto* client : {&inventory_, &payment_}) {
+    std::string error;
+    auto policy = client->GetJson(steps::guard::kPolicyPath, error);
+    if (!policy || !(*policy)["key_retention_seconds"].is_number_integer()) {
+      common::Log("retention_unchecked", {{"participant", client->base_url()},
+                                          {"error", policy ? "no key_retention_seconds" : error}});
+      continue;
+    }
+    std::chrono::seconds kept((*policy)["key_retention_seconds"].get<long long>());
+    if (kept <= required) {
+      throw std::runtime_error(
+          "participant " + client->base_url() + " keeps idempotency keys for " +
+          std::to_string(kept.count()) + " s, but this orchestrator needs more than " +
+          std::to_string(required.count()) +
+          " s (its --retention-hours plus its longest saga): a late retry or compensation could "
+          "find a step key gone. Raise the participant's retention or lower this one's.");
+    }
+    ++checked;
+  }
+  return checked;
+}
 
 int Orchestrator::Bind(const std::string& host, int port) {
   int bound = server_.Bind(host, port);

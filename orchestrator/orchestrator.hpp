@@ -68,9 +68,17 @@ class Orchestrator {
   void Shutdown(std::chrono::milliseconds grace);
   void Stop() { Shutdown(std::chrono::milliseconds(0)); }
 
+  // Asks each participant how long it keeps its keys and throws std::runtime_error when
+  // that is not longer than RequiredParticipantRetention() (a late retry or compensation
+  // could find its step key gone: a replayed success of an undone action, a refund that
+  // finds nothing). A participant that does not answer is logged and skipped. Returns how
+  // many were checked.
+  int CheckParticipantRetention();
+  // This orchestrator's retention plus its longest saga.
+  std::chrono::seconds RequiredParticipantRetention() const;
+
   ParentStore& store() { return store_; }
   common::trace::Exporter& exporter() { return exporter_; }
-  
 
  private:
   void Routes();

@@ -56,6 +56,26 @@ Answer Error(int status, const std::string& code, const std::string& message) {
   return Answer{status, common::http::ErrorBody(code, message), {}};
 }
 
+// What the runner needs from a stored row. Throws nlohmann::json::exception on a row whose
+// JSON does not have the expected shape.
+saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
+  saga::SagaInput input;
+  input.tenant_id = row.tenant_id;
+  input.parent_key = row.key;
+  input.request = row.request_body;
+  input.trace_id = row.trace_id;
+  input.root_span_id = row.root_span_id;
+  input.resumed = resumed;
+  if (row.status == "compensating") {
+    std::vector<saga::StepRecord> steps;
+    for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
+    input.compensating = std::move(steps);
+    input.failure = FailureFromJson(row.failure);
+    input.failed_step = row.failed_step;
+  }
+  return input;
+}
+
 Answer InProgress(const SagaRow& row) {
   Answer a = Error(409, "idempotency_key_in_progress",
                    "a request with this Idempotency-Key is still being processed; retry later");
@@ -127,29 +147,29 @@ Answer SagaService::Drive(const Claim& claim) {
     ~Done() { --n; }
   } done{running_};
   const SagaRow& row = claim.row;
-  saga::SagaInput input;
-  input.tenant_id = row.tenant_id;
-  input.parent_key = row.key;
-  input.request = row.request_body;
-  input.trace_id = row.trace_id;
-  input.root_span_id = row.root_span_id;
-  input.resumed = claim.kind == Claim::kTakenOver;
-  if (row.status == "compensating") {
-    std::vector<saga::StepRecord> steps;
-    for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
-    input.compensating = std::move(steps);
-    input.failure = FailureFromJson(row.failure);
-    input.failed_step = row.failed_step;
-  }
   StoreJournal journal(store_, claim);
   try {
+    saga::SagaInput input;
+    try {
+      input = InputOf(row, claim.kind == Claim::kTakenOver);
+    } catch (const nlohmann::json::exception& e) {
+      // A row this build cannot read: running anything could undo the wrong thing. Keep it
+      // visible (stuck) and let an operator look; recovery retries it at the stuck pace.
+      common::Log("saga_unreadable", {{"tenant", row.tenant_id},
+                                      {"key", row.key},
+                                      {"error", e.what()},
+                                      {"trace_id", row.trace_id}});
+      store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
+      return Error(503, "unavailable", "the order cannot be resumed now; retry later");
+    }
     saga::SagaResult result = runner_.Run(input, journal);
     if (result.end == saga::SagaEnd::kAbandoned) {
       return Error(503, "unavailable", "the service is shutting down; retry with the same key");
     }
     if (result.end == saga::SagaEnd::kDeferred) {
-      // Compensation keeps failing: recovery retries it later; the caller polls the saga.
-      nlohmann::json body = {{"status", "compensating"},
+      // Stuck (a compensation keeps failing, or a step is blocked on a configuration fault):
+      // recovery retries it later; the caller polls the saga.
+      nlohmann::json body = {{"status", result.failed_step.empty() ? "started" : "compensating"},
                              {"stuck", true},
                              {"order_id", row.order_id},
                              {"idempotency_key", row.key},
@@ -191,7 +211,13 @@ bool SagaService::ResumeAsync(const Claim& claim) {
   if (stopping_) return false;
   ++resumed_;
   ++running_;
-  boost::asio::post(*pool_, [this, claim] { Drive(claim); });
+  boost::asio::post(*pool_, [this, claim] {
+    try {
+      Drive(claim);
+    } catch (const std::exception& e) {
+      common::Log("saga_interrupted", {{"key", claim.row.key}, {"error", e.what()}});
+    }
+  });
   return true;
 }
 
@@ -241,7 +267,14 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   auto promise = std::make_shared<std::promise<Answer>>();
   auto future = promise->get_future();
   ++running_;
-  boost::asio::post(*pool_, [this, claim, promise] { promise->set_value(Drive(claim)); });
+  boost::asio::post(*pool_, [this, claim, promise] {
+    // Drive catches what it can; anything else (bad_alloc) must still answer the request.
+    try {
+      promise->set_value(Drive(claim));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
   std::string outcome = claim.kind == Claim::kClaimed ? "claimed" : "taken_over";
   if (future.wait_for(options_.response_budget) == std::future_status::ready) {
     Answer a = future.get();

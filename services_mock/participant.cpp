@@ -27,7 +27,7 @@ Participant::Participant(std::string service, common::pg::Pool& pool, Faults& fa
       faults_(faults),
       options_(std::move(options)),
       tracer_(tracer),
-      guard_(pool, tracer) {}
+      guard_(pool, tracer, options_.guard) {}
 
 common::trace::Span Participant::StartRequestSpan(const httplib::Request& req) const {
   if (tracer_ == nullptr) return {};
@@ -113,9 +113,7 @@ void Participant::Answer(const steps::guard::Response& answer, httplib::Response
   res.status = answer.status;
   res.set_content(answer.body, answer.content_type.c_str());
   if (answer.replayed) res.set_header("Idempotent-Replayed", "true");
-  if (answer.status == steps::guard::kInProgressStatus && !answer.replayed) {
-    res.set_header("Retry-After", "1");
-  }
+  if (answer.outcome == "in_progress") res.set_header("Retry-After", "1");
 }
 
 void Participant::Action(common::http::Server& server, const std::string& path, Validate validate,
@@ -161,6 +159,14 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
 
 void Participant::AdminRoutes(common::http::Server& server) {
   common::http::AddHealthRoutes(server, pool_);
+  // What an orchestrator checks at start-up: that its keys outlive every parent that may
+  // still retry or compensate them.
+  server.Get(
+      steps::guard::kPolicyPath, [this](const httplib::Request& req, httplib::Response& res) {
+        if (!Authorized(req, res)) return;
+        nlohmann::json policy = {{"key_retention_seconds", guard_.options().retention.count()}};
+        res.set_content(policy.dump(), "application/json");
+      });
   server.Get("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
     res.set_content(ToJson(faults_.Get()).dump(), "application/json");

@@ -25,6 +25,7 @@ struct ParticipantOptions {
   std::string otlp_endpoint;
   common::http::Limits limits;
   size_t pool_size = 16;
+  steps::guard::GuardOptions guard;
 };
 
 // Returns "" when `body` is acceptable, else a message naming the offending field.
@@ -50,7 +51,8 @@ class Participant {
               Effect effect);
   // The body is {"action_key": "..."}: the key of the action this compensation undoes.
   void Compensation(common::http::Server& server, const std::string& path, Undo undo);
-  // /healthz, /readyz, GET and PUT /admin/faults.
+  // /healthz, /readyz, GET /v1/idempotency (the guard's key retention), GET and PUT
+  // /admin/faults.
   void AdminRoutes(common::http::Server& server);
 
   // True when the request carries the service token; otherwise answers 401.

@@ -32,6 +32,7 @@ struct ParticipantFlags {
   std::string service_token = "dev-service-token";
   std::string otlp_endpoint = "http://127.0.0.1:8080/v1/traces";
   bool migrate = false;
+  int retention_hours = 24 * 7;
   services_mock::FaultSettings faults;
 };
 
@@ -52,6 +53,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
   cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
                   "where spans go (OTLP/HTTP JSON); \"\" sends none")
       ->capture_default_str();
+  cmd->add_option("--retention-hours", flags.retention_hours,
+                  "how long step keys are kept (must exceed the orchestrator's retention plus "
+                  "its longest saga; it checks at start-up)")
+      ->check(CLI::Range(1, 24 * 365))
+      ->capture_default_str();
   cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
@@ -66,10 +72,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
         common::pg::Migrate(conn, services_mock::NameOf(kind));
       }
       auto [host, port] = common::http::SplitHostPort(flags.listen);
-      ParticipantService svc(
-          kind, flags.database_url,
-          {.service_token = flags.service_token, .otlp_endpoint = flags.otlp_endpoint},
-          flags.faults);
+      ParticipantService svc(kind, flags.database_url,
+                             {.service_token = flags.service_token,
+                              .otlp_endpoint = flags.otlp_endpoint,
+                              .guard = {.retention = std::chrono::hours(flags.retention_hours)}},
+                             flags.faults);
       int bound = svc.Bind(host, port);
       std::thread server([&] { svc.Serve(); });
       std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
@@ -124,6 +131,7 @@ void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>
 struct OrchestratorFlags {
   std::string listen = "127.0.0.1:8080";
   bool migrate = false;
+  int retention_hours = 24;
   std::chrono::milliseconds grace{10000};
   orchestrator::OrchestratorOptions options;
 };
@@ -140,7 +148,17 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
   cmd->add_option("--service-token", o.service_token, "token presented to participants")
       ->envname("IDEMSAGA_SERVICE_TOKEN");
   cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
-  cmd->add_option("--max-attempts", o.retry.max_attempts, "attempts per step action")
+  cmd->add_option("--max-attempts", o.retry.max_attempts,
+                  "attempts per step action (the step deadline usually ends retries first)")
+      ->capture_default_str();
+  cmd->add_option("--step-deadline-ms", o.retry.step_deadline,
+                  "no new attempt of a step's action after this (rides out a participant "
+                  "restart)")
+      ->capture_default_str();
+  cmd->add_option("--initial-backoff-ms", o.retry.initial_backoff,
+                  "full-jitter backoff: first cap, doubled per attempt")
+      ->capture_default_str();
+  cmd->add_option("--max-backoff-ms", o.retry.max_backoff, "largest backoff between attempts")
       ->capture_default_str();
   cmd->add_option("--lease-seconds", o.store.lease, "saga lease, renewed while it runs")
       ->capture_default_str();
@@ -158,7 +176,9 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
   cmd->add_option("--stuck-retry-ms", o.retry.stuck_retry_interval,
                   "pace of retries for a stuck compensation")
       ->capture_default_str();
-  cmd->add_option("--retention-hours", o.store.retention, "how long finished keys are kept")
+  cmd->add_option("--retention-hours", flags.retention_hours,
+                  "how long finished keys are kept, counted from the end of their saga")
+      ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
   cmd->add_option("--shutdown-grace-ms", flags.grace,
                   "on SIGTERM, how long running sagas may finish")
@@ -170,7 +190,9 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
         common::pg::Migrate(conn, "orchestrator");
       }
       auto [host, port] = common::http::SplitHostPort(flags.listen);
+      flags.options.store.retention = std::chrono::hours(flags.retention_hours);
       orchestrator::Orchestrator o(flags.options);
+      o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
       std::thread server([&] { o.Serve(); });
       std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
@@ -263,6 +285,21 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
       std::thread t1([&] { inventory.Serve(); });
       std::thread t2([&] { payment.Serve(); });
       std::thread t3([&] { orch.Serve(); });
+      auto stop_all = [&] {
+        orch.Shutdown(std::chrono::seconds(10));
+        inventory.Stop();
+        payment.Stop();
+        t3.join();
+        t1.join();
+        t2.join();
+      };
+      try {
+        orch.CheckParticipantRetention();  // the participants answer once serving
+      } catch (...) {
+        stop_all();
+        cluster->Stop();
+        throw;
+      }
       std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
                 << "  inventory http://127.0.0.1:" << flags.inventory_port
                 << ", payment http://127.0.0.1:" << flags.payment_port
@@ -270,12 +307,7 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
                 << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
                 << " (Ctrl-C stops everything)" << std::endl;
       idemsaga_cmd::WaitForStopSignal();
-      orch.Shutdown(std::chrono::seconds(10));
-      inventory.Stop();
-      payment.Stop();
-      t3.join();
-      t1.join();
-      t2.join();
+      stop_all();
       cluster->Stop();
       std::cout << "stopped" << std::endl;
     };

@@ -18,17 +18,19 @@ StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ct
   }
   const StepResult& f = result.failure;
   bool business = f.outcome == Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
-  int status = business ? f.http_status : 503;
+  // 502, not 503: a 503 tells a client to retry, and a retry of this key only replays this.
+  int status = business ? f.http_status : 502;
   std::string code =
       business && !f.error_code.empty() ? f.error_code : result.failed_step + "_unavailable";
   std::string message = business ? f.detail
                                  : "the " + result.failed_step +
                                        " step did not answer in time; completed steps were "
-                                       "compensated";
+                                       "compensated; send a new Idempotency-Key to try again";
   nlohmann::json body = {
       {"status", "failed"},
       {"error", {{"code", code}, {"message", message}, {"step", result.failed_step}}},
       {"compensated", result.compensated},
+      {"retryable", false},
       {"idempotency_key", ctx.idempotency_key},
       {"trace_id", ctx.trace_id}};
   return {status, body.dump()};

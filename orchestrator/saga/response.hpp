@@ -4,8 +4,11 @@
 //   completed -> 201 {"status":"completed","order_id","idempotency_key",<each step output's
 //                     *_id fields>,"trace_id"}
 //   failed    -> the failing step's 4xx (402 card_declined, 409 insufficient_stock, ...), or
-//                503 <step>_unavailable when retries ran out, with
-//                {"status":"failed","error":{...},"compensated":[...],"trace_id"}
+//                502 <step>_unavailable when retries ran out, with
+//                {"status":"failed","error":{...},"compensated":[...],"retryable":false,
+//                 "trace_id"}
+// A stored answer is final: `retryable: false` says a retry with the same key gets these same
+// bytes, and trying again needs a new key. 503 is kept for answers that store nothing.
 // Pure function.
 #pragma once
 

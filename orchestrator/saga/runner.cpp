@@ -43,7 +43,8 @@ nlohmann::json StepRecord::ToJson() const {
                       {"status", status},
                       {"attempts", attempts},
                       {"compensation_attempts", compensation_attempts},
-                      {"replayed", replayed}};
+                      {"replayed", replayed},
+                      {"action_confirmed", action_confirmed}};
   if (!output.is_null()) j["output"] = output;
   if (!detail.empty()) j["detail"] = detail;
   return j;
@@ -57,6 +58,7 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
   r.attempts = j.value("attempts", 0);
   r.compensation_attempts = j.value("compensation_attempts", 0);
   r.replayed = j.value("replayed", false);
+  r.action_confirmed = j.value("action_confirmed", false);
   if (j.contains("output")) r.output = j["output"];
   r.detail = j.value("detail", "");
   return r;
@@ -126,17 +128,32 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
   return ctx;
 }
 
-void Runner::Backoff(int attempt) const {
+void Runner::Backoff(int attempt, std::chrono::milliseconds at_least) const {
   // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
   auto cap = std::min<long long>(policy_.max_backoff.count(), policy_.initial_backoff.count()
                                                                   << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  sleep_(std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng)));
+  auto jitter = std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
+  sleep_(std::max(jitter, at_least));
+}
+
+SagaEnd Runner::Defer(const SagaInput& input, const std::string& step, const std::string& why,
+                      std::vector<StepRecord>& all, Journal& journal) const {
+  common::Log("saga_stuck", {{"tenant", input.tenant_id},
+                             {"key", input.parent_key},
+                             {"step", step},
+                             {"detail", why},
+                             {"retry_in_ms", std::to_string(policy_.stuck_retry_interval.count())},
+                             {"trace_id", input.trace_id}});
+  return journal.DeferStuck(all, policy_.stuck_retry_interval) ? SagaEnd::kDeferred
+                                                               : SagaEnd::kFenced;
 }
 
 StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
-                       const nlohmann::json& outputs, StepRecord& record, Journal& journal,
-                       bool& fenced, const common::trace::SpanContext& saga_span) const {
+                       const nlohmann::json& outputs, StepRecord& record,
+                       std::vector<StepRecord>& all, Journal& journal,
+                       std::optional<SagaEnd>& interrupted,
+                       const common::trace::SpanContext& saga_span) const {
   auto deadline = Clock::now() + policy_.step_deadline;
   StepContext ctx = Context(step, input, outputs, record.action_key);
   auto step_span = StartSpan("step " + step.name, saga_span, input);
@@ -146,7 +163,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   StepResult last = StepResult::Retryable("not attempted");
   for (int attempt = 1; attempt <= policy_.max_attempts; ++attempt) {
     if (!journal.KeepLease()) {
-      fenced = true;
+      interrupted = SagaEnd::kFenced;
       return last;
     }
     ctx.attempt = attempt;
@@ -163,8 +180,26 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
       return last;
     }
     in_doubt = in_doubt || last.outcome == Outcome::kInDoubt;
-    if (attempt == policy_.max_attempts || Clock::now() >= deadline || should_stop_()) break;
-    Backoff(attempt);
+    if (last.outcome == Outcome::kBlocked) {
+      // A configuration fault decides nothing about the order: wait, visibly, for a fix.
+      record.detail = last.detail;
+      Record(step_span, last);
+      interrupted = Defer(input, step.name, last.detail, all, journal);
+      return last;
+    }
+    // A shutdown decides nothing either: the next owner goes on from here.
+    if (should_stop_()) {
+      interrupted = SagaEnd::kAbandoned;
+      return last;
+    }
+    if (attempt == policy_.max_attempts || Clock::now() >= deadline) break;
+    Backoff(attempt,
+            std::min(last.retry_after, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           deadline - Clock::now())));
+    if (should_stop_()) {
+      interrupted = SagaEnd::kAbandoned;
+      return last;
+    }
   }
   // Once any attempt may have been applied, the step stays "possibly applied".
   if (in_doubt) last.outcome = Outcome::kInDoubt;
@@ -177,6 +212,8 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
                            std::vector<StepRecord>& all, Journal& journal,
                            const common::trace::SpanContext& saga_span) const {
   StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
+  // "succeeded" is kept beside "compensating" (see RunSteps) for exactly this.
+  ctx.action_confirmed = record.action_confirmed;
   auto step_span = StartSpan("compensate " + step.name, saga_span, input);
   step_span.Set("step", step.name).Set("derived_key", ctx.derived_key).Set("compensation", true);
   for (;;) {
@@ -199,21 +236,35 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
       return SagaEnd::kCompleted;
     }
     record.detail = r.detail;
-    if (record.compensation_attempts < policy_.compensation_stuck_after) {
-      Backoff(record.compensation_attempts);
+    if (r.outcome != Outcome::kBlocked &&
+        record.compensation_attempts < policy_.compensation_stuck_after) {
+      Backoff(record.compensation_attempts, r.retry_after);
       continue;
     }
-    common::Log("saga_stuck", {{"tenant", input.tenant_id},
-                               {"key", input.parent_key},
-                               {"step", step.name},
-                               {"attempts", std::to_string(record.compensation_attempts)},
-                               {"detail", r.detail},
-                               {"trace_id", input.trace_id}});
     step_span.Error("stuck after " + std::to_string(record.compensation_attempts) + " attempts")
         .Set("stuck", true);
-    return journal.DeferStuck(all, policy_.stuck_retry_interval) ? SagaEnd::kDeferred
-                                                                 : SagaEnd::kFenced;
+    return Defer(input, step.name, r.detail, all, journal);
   }
+}
+
+const char* ToString(SagaEnd end) {
+  switch (end) {
+    case SagaEnd::kCompleted:
+      return "completed";
+    case SagaEnd::kFailed:
+      return "failed";
+    case SagaEnd::kFenced:
+      return "fenced";
+    case SagaEnd::kAbandoned:
+      return "abandoned";
+    case SagaEnd::kDeferred:
+      return "deferred";
+  }
+  return "unknown";
+}
+
+std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps) {
+  return policy.step_deadline * static_cast<long long>(steps);
 }
 
 SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
@@ -221,8 +272,7 @@ SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
       StartSpan("saga " + definition_.name(), {input.trace_id, input.root_span_id}, input);
   saga_span.Set("saga", definition_.name()).Set("resumed", input.resumed);
   SagaResult result = RunSteps(input, journal, saga_span.context());
-  static constexpr const char* kEnds[] = {"completed", "failed", "fenced", "abandoned", "deferred"};
-  saga_span.Set("outcome", std::string(kEnds[static_cast<int>(result.end)]));
+  saga_span.Set("outcome", std::string(ToString(result.end)));
   if (result.end == SagaEnd::kCompleted) {
     saga_span.Ok();
   } else if (result.end == SagaEnd::kFailed) {
@@ -239,6 +289,11 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     result.steps = *input.compensating;
     result.failure = input.failure.value_or(StepResult::Retryable("resumed"));
     result.failed_step = input.failed_step;
+    // Compensations resumed after a crash, a takeover or a deferral see the same outputs
+    // as the first owner's did.
+    for (const auto& s : result.steps) {
+      if (!s.output.is_null()) result.outputs[s.name] = s.output;
+    }
   } else {
     for (const auto& s : defs) {
       StepRecord r;
@@ -248,16 +303,18 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     }
     for (size_t i = 0; i < defs.size(); ++i) {
       if (should_stop_()) return result;  // kAbandoned
-      bool fenced = false;
+      std::optional<SagaEnd> interrupted;
       auto& record = result.steps[i];
-      StepResult r = Act(defs[i], input, result.outputs, record, journal, fenced, saga_span);
-      if (fenced) {
-        result.end = SagaEnd::kFenced;
+      StepResult r = Act(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
+                         saga_span);
+      if (interrupted) {
+        result.end = *interrupted;
         return result;
       }
       record.replayed = r.replayed;
       if (r.outcome == Outcome::kSucceeded) {
         record.status = "succeeded";
+        record.action_confirmed = true;
         record.output = r.output;
         result.outputs[defs[i].name] = r.output;
         common::CrashPoint("after_step_answer");
@@ -288,7 +345,14 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     if (record.status != "compensating") continue;
     auto def = std::find_if(defs.begin(), defs.end(),
                             [&](const StepDefinition& d) { return d.name == record.name; });
-    if (def == defs.end()) continue;  // a step this build no longer defines: nothing to call
+    if (def == defs.end()) {
+      // Skipping it would leave its effect in place while the saga says "failed".
+      result.end = Defer(input, record.name,
+                         "step '" + record.name + "' is not defined by this build of saga '" +
+                             definition_.name() + "'; its compensation cannot run",
+                         result.steps, journal);
+      return result;
+    }
     SagaEnd end = Compensate(*def, input, result.outputs, record, result.steps, journal, saga_span);
     if (end != SagaEnd::kCompleted) {
       result.end = end;

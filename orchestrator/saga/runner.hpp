@@ -24,15 +24,22 @@
 
 namespace saga {
 
-// Defaults are documented in the README ("Retries").
+// Defaults are documented in the README ("Retries"). They ride out a participant restart:
+// the deadline, not the attempt count, ends a step's retries (past the response budget the
+// client already holds a 202, so a long deadline costs it nothing).
 struct RetryPolicy {
-  int max_attempts = 6;                           // per action, the first included
-  std::chrono::milliseconds initial_backoff{50};  // full jitter: sleep U(0, min(max, b*2^n))
-  std::chrono::milliseconds max_backoff{2000};
-  std::chrono::milliseconds step_deadline{15000};        // no new action attempt after this
+  int max_attempts = 1000;                         // per action, the first included
+  std::chrono::milliseconds initial_backoff{100};  // full jitter: sleep U(0, min(max, b*2^n))
+  std::chrono::milliseconds max_backoff{5000};
+  std::chrono::milliseconds step_deadline{120000};       // no new action attempt after this
   int compensation_stuck_after = 8;                      // attempts before the saga shows as stuck
   std::chrono::milliseconds stuck_retry_interval{5000};  // pace once stuck
 };
+
+// The longest a saga is expected to run before it ends or shows as stuck: every step's
+// deadline end to end (participants must keep their keys longer than the orchestrator's
+// retention plus this).
+std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps);
 
 // What happened to one step; persisted with the saga (JSON) and shown by the API.
 struct StepRecord {
@@ -43,6 +50,8 @@ struct StepRecord {
   int attempts = 0;
   int compensation_attempts = 0;
   bool replayed = false;
+  // The action answered 2xx (not merely "may have been applied"); kept once compensating.
+  bool action_confirmed = false;
   nlohmann::json output;
   std::string detail;
 
@@ -54,15 +63,19 @@ enum class SagaEnd {
   kCompleted,  // every action succeeded
   kFailed,     // a step failed for good and the applied steps were compensated
   kFenced,     // the lease was lost: another owner has the saga; nothing more was written
-  kAbandoned,  // stopped on shutdown; the lease will expire and recovery resumes it
-  kDeferred,   // a compensation keeps failing: marked stuck, to be retried by recovery later
+  kAbandoned,  // stopped on shutdown, deciding nothing; another owner resumes it as it is
+  // Stuck, to be retried by recovery later: a compensation keeps failing, a step is blocked
+  // on a configuration fault, or the step to undo is not defined by this build.
+  kDeferred,
 };
+
+const char* ToString(SagaEnd end);
 
 struct SagaResult {
   SagaEnd end = SagaEnd::kAbandoned;
   std::vector<StepRecord> steps;
   StepResult failure;                    // kFailed: the step answer that decided it
-  std::string failed_step;               // kFailed: which step
+  std::string failed_step;               // kFailed (and compensating): which step
   std::vector<std::string> compensated;  // step names, in the order they were compensated
   nlohmann::json outputs = nlohmann::json::object();  // step name -> output
 };
@@ -109,9 +122,15 @@ class Runner {
   const Definition& definition() const { return definition_; }
 
  private:
+  // `interrupted` is set when the step neither succeeded nor failed: kFenced, kAbandoned
+  // (shutdown) or kDeferred (blocked; the journal has marked the saga stuck).
   StepResult Act(const StepDefinition& step, const SagaInput& input, const nlohmann::json& outputs,
-                 StepRecord& record, Journal& journal, bool& fenced,
+                 StepRecord& record, std::vector<StepRecord>& all, Journal& journal,
+                 std::optional<SagaEnd>& interrupted,
                  const common::trace::SpanContext& saga_span) const;
+  // Marks the saga stuck for `why` and defers it: kDeferred, or kFenced.
+  SagaEnd Defer(const SagaInput& input, const std::string& step, const std::string& why,
+                std::vector<StepRecord>& all, Journal& journal) const;
   SagaResult RunSteps(const SagaInput& input, Journal& journal,
                       const common::trace::SpanContext& saga_span) const;
   // kCompleted when undone; otherwise why it stopped: kFenced, kAbandoned or kDeferred.
@@ -121,7 +140,7 @@ class Runner {
                      const common::trace::SpanContext& saga_span) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
-  void Backoff(int attempt) const;
+  void Backoff(int attempt, std::chrono::milliseconds at_least) const;
   common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
                                 const SagaInput& input) const;
   common::trace::Span StartAttemptSpan(const std::string& name,

@@ -12,6 +12,8 @@ const char* ToString(Outcome o) {
       return "terminal";
     case Outcome::kInDoubt:
       return "in_doubt";
+    case Outcome::kBlocked:
+      return "blocked";
   }
   return "unknown";
 }
@@ -44,6 +46,14 @@ StepResult StepResult::Terminal(int http_status, std::string error_code, std::st
 StepResult StepResult::InDoubt(std::string detail) {
   StepResult r;
   r.outcome = Outcome::kInDoubt;
+  r.detail = std::move(detail);
+  return r;
+}
+
+StepResult StepResult::Blocked(int http_status, std::string detail) {
+  StepResult r;
+  r.outcome = Outcome::kBlocked;
+  r.http_status = http_status;
   r.detail = std::move(detail);
   return r;
 }

@@ -17,6 +17,10 @@ enum class Outcome {
   kRetryable,  // certainly not applied, or may be retried safely (connect error, 5xx, 409 busy)
   kTerminal,   // a definite business answer (declined, out of stock): compensate
   kInDoubt,    // the request was sent and no answer came: it may have been applied
+  // Not an answer about the business at all (a wrong token or URL, a protocol error, a
+  // participant that lost the record of an applied action): deciding anything would be
+  // wrong, so the saga waits visibly (stuck) until an operator fixes it, then goes on.
+  kBlocked,
 };
 
 const char* ToString(Outcome o);
@@ -28,11 +32,14 @@ struct [[nodiscard]] StepResult {
   int http_status = 0;     // the participant's status, when there was one
   std::string error_code;  // the participant's error code, when there was one
   bool replayed = false;   // the participant answered from its stored response
+  // The participant's Retry-After: the runner waits at least this long before the next try.
+  std::chrono::milliseconds retry_after{0};
 
   static StepResult Succeeded(nlohmann::json output, bool replayed = false);
   static StepResult Retryable(std::string detail, int http_status = 0);
   static StepResult Terminal(int http_status, std::string error_code, std::string detail);
   static StepResult InDoubt(std::string detail);
+  static StepResult Blocked(int http_status, std::string detail);
 };
 
 // The W3C trace context of the step call (filled in by the runner).
@@ -47,8 +54,11 @@ struct StepContext {
   std::string step_name;
   std::string tenant_id;
   std::string parent_key;
-  std::string derived_key;        // "A-inventory", or "A-inventory-compensate"
-  std::string action_key;         // the action's key (what a compensation undoes)
+  std::string derived_key;  // "A-inventory", or "A-inventory-compensate"
+  std::string action_key;   // the action's key (what a compensation undoes)
+  // For a compensation: the action answered 2xx, so it certainly happened (a participant
+  // that says it never saw it has lost its record, which must not count as undone).
+  bool action_confirmed = false;
   const nlohmann::json* request;  // the parent request body
   const nlohmann::json* outputs;  // earlier steps' outputs, by step name
   TraceContext trace;

@@ -34,7 +34,7 @@ const std::string kGet = std::string("SELECT ") + kColumns +
 // One conditional UPDATE: of all the processes that see the lease expired, exactly one wins.
 const std::string kTakeOver = std::string(R"sql(
   UPDATE idempotency_keys k
-  SET lease_owner = $3, lease_epoch = lease_epoch + 1,
+  SET lease_owner = $3, lease_epoch = lease_epoch + 1, stuck = false,
       lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2
     AND status IN ('started', 'compensating') AND lease_expires_at < now()
@@ -63,7 +63,7 @@ constexpr const char* kDeferStuck = R"sql(
 // SKIP LOCKED: a row another sweeper is taking over right now is left to it.
 const std::string kTakeOverBatch = std::string(R"sql(
   UPDATE idempotency_keys k
-  SET lease_owner = $1, lease_epoch = k.lease_epoch + 1,
+  SET lease_owner = $1, lease_epoch = k.lease_epoch + 1, stuck = false,
       lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
   FROM (SELECT tenant_id, idempotency_key FROM idempotency_keys
         WHERE status IN ('started', 'compensating') AND lease_expires_at < now()
@@ -77,10 +77,12 @@ constexpr const char* kReleaseLeases = R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
   WHERE lease_owner = $1 AND status IN ('started', 'compensating'))sql";
 
+// Only a deferred lease (stuck is cleared by every takeover): a saga some replica is running
+// right now keeps its lease.
 constexpr const char* kRetryNow = R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status IN ('started', 'compensating')
-    AND (stuck OR lease_expires_at < now()))sql";
+    AND stuck)sql";
 
 const std::string kList = std::string("SELECT ") + kColumns + R"sql(
   FROM idempotency_keys k
@@ -122,7 +124,9 @@ constexpr const char* kFinish = R"sql(
   SET status = $5, response_status = $6, response_body = $7,
       response_headers = '{"Content-Type":"application/json"}'::jsonb, steps = $8::jsonb,
       stuck = false, lease_owner = NULL, lease_expires_at = NULL,
-      completed_at = now(), updated_at = now()
+      completed_at = now(), updated_at = now(),
+      -- Retention counts from the end: a saga that ran (or was stuck) long keeps its answer.
+      expires_at = now() + make_interval(secs => $9)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status IN ('started', 'compensating'))sql";
 
@@ -166,18 +170,30 @@ double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); 
 Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   // Phase 1: claim, or read what is there. Its connection goes back to the pool before any
   // further phase borrows one: nested borrows could exhaust the pool under a retry storm.
-  auto [claimed, row] = pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
-    auto inserted = tx.exec_params(
-        kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(), req.saga_name,
-        req.owner, Seconds(options_.lease), req.trace_id,
-        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
-        req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
-    SagaRow found =
-        ToRow(inserted.empty() ? tx.exec_params1(kGet, req.tenant_id, req.key) : inserted[0]);
-    tx.commit();
-    return std::pair{!inserted.empty(), found};
-  });
+  // The row that made the insert do nothing can be deleted (GC) before it is read; the
+  // claim is then simply tried again (a key vanishes only once per retention period).
+  std::optional<std::pair<bool, SagaRow>> outcome;
+  for (int attempt = 0; !outcome; ++attempt) {
+    if (attempt == 3) throw pqxx::transaction_rollback("idempotency key claim raced with GC");
+    outcome = pool_.With([&](pqxx::connection& conn) -> std::optional<std::pair<bool, SagaRow>> {
+      pqxx::work tx(conn);
+      auto inserted = tx.exec_params(
+          kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(), req.saga_name,
+          req.owner, Seconds(options_.lease), req.trace_id,
+          Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
+          req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
+      if (!inserted.empty()) {
+        SagaRow row = ToRow(inserted[0]);
+        tx.commit();
+        return std::pair{true, row};
+      }
+      if (options_.after_conflict_for_test) options_.after_conflict_for_test();
+      auto found = tx.exec_params(kGet, req.tenant_id, req.key);
+      if (found.empty()) return std::nullopt;
+      return std::pair{false, ToRow(found[0])};
+    });
+  }
+  auto [claimed, row] = *outcome;
   if (claimed) {
     return Claim{Claim::kClaimed, row, {req.tenant_id, req.key, req.owner, row.lease_epoch}};
   }
@@ -340,9 +356,11 @@ bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kFinish, l.tenant_id, l.key, l.owner, l.epoch,
-                            std::string(completed ? "completed" : "failed"), response_status,
-                            response_body, steps.dump());
+    auto r = tx.exec_params(
+        kFinish, l.tenant_id, l.key, l.owner, l.epoch,
+        std::string(completed ? "completed" : "failed"), response_status, response_body,
+        steps.dump(),
+        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
     tx.commit();
     return r.affected_rows();
   });

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -80,8 +81,12 @@ struct Claim {
 };
 
 struct StoreOptions {
-  std::chrono::seconds lease{30};    // how long an owner may go without renewing
-  std::chrono::hours retention{24};  // finished keys are kept this long
+  std::chrono::seconds lease{30};  // how long an owner may go without renewing
+  // Finished keys are kept this long after they finish.
+  std::chrono::seconds retention{std::chrono::hours(24)};
+  // Tests only: runs between a claim's conflicting insert and its read of the existing row
+  // (to delete the row there, as a concurrent GC can).
+  std::function<void()> after_conflict_for_test;
 };
 
 class ParentStore {

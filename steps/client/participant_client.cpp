@@ -28,9 +28,18 @@ std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
   return {"", ""};
 }
 
+// Retry-After as delay-seconds (RFC 9110 §10.2.3); an HTTP-date or garbage counts as absent.
+// Capped: a participant cannot park a saga for longer than a minute per attempt.
+std::chrono::milliseconds RetryAfter(const std::string& value) {
+  if (value.empty() || value.size() > 6 || value.find_first_not_of("0123456789") != value.npos) {
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::seconds(std::min(std::stol(value), 60L));
+}
+
 }  // namespace
 
-saga::StepResult MapOutcome(const HttpExchange& x) {
+saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& business_errors) {
   using saga::StepResult;
   switch (x.transport) {
     case HttpExchange::Transport::kNotConnected:
@@ -48,16 +57,19 @@ saga::StepResult MapOutcome(const HttpExchange& x) {
     return ok;
   }
   auto [code, message] = ErrorOf(body);
+  std::string status_text = "HTTP " + std::to_string(x.status);
+  if (!code.empty()) status_text += " " + code;
   if ((x.status == 409 && code == "idempotency_key_in_progress") || x.status == 429 ||
       x.status >= 500) {
-    return StepResult::Retryable("HTTP " + std::to_string(x.status) + " " + code, x.status);
+    auto retry = StepResult::Retryable(status_text, x.status);
+    retry.retry_after = RetryAfter(x.retry_after);
+    return retry;
   }
-  if (x.status >= 400) {
-    return StepResult::Terminal(x.status, code.empty() ? "step_refused" : code,
-                                message.empty() ? "HTTP " + std::to_string(x.status) : message);
+  if (x.status >= 400 && x.status < 500 &&
+      (business_errors.count(code) > 0 || kGuardRefusals.count(code) > 0)) {
+    return StepResult::Terminal(x.status, code, message.empty() ? status_text : message);
   }
-  return StepResult::Terminal(x.status, "unexpected_status",
-                              "unexpected HTTP " + std::to_string(x.status));
+  return StepResult::Blocked(x.status, status_text + (message.empty() ? "" : ": " + message));
 }
 
 ParticipantClient::ParticipantClient(Options options) : options_(std::move(options)) {}
@@ -109,8 +121,41 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
   x.status = res->status;
   x.body = res->body;
   x.replayed = res->get_header_value("Idempotent-Replayed") == "true";
+  x.retry_after = res->get_header_value("Retry-After");
   Release(std::move(client));
-  return MapOutcome(x);
+  auto result = MapOutcome(x, options_.business_errors);
+  if (result.outcome == saga::Outcome::kBlocked) {
+    result.detail = "participant " + options_.base_url + path + " answered " + result.detail;
+  }
+  // A compensation for an action that certainly happened, answered "never arrived": the
+  // participant has lost the action's record (expired, restored from backup), so nothing
+  // was undone. Saying "compensated" would leave the customer charged.
+  if (ctx.action_confirmed && result.outcome == saga::Outcome::kSucceeded &&
+      result.output.is_object() && result.output.value("outcome", "") == "cancelled") {
+    return saga::StepResult::Blocked(
+        x.status, "the participant has no record of the applied action " + ctx.action_key +
+                      " (expired?); nothing was undone");
+  }
+  return result;
+}
+
+std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path,
+                                                         std::string& error) {
+  auto client = Acquire();
+  client->set_read_timeout(
+      std::chrono::duration_cast<std::chrono::microseconds>(options_.read_timeout));
+  auto res = client->Get(path.c_str(), {{"Authorization", "Bearer " + options_.service_token}});
+  if (!res) {
+    error = httplib::to_string(res.error());
+    return std::nullopt;
+  }
+  Release(std::move(client));
+  auto body = nlohmann::json::parse(res->body, nullptr, false);
+  if (res->status != 200 || body.is_discarded()) {
+    error = "HTTP " + std::to_string(res->status);
+    return std::nullopt;
+  }
+  return body;
 }
 
 }  // namespace steps::client

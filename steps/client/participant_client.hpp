@@ -10,6 +10,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,14 +34,23 @@ struct HttpExchange {
   int status = 0;
   std::string body;
   bool replayed = false;
-  std::string error;  // transport error text
+  std::string error;        // transport error text
+  std::string retry_after;  // the Retry-After header, as sent
 };
+
+// Error codes every guard answers with that are definite "not applied" answers: the action's
+// compensation arrived first (tombstone) or already undid it.
+inline const std::set<std::string> kGuardRefusals = {"cancelled", "compensated"};
 
 // The one table from the wire to what the runner does next:
 //   not connected -> retryable; no answer after sending -> in doubt;
-//   2xx -> succeeded; 409 idempotency_key_in_progress, 429, 5xx -> retryable;
-//   other 4xx (declined, out of stock, cancelled, ...) -> terminal.
-saga::StepResult MapOutcome(const HttpExchange& exchange);
+//   2xx -> succeeded; 409 idempotency_key_in_progress, 429, 5xx -> retryable (Retry-After
+//   honoured); a 4xx whose error code the participant declares as a business refusal
+//   (`business_errors`, e.g. card_declined) or a guard refusal -> terminal; any other 4xx
+//   (401 wrong token, 404 wrong URL, 400/405/413/415/422 protocol errors) -> blocked: a
+//   configuration fault that must not become the customer's answer.
+saga::StepResult MapOutcome(const HttpExchange& exchange,
+                            const std::set<std::string>& business_errors = {});
 
 class ParticipantClient {
  public:
@@ -52,6 +63,8 @@ class ParticipantClient {
     // Longer than a participant's slowest healthy answer (its lock timeout is 3 s).
     std::chrono::milliseconds read_timeout{5000};
     size_t max_idle_connections = 64;
+    // The participant's business refusals: the only 4xx codes that fail a saga for good.
+    std::set<std::string> business_errors;
   };
 
   explicit ParticipantClient(Options options);
@@ -61,7 +74,10 @@ class ParticipantClient {
   saga::StepResult Post(const std::string& path, const saga::StepContext& ctx,
                         const nlohmann::json& body);
 
-  const Options& options() const { return options_; }
+  // GETs `path` with the service token: the JSON body of a 200, else nullopt (with `error`).
+  std::optional<nlohmann::json> GetJson(const std::string& path, std::string& error);
+
+  const std::string& base_url() const { return options_.base_url; }
 
  private:
   std::unique_ptr<httplib::Client> Acquire();

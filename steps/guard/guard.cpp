@@ -11,13 +11,14 @@ namespace {
 // Blocks on the unique index while a concurrent duplicate is uncommitted (bounded by the
 // session's lock_timeout); returns a row only to the request that now owns the key.
 constexpr const char* kClaim = R"sql(
-  INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, status)
-  VALUES ($1, $2, $3, 'started')
+  INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, status, expires_at)
+  VALUES ($1, $2, $3, 'started', now() + make_interval(secs => $4))
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql";
 
 constexpr const char* kLoad = R"sql(
-  SELECT status, request_hash, response_status, response_content_type, response_body
+  SELECT status, request_hash, response_status, response_content_type, response_body,
+         compensated_at IS NOT NULL
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql";
 
 constexpr const char* kStore = R"sql(
@@ -28,8 +29,9 @@ constexpr const char* kStore = R"sql(
 constexpr const char* kTombstone = R"sql(
   INSERT INTO idempotency_keys
     (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
-     response_body)
-  VALUES ($1, $2, NULL, 'tombstone', 409, 'application/json', $3)
+     response_body, expires_at)
+  VALUES ($1, $2, NULL, 'tombstone', 409, 'application/json', $3,
+          now() + make_interval(secs => $4))
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql";
 
@@ -38,8 +40,11 @@ constexpr const char* kLockAction = R"sql(
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2
   FOR UPDATE)sql";
 
+// The undone action is kept a full retention from now: a late retry of its key must keep
+// hearing "compensated", never find the key free again.
 constexpr const char* kMarkCompensated = R"sql(
-  UPDATE idempotency_keys SET compensated_at = now()
+  UPDATE idempotency_keys
+  SET compensated_at = now(), expires_at = now() + make_interval(secs => $3)
   WHERE tenant_id = $1 AND idempotency_key = $2)sql";
 
 constexpr const char* kDeleteExpired = R"sql(
@@ -69,14 +74,23 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
     return Json(kKeyReusedStatus, "idempotency_key_reused",
                 "this Idempotency-Key was used with a different request", "mismatch");
   }
+  // Replaying the success of an undone action would tell a late retry (say, of a parent
+  // whose key expired) that the effect is in place.
+  if (row[5].as<bool>()) {
+    return Json(kCompensatedStatus, "compensated",
+                "this action was compensated (undone); it is no longer in effect", "compensated");
+  }
   stored.replayed = true;
   stored.outcome = "replayed";
   return stored;
 }
 
 // Claims the key or answers from what is stored; nullopt means the caller owns the key now.
-std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const std::string& hash) {
-  if (!tx.exec_params(kClaim, req.tenant_id, req.key, hash).empty()) return std::nullopt;
+std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const std::string& hash,
+                                      double retention_s) {
+  if (!tx.exec_params(kClaim, req.tenant_id, req.key, hash, retention_s).empty()) {
+    return std::nullopt;
+  }
   if (auto existing = Existing(tx, req, hash)) return existing;
   // Vanished between the two statements (its claimant rolled back): the next try claims it.
   throw pqxx::serialization_failure("idempotency key claim raced with a rollback");
@@ -128,7 +142,7 @@ Response Guard::Run(const Request& req, const Effect& effect) {
   const std::string hash = Fingerprint(req);
   return InTransaction(req, [&](pqxx::work& tx) {
     auto claim = StartSpan("guard claim", req);
-    if (auto answered = ClaimOrReplay(tx, req, hash)) {
+    if (auto answered = ClaimOrReplay(tx, req, hash, RetentionSeconds())) {
       claim.Set("outcome", answered->outcome);
       if (answered->outcome == "mismatch") claim.Error("key reused with another request");
       return *answered;
@@ -155,7 +169,7 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
   const std::string hash = Fingerprint(req);
   return InTransaction(req, [&](pqxx::work& tx) {
     auto claim = StartSpan("guard claim", req);
-    if (auto answered = ClaimOrReplay(tx, req, hash)) {
+    if (auto answered = ClaimOrReplay(tx, req, hash, RetentionSeconds())) {
       claim.Set("outcome", answered->outcome);
       return *answered;
     }
@@ -166,7 +180,8 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     nlohmann::json body = {{"action_key", action_key}};
     std::string refusal = common::http::ErrorBody(
         "cancelled", "this step was compensated before it arrived; it will not be applied");
-    if (!tx.exec_params(kTombstone, req.tenant_id, action_key, refusal).empty()) {
+    if (!tx.exec_params(kTombstone, req.tenant_id, action_key, refusal, RetentionSeconds())
+             .empty()) {
       body["outcome"] = "cancelled";
     } else {
       // The action committed (the tombstone insert waited for it if it was in flight).
@@ -183,7 +198,7 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
         ActionRecord action{action_key, action_status,
                             nlohmann::json::parse(row[2].as<std::string>(), nullptr, false)};
         nlohmann::json detail = undo(tx, action);
-        tx.exec_params(kMarkCompensated, req.tenant_id, action_key);
+        tx.exec_params(kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
         body["outcome"] = "undone";
         if (detail.is_object()) body.update(detail);
       }
@@ -195,6 +210,8 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     return res;
   });
 }
+
+double Guard::RetentionSeconds() const { return static_cast<double>(options_.retention.count()); }
 
 long long Guard::DeleteExpired(int batch) {
   return pool_.With([&](pqxx::connection& conn) {

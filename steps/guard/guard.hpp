@@ -16,6 +16,7 @@
 //   auto res = g.Run(req, [&](pqxx::work& tx) { return Reserve(tx, items); });
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
@@ -40,7 +41,8 @@ struct Response {
   std::string body;
   std::string content_type = "application/json";
   bool replayed = false;  // answered from the stored response; send Idempotent-Replayed: true
-  // applied | replayed | mismatch | cancelled (tombstone) | in_progress: for spans and logs.
+  // applied | replayed | mismatch | cancelled (tombstone) | compensated | in_progress: for
+  // spans and logs.
   std::string outcome;
 };
 
@@ -58,6 +60,20 @@ std::string Fingerprint(const Request& req);
 // concurrent duplicate still running past the lock timeout.
 inline constexpr int kKeyReusedStatus = 422;
 inline constexpr int kInProgressStatus = 409;
+// An action whose compensation has undone it: its success is never replayed again.
+inline constexpr int kCompensatedStatus = 409;
+
+// Where a participant serves {"key_retention_seconds": N} (service token), for the
+// orchestrator's start-up check.
+inline constexpr const char* kPolicyPath = "/v1/idempotency";
+
+struct GuardOptions {
+  // How long a key (and so its replay, its tombstone, its "compensated") is kept, counted from
+  // the claim, or from the compensation that undid it. It must exceed the orchestrator's
+  // retention plus its longest saga (the orchestrator checks at start-up): a step retried by a
+  // resumed saga, or a compensation, must always find its key.
+  std::chrono::seconds retention{std::chrono::hours(24 * 7)};
+};
 
 class Guard {
  public:
@@ -66,8 +82,9 @@ class Guard {
   using Undo = std::function<nlohmann::json(pqxx::work& tx, const ActionRecord& action)>;
 
   // `tracer` may be null (no spans).
-  explicit Guard(common::pg::Pool& pool, const common::trace::Tracer* tracer = nullptr)
-      : pool_(pool), tracer_(tracer) {}
+  explicit Guard(common::pg::Pool& pool, const common::trace::Tracer* tracer = nullptr,
+                 GuardOptions options = {})
+      : pool_(pool), tracer_(tracer), options_(options) {}
 
   // Runs `effect` at most once for (tenant, key). Throws on transient failure (database
   // unavailable or broken mid-way): nothing is stored and a retry with the key runs again.
@@ -78,17 +95,20 @@ class Guard {
   // {"action_key", "outcome": "undone" | "already_undone" | "nothing_to_undo" | "cancelled"}.
   Response Compensate(const Request& req, const std::string& action_key, const Undo& undo);
 
-  // Deletes up to `batch` keys past their expiry (7 days: longer than the orchestrator's
-  // retention plus its longest saga, so a retry never finds its step key gone).
+  // Deletes up to `batch` keys past their expiry (GuardOptions::retention).
   long long DeleteExpired(int batch);
+
+  const GuardOptions& options() const { return options_; }
 
  private:
   template <typename Body>
   Response InTransaction(const Request& req, const Body& body);
   common::trace::Span StartSpan(const std::string& name, const Request& req) const;
+  double RetentionSeconds() const;
 
   common::pg::Pool& pool_;
   const common::trace::Tracer* tracer_;
+  GuardOptions options_;
 };
 
 }  // namespace steps::guard

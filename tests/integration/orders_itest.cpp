@@ -13,6 +13,7 @@
 #include "steps/place_order.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
+#include "tests/support/wait.hpp"
 
 namespace {
 
@@ -28,6 +29,8 @@ using test_support::Order;
 using test_support::Post;
 using test_support::ScratchDatabase;
 using test_support::Serving;
+using test_support::WaitFor;
+using namespace std::chrono_literals;
 
 constexpr const char* kGadgetOrder =
     R"({"customer_id":"cust_1","items":[{"sku":"gadget","quantity":11}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})";
@@ -45,6 +48,20 @@ OrchestratorOptions TestOptions(const std::string& db, const std::string& invent
              .step_deadline = std::chrono::milliseconds(4000)};
   o.sagas.threads = 16;
   return o;
+}
+
+// A step of a saga with its action and/or compensation wrapped: `wrap(inner)` returns the
+// function to call instead (to observe a step, or to perturb it as a fault would).
+using Wrap = std::function<saga::StepFn(saga::StepFn inner)>;
+saga::Definition Wrapped(const saga::Definition& real, const std::string& step, Wrap action,
+                         Wrap compensation = {}) {
+  saga::Definition d(real.name());
+  for (const auto& s : real.steps()) {
+    bool wrap = s.name == step;
+    d.Step(s.name, wrap && action ? action(s.action) : s.action,
+           wrap && compensation ? compensation(s.compensation) : s.compensation);
+  }
+  return d;
 }
 
 class OrdersTest : public ::testing::Test {
@@ -84,6 +101,25 @@ class OrdersTest : public ::testing::Test {
     return inv_db_.Count("SELECT available FROM stock WHERE sku = $1", sku);
   }
   long long ParentKeys() { return orch_db_.Count("SELECT count(*) FROM idempotency_keys"); }
+  nlohmann::json View(const std::string& key) { return nlohmann::json::parse(Get(key)->body); }
+  // Polls the saga until `done(view)` holds; returns the last view.
+  template <typename Done>
+  nlohmann::json WaitForView(const std::string& key, Done done,
+                             std::chrono::milliseconds timeout = 20s) {
+    nlohmann::json view;
+    WaitFor(
+        [&] {
+          view = View(key);
+          return done(view);
+        },
+        timeout, 20ms);
+    return view;
+  }
+  nlohmann::json WaitForStatus(const std::string& key, const std::string& status,
+                               std::chrono::milliseconds timeout = 20s) {
+    return WaitForView(
+        key, [&](const nlohmann::json& v) { return v.value("status", "") == status; }, timeout);
+  }
 
   ScratchDatabase orch_db_, inv_db_, pay_db_;
   Serving<ParticipantService> inventory_, payment_;
@@ -302,12 +338,7 @@ TEST_F(OrdersTest, ASagaOutlivingTheResponseBudgetAnswers202ThenTheFinalResponse
   EXPECT_EQ(ErrorCode(busy), "idempotency_key_in_progress");
   EXPECT_TRUE(busy->has_header("Retry-After"));
   // Poll the saga (bounded), as a client following Location would.
-  std::string status;
-  for (int i = 0; i < 100 && status != "completed"; ++i) {
-    status = nlohmann::json::parse(Get("slow")->body)["status"];
-    if (status != "completed") std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(status, "completed");
+  EXPECT_EQ(WaitForStatus("slow", "completed")["status"], "completed");
   auto final = Submit(Order("slow"));
   EXPECT_EQ(final->status, 201);
   EXPECT_EQ(final->get_header_value("Idempotent-Replayed"), "true");
@@ -326,25 +357,21 @@ TEST_F(OrdersTest, AParticipantThatStaysDownFailsTheOrderAndCompensatesEveryStep
   auto accepted = Submit(Order("order-6"));
   ASSERT_TRUE(accepted);
   EXPECT_EQ(accepted->status, 202);
-  nlohmann::json view = nlohmann::json::object();
-  for (int i = 0; i < 100 && !view.value("stuck", false); ++i) {
-    view = nlohmann::json::parse(Get("order-6")->body);
-    if (!view.value("stuck", false)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto view =
+      WaitForView("order-6", [](const nlohmann::json& v) { return v.value("stuck", false); });
   EXPECT_TRUE(view.value("stuck", false)) << "a failing compensation must be visible";
   EXPECT_EQ(view["status"], "compensating");
 
   payment_.service.faults().Set({});  // payment heals: the compensations go through
-  for (int i = 0; i < 100 && view["status"] != "failed"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    view = nlohmann::json::parse(Get("order-6")->body);
-  }
+  view = WaitForStatus("order-6", "failed");
   ASSERT_EQ(view["status"], "failed");
   EXPECT_FALSE(view["stuck"].get<bool>());
   auto final = Submit(Order("order-6"));
-  EXPECT_EQ(final->status, 503);
+  // Final, and says so: not a 503 that invites retrying a key that only replays this.
+  EXPECT_EQ(final->status, 502);
   auto body = nlohmann::json::parse(final->body);
   EXPECT_EQ(body["error"]["code"], "payment_unavailable");
+  EXPECT_EQ(body["retryable"], false);
   EXPECT_EQ(body["compensated"], nlohmann::json::array({"payment", "inventory"}));
   EXPECT_EQ(Available("widget"), 1000000);
   // The refund found no charge and left a tombstone: a late charge is refused.
@@ -360,16 +387,32 @@ TEST_F(OrdersTest, AParticipantThatStaysDownFailsTheOrderAndCompensatesEveryStep
 }
 
 TEST_F(OrdersTest, TransientParticipantErrorsAreRetriedWithTheSameKey) {
-  payment_.service.faults().Set({.error_rate = 0.5});
-  int completed = 0;
-  for (int i = 0; i < 10; ++i) {
-    auto r = Submit(Order("flaky-" + std::to_string(i)));
-    completed += r && r->status == 201 ? 1 : 0;
-  }
-  // 4 attempts at 50% fail together about 6% of the time: most complete, none twice.
-  EXPECT_GE(completed, 5);
-  EXPECT_EQ(Charges("captured"), completed);
-  EXPECT_EQ(Reservations("reserved"), completed);
+  // Every attempt the runner makes goes through this wrapper, which notes the key it sends.
+  std::vector<std::string> payment_keys;
+  std::mutex mutex;
+  auto factory = [&](steps::client::ParticipantClient& inventory,
+                     steps::client::ParticipantClient& payment) {
+    return Wrapped(steps::MakePlaceOrderSaga(inventory, payment), "payment",
+                   [&](saga::StepFn inner) {
+                     return [&, inner](saga::StepContext& ctx) {
+                       std::lock_guard lock(mutex);
+                       payment_keys.push_back(ctx.derived_key);
+                       return inner(ctx);
+                     };
+                   });
+  };
+  Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), factory);
+  payment_.service.faults().Set({.fail_next = 3});  // three 503s, then healthy
+  auto r = Submit(Order("flaky"));
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(payment_keys, std::vector<std::string>(4, "flaky-payment"));
+  EXPECT_EQ(View("flaky")["steps"][1]["attempts"], 4);
+  // One charge, under the derived key, and no other key ever reached payment's table.
+  EXPECT_EQ(Charges("captured"), 1);
+  EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM idempotency_keys"), 1);
+  EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'demo' AND "
+                          "idempotency_key = 'flaky-payment'"),
+            1);
 }
 
 TEST(OrdersWithoutDatabase, AnUnreachableDatabaseAnswers503AndTheClientMayRetry) {
@@ -410,7 +453,9 @@ TEST_F(OrdersTest, AThirdStepDeclaredInCodeRunsAndIsCompensatedInReverse) {
         tx.exec_params("UPDATE shipments SET status = 'cancelled' WHERE key = $1", action.key);
         return nlohmann::json::object();
       });
-  steps::client::ParticipantClient ship_client({.base_url = server.Url()});
+  // Only the declared business refusals fail a saga; any other 4xx is a configuration fault.
+  steps::client::ParticipantClient ship_client(
+      {.base_url = server.Url(), .business_errors = {"undeliverable"}});
 
   // --- the saga, as a user would declare it ---
   auto factory = [&](steps::client::ParticipantClient& inventory,
@@ -443,6 +488,303 @@ TEST_F(OrdersTest, AThirdStepDeclaredInCodeRunsAndIsCompensatedInReverse) {
   EXPECT_EQ(nlohmann::json::parse(refused->body)["compensated"],
             nlohmann::json::array({"payment", "inventory"}));
   EXPECT_EQ(Charges("refunded"), 1);
+  EXPECT_EQ(Reservations("released"), 1);
+}
+
+// --- Issue 8: promises at the edges ----------------------------------------------------------
+
+// §2: a rolling deploy during a participant blip must not fail orders that would complete.
+TEST_F(OrdersTest, ASigtermDuringRetriesLeavesTheOrderToAnotherReplicaAndCompensatesNothing) {
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.sagas.response_budget = 200ms;
+  options.retry.max_attempts = 1000;
+  options.retry.step_deadline = 60s;
+  Start(options);
+  payment_.service.faults().Set({.error_rate = 1});
+  auto accepted = Submit(Order("deploy-1"));
+  ASSERT_EQ(accepted->status, 202) << accepted->body;
+  // The reservation is in place and payment is being retried: now SIGTERM (what the signal
+  // handler does: Shutdown with no grace left).
+  ASSERT_TRUE(WaitFor([&] { return Reservations("reserved") == 1; }, 10s));
+  orch_.reset();
+  EXPECT_EQ(orch_db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'started'"), 1)
+      << "shutdown must leave the saga as it was, not decide to compensate";
+
+  payment_.service.faults().Set({});
+  auto replica = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  replica.recovery.sweep_interval = 50ms;
+  Start(replica);  // another replica: its sweeper resumes the released lease
+  auto view = WaitForStatus("deploy-1", "completed");
+  ASSERT_EQ(view["status"], "completed") << view.dump();
+  EXPECT_EQ(Reservations("reserved"), 1);
+  EXPECT_EQ(Reservations("released"), 0);
+  EXPECT_EQ(Charges("captured"), 1);
+  EXPECT_EQ(Charges("refunded"), 0);
+  EXPECT_EQ(inv_db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE "
+                          "'%-compensate'"),
+            0);
+  auto final = Submit(Order("deploy-1"));
+  EXPECT_EQ(final->status, 201);
+  EXPECT_EQ(final->get_header_value("Idempotent-Replayed"), "true");
+}
+
+// §3: a participant restart of several seconds fails no order. Default retry policy.
+TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone) {
+  int pay_port = common::FreeLoopbackPort();
+  auto pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
+                                                           ParticipantKind::kPayment, pay_db_.url(),
+                                                           services_mock::ParticipantOptions{});
+  OrchestratorOptions options;
+  options.database_url = orch_db_.url();
+  options.inventory_url = inventory_.Url();
+  options.payment_url = pay->Url();
+  options.sagas.response_budget = 500ms;
+  Start(options);  // the default RetryPolicy: what a user gets
+  ASSERT_EQ(Submit(Order("before"))->status, 201);
+
+  pay.reset();  // down: connections refused
+  auto down_at = std::chrono::steady_clock::now();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 5; ++i) {
+    clients.emplace_back([this, i] {
+      auto client = orch_->Client();
+      auto r = Post(client, "/v1/orders", Order("outage-" + std::to_string(i)));
+      EXPECT_TRUE(r && r->status == 202) << (r ? r->body : "no answer");
+    });
+  }
+  for (auto& t : clients) t.join();
+  std::this_thread::sleep_until(down_at + 10s);  // the outage itself is what is tested
+  pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
+                                                      ParticipantKind::kPayment, pay_db_.url(),
+                                                      services_mock::ParticipantOptions{});
+  for (int i = 0; i < 5; ++i) {
+    auto key = "outage-" + std::to_string(i);
+    auto view = WaitForView(
+        key, [](const nlohmann::json& v) { return v["response"].is_object(); }, 60s);
+    EXPECT_EQ(view["status"], "completed") << view.dump();
+  }
+  EXPECT_EQ(Charges("captured"), 6);
+  EXPECT_EQ(Charges("refunded"), 0);
+  EXPECT_EQ(Reservations("released"), 0);
+}
+
+// §6: a wrong service token is a configuration fault: nothing is stored for the customer.
+TEST_F(OrdersTest, AWrongServiceTokenLeavesTheSagaVisiblyWaitingUntilTheTokenIsFixed) {
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.service_token = "not-the-token";
+  options.sagas.response_budget = 300ms;
+  options.retry.stuck_retry_interval = 200ms;
+  Start(options);
+  auto first = Submit(Order("token-1"));
+  ASSERT_EQ(first->status, 202) << first->body;
+  auto view =
+      WaitForView("token-1", [](const nlohmann::json& v) { return v.value("stuck", false); });
+  EXPECT_TRUE(view["stuck"].get<bool>());
+  EXPECT_EQ(view["status"], "started");
+  EXPECT_TRUE(view["response"].is_null()) << "a 401 must never become the customer's answer";
+  EXPECT_EQ(Reservations(), 0);
+  EXPECT_NE(Submit(Order("token-1"))->status, 401);
+
+  auto fixed = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  fixed.recovery.sweep_interval = 50ms;
+  Start(fixed);  // redeployed with the right token: the deferred saga goes on
+  view = WaitForStatus("token-1", "completed");
+  ASSERT_EQ(view["status"], "completed") << view.dump();
+  EXPECT_EQ(Charges("captured"), 1);
+  EXPECT_EQ(Reservations("reserved"), 1);
+  EXPECT_EQ(Submit(Order("token-1"))->status, 201);
+}
+
+TEST_F(OrdersTest, AWrongParticipantUrlIsAConfigurationFaultNotTheCustomersAnswer) {
+  // The inventory URL points at the payment service: every reservation is a 404.
+  auto options = TestOptions(orch_db_.url(), payment_.Url(), payment_.Url());
+  options.sagas.response_budget = 300ms;
+  Start(options);
+  ASSERT_EQ(Submit(Order("url-1"))->status, 202);
+  auto view = WaitForView("url-1", [](const nlohmann::json& v) { return v.value("stuck", false); });
+  EXPECT_EQ(view["status"], "started");
+  EXPECT_TRUE(view["response"].is_null());
+  EXPECT_EQ(ParentKeys(), 1);
+  EXPECT_EQ(Charges(), 0);
+}
+
+// §5: the payment applied, its answer was lost, the saga compensated; much later (the parent
+// key collected) the client retries the same key. It must not be told "completed".
+TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
+  std::atomic<bool> lose_answers{true};
+  auto factory = [&](steps::client::ParticipantClient& inventory,
+                     steps::client::ParticipantClient& payment) {
+    return Wrapped(steps::MakePlaceOrderSaga(inventory, payment), "payment",
+                   [&](saga::StepFn inner) {
+                     return [&, inner](saga::StepContext& ctx) {
+                       auto r = inner(ctx);  // applied by the participant...
+                       if (lose_answers) return saga::StepResult::InDoubt("answer lost");
+                       return r;  // ...and, once answers get through, heard
+                     };
+                   });
+  };
+  Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), factory);
+  auto failed = Submit(Order("late-1"));
+  ASSERT_EQ(failed->status, 502) << failed->body;
+  EXPECT_EQ(Charges("refunded"), 1);
+  EXPECT_EQ(Reservations("released"), 1);
+
+  // Retention passed: the parent key is collected (participants keep theirs longer).
+  orch_db_.Exec("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'");
+  EXPECT_EQ(orch_->service.store().DeleteExpired(100), 1);
+  lose_answers = false;
+  auto late = Submit(Order("late-1"));
+  ASSERT_TRUE(late);
+  EXPECT_NE(late->status, 201) << late->body;
+  EXPECT_EQ(nlohmann::json::parse(late->body)["status"], "failed") << late->body;
+  EXPECT_EQ(ErrorCode(late), "compensated");
+  // Nothing was applied again, and the stock and the charge stay undone.
+  EXPECT_EQ(Charges(), 1);
+  EXPECT_EQ(Charges("refunded"), 1);
+  EXPECT_EQ(Reservations(), 1);
+  EXPECT_EQ(Reservations("released"), 1);
+  EXPECT_EQ(Available("widget"), 1000000);
+}
+
+// §5/§7: the retention rule is checked at start-up, against what each participant says.
+TEST_F(OrdersTest, AnOrchestratorRefusesToStartWhenAParticipantForgetsKeysTooSoon) {
+  ScratchDatabase short_db("payment");
+  Serving<ParticipantService> forgetful(
+      ParticipantKind::kPayment, short_db.url(),
+      services_mock::ParticipantOptions{.guard = {.retention = std::chrono::hours(12)}});
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), forgetful.Url());
+  options.store.retention = std::chrono::hours(24);
+  Orchestrator too_long(options);
+  EXPECT_THROW(too_long.CheckParticipantRetention(), std::runtime_error);
+  EXPECT_GT(too_long.RequiredParticipantRetention(), std::chrono::hours(24));
+
+  options.store.retention = std::chrono::hours(6);
+  Orchestrator fits(options);
+  EXPECT_EQ(fits.CheckParticipantRetention(), 2);
+}
+
+// §7: a participant that no longer has the record of an applied action (collected, restored
+// from an old backup) must not count as compensated: the customer would stay charged.
+TEST_F(OrdersTest, ACompensationThatFindsItsAppliedActionForgottenGoesStuckNotDone) {
+  std::atomic<bool> forget{true};
+  auto factory = [&](steps::client::ParticipantClient& inventory,
+                     steps::client::ParticipantClient& payment) {
+    auto d = steps::MakePlaceOrderSaga(inventory, payment);
+    d.Step(
+        "shipping",
+        [&](saga::StepContext&) {
+          if (forget) {
+            // The participant's GC collects the charge's key (past its retention).
+            pay_db_.Exec("DELETE FROM idempotency_keys");
+          }
+          return saga::StepResult::Terminal(422, "undeliverable", "no such address");
+        },
+        [](saga::StepContext&) { return saga::StepResult::Succeeded({}); });
+    return d;
+  };
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.sagas.response_budget = 500ms;
+  options.retry.stuck_retry_interval = 200ms;
+  Start(options, factory);
+  auto r = Submit(Order("forgot-1"));
+  ASSERT_EQ(r->status, 202) << r->body;
+  auto view =
+      WaitForView("forgot-1", [](const nlohmann::json& v) { return v.value("stuck", false); });
+  EXPECT_EQ(view["status"], "compensating");
+  EXPECT_TRUE(view["response"].is_null()) << "never 'failed, compensated' with the charge kept";
+  EXPECT_EQ(Charges("captured"), 1);  // still owed a refund: visible, not dropped
+}
+
+// §7: a row this build cannot read must neither crash the process nor be dropped.
+TEST_F(OrdersTest, AnUnreadableSagaRowIsKeptVisibleAndTheProcessSurvives) {
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.recovery.sweep_interval = 50ms;
+  options.retry.stuck_retry_interval = 60s;
+  Start(options);
+  orch_db_.Exec(R"sql(
+    INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, request_body,
+      saga_name, order_id, status, lease_owner, lease_expires_at, steps, trace_id, expires_at)
+    VALUES ('demo', 'garbled', repeat('a', 64), '{}', 'place_order', 'ord_garbled',
+      'compensating', 'gone', now() - interval '1 second', '[1, "two"]', repeat('b', 32),
+      now() + interval '1 day'))sql");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return orch_db_.Count(
+                   "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+                   "'garbled' AND stuck AND lease_expires_at > now()") == 1;
+      },
+      10s));
+  EXPECT_EQ(View("garbled")["status"], "compensating");
+  EXPECT_EQ(Submit(Order("after-garbled"))->status, 201);  // still serving
+}
+
+// §7: outputs reach compensations resumed by another owner (crash, takeover, deferral).
+TEST_F(OrdersTest, ACompensationResumedByAnotherOwnerSeesTheOutputsOfTheStepsItUndoes) {
+  std::mutex mutex;
+  std::vector<std::string> refunded_charge_ids;
+  std::atomic<int> factory_calls{0};
+  std::atomic<bool> first_owner_parked{false};
+  std::atomic<bool> release_first_owner{false};
+  auto factory = [&](steps::client::ParticipantClient& inventory,
+                     steps::client::ParticipantClient& payment) {
+    const bool first_owner = factory_calls++ == 0;
+    auto payment_seen = Wrapped(
+        steps::MakePlaceOrderSaga(inventory, payment), "payment", {}, [&](saga::StepFn inner) {
+          return [&, inner](saga::StepContext& ctx) {
+            const auto& out = (*ctx.outputs)["payment"];
+            std::lock_guard lock(mutex);
+            refunded_charge_ids.push_back(out.is_object() ? out.value("charge_id", "") : "");
+            return inner(ctx);
+          };
+        });
+    auto d = Wrapped(payment_seen, "inventory", {}, [&, first_owner](saga::StepFn inner) {
+      return [&, first_owner, inner](saga::StepContext& ctx) {
+        if (first_owner) {
+          // The first owner stops dead between compensations (as under kill -9) until the
+          // test ends; its records in the store are all the next owner gets.
+          first_owner_parked = true;
+          while (!release_first_owner) std::this_thread::sleep_for(5ms);
+          return saga::StepResult::InDoubt("the process was gone");
+        }
+        return inner(ctx);
+      };
+    });
+    d.Step(
+        "shipping",
+        [](saga::StepContext&) {
+          return saga::StepResult::Terminal(422, "undeliverable", "no such address");
+        },
+        [](saga::StepContext&) { return saga::StepResult::Succeeded({}); });
+    return d;
+  };
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.sagas.response_budget = 200ms;
+  Start(options, factory);
+  ASSERT_EQ(Submit(Order("outputs-1"))->status, 202);
+  ASSERT_TRUE(WaitFor([&] { return first_owner_parked.load(); }, 10s));
+
+  // Its lease runs out; a second replica takes the saga over from the stored records.
+  auto second_options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  second_options.recovery.sweep_interval = 50ms;
+  Serving<Orchestrator> second(second_options, factory);
+  struct Release {
+    std::atomic<bool>& flag;
+    ~Release() { flag = true; }  // before `second` and the fixture stop their pools
+  } release{release_first_owner};
+  orch_db_.Exec("UPDATE idempotency_keys SET lease_expires_at = now()");
+  auto view = WaitForStatus("outputs-1", "failed");
+  ASSERT_EQ(view["status"], "failed") << view.dump();
+  EXPECT_EQ(Charges("refunded"), 1);
+  std::string stored_charge;
+  {
+    pqxx::connection conn(pay_db_.url());
+    pqxx::read_transaction tx(conn);
+    stored_charge = tx.exec1("SELECT charge_id FROM charges")[0].as<std::string>();
+  }
+  std::lock_guard lock(mutex);
+  // The first owner's refund (outputs in memory), then the second's (outputs from the store).
+  ASSERT_EQ(refunded_charge_ids.size(), 2u);
+  for (const auto& id : refunded_charge_ids) EXPECT_EQ(id, stored_charge);
   EXPECT_EQ(Reservations("released"), 1);
 }
 

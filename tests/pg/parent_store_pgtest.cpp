@@ -169,7 +169,49 @@ TEST_F(ParentStoreTest, ADeferredStuckSagaIsVisibleAndComesBackWhenItsLeaseRunsO
   auto taken = store_.TakeOverExpiredBatch("sweeper", 10);
   ASSERT_EQ(taken.size(), 1u);
   EXPECT_EQ(taken[0].row.status, "compensating");
-  EXPECT_EQ(store_.CountRunning().stuck, 1);
+  // The new owner is retrying it now; it shows as stuck again if that fails again.
+  EXPECT_EQ(store_.CountRunning().stuck, 0);
+}
+
+TEST_F(ParentStoreTest, RetryNowNeverExpiresTheLeaseOfASagaAnotherReplicaTookOver) {
+  auto c = store_.ClaimKey(Req("stuck"));
+  ASSERT_TRUE(store_.DeferStuck(c.lease, nlohmann::json::array(), std::chrono::milliseconds(0)));
+  ExpireLease("stuck");
+  auto taken = store_.TakeOverExpired("demo", "stuck", "replica-b");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_FALSE(store_.RetryNow("demo", "stuck")) << "replica-b is running it right now";
+  auto row = store_.Get("demo", "stuck");
+  EXPECT_TRUE(row->lease_live);
+  EXPECT_EQ(row->lease_owner, "replica-b");
+  EXPECT_FALSE(row->stuck);
+}
+
+TEST_F(ParentStoreTest, AFinishedSagaIsKeptForTheRetentionCountedFromItsEnd) {
+  auto c = store_.ClaimKey(Req("long"));
+  // The saga ran (or was stuck) for longer than the retention: its claim-time expiry passed.
+  db_.Exec("UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'");
+  ASSERT_TRUE(store_.Finish(c.lease, false, 502, "{}", nlohmann::json::array()));
+  EXPECT_EQ(store_.DeleteExpired(1000), 0) << "a just-finished answer must be replayable";
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE expires_at > now() + "
+                      "interval '23 hours'"),
+            1);
+}
+
+TEST_F(ParentStoreTest, AClaimWhoseExistingRowIsCollectedMeanwhileClaimsAfresh) {
+  auto first = store_.ClaimKey(Req("gc-race"));
+  ASSERT_TRUE(store_.Finish(first.lease, true, 201, "{}", nlohmann::json::array()));
+  // GC deletes the row between the claim's conflicting insert and its read of that row.
+  common::pg::Pool gc_pool({.url = db_.url(), .size = 1});
+  ParentStore racing(pool_, {.after_conflict_for_test = [&] {
+                       gc_pool.With([](pqxx::connection& conn) {
+                         pqxx::work tx(conn);
+                         tx.exec("DELETE FROM idempotency_keys");
+                         tx.commit();
+                       });
+                     }});
+  auto again = racing.ClaimKey(Req("gc-race"));
+  EXPECT_EQ(again.kind, Claim::kClaimed);
+  EXPECT_EQ(again.row.status, "started");
 }
 
 TEST_F(ParentStoreTest, RetryNowExpiresOnlyAStuckSagasLease) {

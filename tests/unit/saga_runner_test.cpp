@@ -80,9 +80,14 @@ class RunnerTest : public ::testing::Test {
     if (input.parent_key.empty()) input.parent_key = "A";
     input.tenant_id = "demo";
     input.trace_id = std::string(32, 'a');
-    saga::Runner runner(d, policy_, [this](std::chrono::milliseconds ms) { slept_.push_back(ms); });
+    saga::Runner runner(
+        d, policy_, [this](std::chrono::milliseconds ms) { slept_.push_back(ms); },
+        [this] {
+          return stop_after_calls_ >= 0 && fake_.calls.size() >= size_t(stop_after_calls_);
+        });
     return runner.Run(input, journal_);
   }
+  int stop_after_calls_ = -1;  // shutdown once this many step calls were made
   FakeParticipants fake_;
   FakeJournal journal_;
   saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
@@ -161,8 +166,11 @@ TEST_F(RunnerTest, RetriesExhaustedOnATransientFailureCompensateThatStepToo) {
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"payment", "inventory"}));
   auto response = saga::BuildResponse(r, {"ord_1", "A", std::string(32, 'a')});
-  EXPECT_EQ(response.status, 503);
-  EXPECT_EQ(nlohmann::json::parse(response.body)["error"]["code"], "payment_unavailable");
+  // Final, and says so: a 503 would invite retries of a key that only replays this.
+  EXPECT_EQ(response.status, 502);
+  auto body = nlohmann::json::parse(response.body);
+  EXPECT_EQ(body["error"]["code"], "payment_unavailable");
+  EXPECT_EQ(body["retryable"], false);
 }
 
 TEST_F(RunnerTest, ACompensationFailingFiveTimesIsRetriedUntilItSucceeds) {
@@ -242,20 +250,145 @@ TEST_F(RunnerTest, AStepThatThrowsIsTreatedAsInDoubt) {
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"inventory"}));
 }
 
-TEST_F(RunnerTest, BackoffUsesFullJitterWithinTheCap) {
-  policy_.max_attempts = 8;
-  policy_.initial_backoff = std::chrono::milliseconds(50);
-  policy_.max_backoff = std::chrono::milliseconds(400);
+TEST_F(RunnerTest, BackoffIsFullJitterThatDoublesPerAttemptUpToTheCap) {
+  // Sleeps of attempt n are uniform on [0, min(max, initial * 2^n)]: over many sagas the mean
+  // is half the cap, the spread covers it, and the cap doubles until max_backoff.
+  policy_.max_attempts = 7;
+  policy_.initial_backoff = std::chrono::milliseconds(100);
+  policy_.max_backoff = std::chrono::milliseconds(1600);
   auto def = Saga({"inventory"});
-  fake_.Script("A-inventory", {StepResult::Retryable("503")});
-  auto r = Run(def);
-  (void)r;
-  ASSERT_EQ(slept_.size(), 7u);
-  for (size_t i = 0; i < slept_.size(); ++i) {
-    long long cap = std::min<long long>(400, 50LL << (i + 1));
-    EXPECT_GE(slept_[i].count(), 0);
-    EXPECT_LE(slept_[i].count(), cap);
+  constexpr int kSagas = 2000;
+  std::vector<std::vector<long long>> by_attempt(6);
+  for (int i = 0; i < kSagas; ++i) {
+    fake_.Script("A-inventory", {StepResult::Retryable("503")});
+    slept_.clear();
+    (void)Run(def);
+    ASSERT_EQ(slept_.size(), 6u);
+    for (size_t a = 0; a < slept_.size(); ++a) by_attempt[a].push_back(slept_[a].count());
   }
+  for (size_t a = 0; a < by_attempt.size(); ++a) {
+    long long cap = std::min<long long>(1600, 100LL << (a + 1));
+    auto [lo, hi] = std::minmax_element(by_attempt[a].begin(), by_attempt[a].end());
+    double mean = 0;
+    for (auto v : by_attempt[a]) mean += static_cast<double>(v) / kSagas;
+    EXPECT_GE(*lo, 0) << "attempt " << a + 1;
+    EXPECT_LE(*hi, cap) << "attempt " << a + 1;
+    // Uniform on [0, cap]: the mean's standard error is cap/sqrt(12 * 2000) ~ 0.65% of cap.
+    EXPECT_NEAR(mean, cap / 2.0, cap * 0.05) << "attempt " << a + 1;
+    EXPECT_LT(*lo, cap * 0.05) << "attempt " << a + 1 << ": no sleep near 0 (not full jitter)";
+    EXPECT_GT(*hi, cap * 0.95) << "attempt " << a + 1 << ": no sleep near the cap";
+  }
+}
+
+TEST_F(RunnerTest, TheDefaultPolicyRidesOutAParticipantOutageOfAMinute) {
+  saga::RetryPolicy defaults;
+  EXPECT_GE(defaults.step_deadline, std::chrono::minutes(1));
+  // The attempt count must not end retries long before the deadline: even if every sleep
+  // were the full cap, the attempts last past the deadline.
+  auto worst = std::chrono::milliseconds(0);
+  for (int a = 1; a < defaults.max_attempts && worst < defaults.step_deadline; ++a) {
+    worst +=
+        std::min(defaults.max_backoff,
+                 std::chrono::milliseconds(defaults.initial_backoff.count() << std::min(a, 20)));
+  }
+  EXPECT_GE(worst, defaults.step_deadline);
+}
+
+TEST_F(RunnerTest, AParticipantsRetryAfterIsWaitedOutBeforeTheNextAttempt) {
+  policy_.max_backoff = std::chrono::milliseconds(10);
+  auto def = Saga({"inventory"});
+  auto busy = StepResult::Retryable("HTTP 503", 503);
+  busy.retry_after = std::chrono::seconds(3);
+  fake_.Script("A-inventory", {busy, StepResult::Succeeded({})});
+  auto r = Run(def);
+  EXPECT_EQ(r.end, SagaEnd::kCompleted);
+  ASSERT_EQ(slept_.size(), 1u);
+  EXPECT_GE(slept_[0], std::chrono::seconds(3));
+}
+
+TEST_F(RunnerTest, AShutdownDuringRetriesDecidesNothingAndCompensatesNothing) {
+  auto def = Saga({"inventory", "payment"});
+  fake_.Script("A-payment", {StepResult::Retryable("HTTP 503", 503)});
+  stop_after_calls_ = 3;  // inventory, then two payment attempts; then SIGTERM
+  auto r = Run(def);
+  EXPECT_EQ(r.end, SagaEnd::kAbandoned);
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-payment", "A-payment"}));
+  EXPECT_TRUE(journal_.events.empty()) << "nothing may be decided or recorded on shutdown";
+}
+
+TEST_F(RunnerTest, AStepBlockedOnAConfigurationFaultWaitsVisiblyAndCompensatesNothing) {
+  auto def = Saga({"inventory", "payment"});
+  fake_.Script("A-payment", {StepResult::Blocked(401, "HTTP 401 unauthorized")});
+  auto r = Run(def);
+  EXPECT_EQ(r.end, SagaEnd::kDeferred);
+  EXPECT_EQ(journal_.events, (std::vector<std::string>{"stuck"}));
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-payment"}));
+  EXPECT_EQ(journal_.deferred_for, policy_.stuck_retry_interval);
+  // Nothing final: BuildResponse is never reached, and recovery re-drives the same keys.
+  EXPECT_TRUE(r.failed_step.empty());
+}
+
+TEST_F(RunnerTest, ResumedCompensationsSeeTheOutputsOfTheStepsTheyUndo) {
+  Definition def("refunds");
+  std::vector<std::string> seen;
+  auto refund = [&](StepContext& ctx) {
+    const auto& out = (*ctx.outputs)[ctx.step_name];
+    seen.push_back(ctx.step_name + ":" + (out.is_object() ? out.value("charge_id", "") : ""));
+    return StepResult::Succeeded({});
+  };
+  def.Step("card", fake_.Step(), refund).Step("wallet", fake_.Step(), refund);
+  fake_.Script("A-wallet", {StepResult::Succeeded({{"charge_id", "ch_w"}})});
+  fake_.Script("A-card", {StepResult::Succeeded({{"charge_id", "ch_c"}})});
+  // The first owner decided to compensate, undid "wallet", and was killed (kill -9) before
+  // undoing "card": its records are what the store hands the next owner.
+  saga::SagaInput input;
+  input.parent_key = "A";
+  std::vector<saga::StepRecord> steps(2);
+  steps[0] = {.name = "card",
+              .action_key = "A-card",
+              .status = "compensating",
+              .action_confirmed = true,
+              .output = {{"charge_id", "ch_c"}}};
+  steps[1] = {.name = "wallet",
+              .action_key = "A-wallet",
+              .status = "compensated",
+              .action_confirmed = true,
+              .output = {{"charge_id", "ch_w"}}};
+  // Records round-trip through the store as JSON.
+  for (auto& st : steps) st = saga::StepRecord::FromJson(st.ToJson());
+  input.compensating = steps;
+  input.failure = StepResult::Terminal(402, "card_declined", "declined");
+  input.failed_step = "shipping";
+  auto r = Run(def, input);
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(seen, (std::vector<std::string>{"card:ch_c"}));
+  EXPECT_EQ(r.compensated, (std::vector<std::string>{"wallet", "card"}));
+}
+
+TEST_F(RunnerTest, AStepThisBuildNoLongerDefinesGoesStuckInsteadOfBeingSkipped) {
+  auto def = Saga({"inventory"});  // this build dropped "payment"
+  saga::SagaInput input;
+  input.parent_key = "C";
+  std::vector<saga::StepRecord> steps(2);
+  steps[0] = {.name = "inventory", .action_key = "C-inventory", .status = "compensating"};
+  steps[1] = {.name = "payment", .action_key = "C-payment", .status = "compensating"};
+  input.compensating = steps;
+  input.failed_step = "shipping";
+  auto r = Run(def, input);
+  EXPECT_EQ(r.end, SagaEnd::kDeferred);
+  EXPECT_EQ(journal_.events, (std::vector<std::string>{"stuck"}));
+  // Reverse order: "payment" comes first and blocks; "inventory" is not undone past it.
+  EXPECT_TRUE(fake_.calls.empty());
+}
+
+TEST_F(RunnerTest, ABlockedCompensationIsDeferredAtOnceNotRetriedInALoop) {
+  auto def = Saga({"inventory", "payment"});
+  fake_.Script("A-payment", {StepResult::Terminal(402, "card_declined", "declined")});
+  fake_.Script("A-inventory-compensate", {StepResult::Blocked(0, "no record of the action")});
+  auto r = Run(def);
+  EXPECT_EQ(r.end, SagaEnd::kDeferred);
+  EXPECT_EQ(std::count(fake_.calls.begin(), fake_.calls.end(), "A-inventory-compensate"), 1);
+  EXPECT_EQ(journal_.compensating_steps[0].status, "compensating");
 }
 
 TEST(Definition, RejectsDuplicateAndMalformedStepNames) {
@@ -321,6 +454,7 @@ TEST(Response, ADeclinedSagaAnswersTheParticipantsStatusAndWhatWasCompensated) {
   EXPECT_EQ(body["status"], "failed");
   EXPECT_EQ(body["error"]["code"], "card_declined");
   EXPECT_EQ(body["compensated"], nlohmann::json::array({"inventory"}));
+  EXPECT_EQ(body["retryable"], false);
 }
 
 }  // namespace
