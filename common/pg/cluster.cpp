@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -23,10 +24,14 @@ constexpr std::string_view kServerUser = "postgres";
 
 bool IsRoot() { return geteuid() == 0; }
 
-// Server commands: as root they run as `postgres` (initdb and postgres refuse root).
+// Server commands: as root they run as `postgres` (initdb and postgres refuse root), from /:
+// in a working directory closed to that user (a checkout under /root) each of them would
+// first complain that it cannot go back there, a misleading line in a failure's log.
+// Callers pass absolute paths.
 std::vector<std::string> AsServerUser(std::vector<std::string> argv) {
   if (!IsRoot()) return argv;
   std::vector<std::string> out = {"runuser", "-u", std::string(kServerUser), "--"};
+  out.insert(out.end(), {"env", "--chdir=/"});
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }
@@ -57,6 +62,21 @@ std::string FindBindir() {
       "install postgresql-15");
 }
 
+// The last lines of a log, for an error message: whoever reads the message may find the
+// folder gone (a temporary cluster, the CTest fixture's cleanup), so the lines travel with it.
+std::string LogTail(const fs::path& path, size_t max_lines = 20) {
+  std::ifstream in(path);
+  if (!in) return "  (" + path.filename().string() + ": no log was written)\n";
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > max_lines) lines.pop_front();
+  }
+  std::string out = "  --- last lines of " + path.filename().string() + " ---\n";
+  for (const auto& line : lines) out += "  " + line + "\n";
+  return out;
+}
+
 }  // namespace
 
 fs::path PrivateCluster::MakeTempDir() {
@@ -76,6 +96,7 @@ fs::path PrivateCluster::ReachableDir(const fs::path& preferred) {
 }
 
 std::unique_ptr<PrivateCluster> PrivateCluster::Start(Options options) {
+  options.dir = ReachableDir(fs::absolute(options.dir));
   std::unique_ptr<PrivateCluster> cluster(new PrivateCluster(std::move(options)));
   cluster->bindir_ = FindBindir();
   cluster->InitIfNeeded();
@@ -107,7 +128,8 @@ void PrivateCluster::InitIfNeeded() {
                     "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-instructions"}),
       (options_.dir / "initdb.log").string());
   if (rc != 0) {
-    throw std::runtime_error("initdb failed; see " + (options_.dir / "initdb.log").string());
+    throw std::runtime_error("initdb failed (exit " + std::to_string(rc) + ") in " +
+                             options_.dir.string() + "\n" + LogTail(options_.dir / "initdb.log"));
   }
   std::ofstream conf(options_.dir / "data" / "postgresql.conf", std::ios::app);
   conf << "\ninclude_if_exists = 'idemsaga.conf'\n";
@@ -141,8 +163,9 @@ void PrivateCluster::StartServer() {
     }
     if (options_.port != 0) break;  // a fixed port will not get better by retrying
   }
-  throw std::runtime_error("PostgreSQL did not start; see " +
-                           (options_.dir / "server.log").string());
+  throw std::runtime_error("PostgreSQL did not start on port " + std::to_string(port_) + " in " +
+                           options_.dir.string() + "\n" + LogTail(options_.dir / "server.log") +
+                           LogTail(options_.dir / "pg_ctl.log", 5));
 }
 
 void PrivateCluster::Stop() {
@@ -160,16 +183,17 @@ void PrivateCluster::Crash() {
 
 void PrivateCluster::Restart() {
   if (PgCtl({"start", "-w", "-t", "60", "-l", (options_.dir / "server.log").string()}) != 0) {
-    throw std::runtime_error("PostgreSQL did not restart; see " +
-                             (options_.dir / "server.log").string());
+    throw std::runtime_error("PostgreSQL did not restart on port " + std::to_string(port_) + "\n" +
+                             LogTail(options_.dir / "server.log") +
+                             LogTail(options_.dir / "pg_ctl.log", 5));
   }
   running_ = true;
 }
 
 void PrivateCluster::StopDetached(const fs::path& dir, bool remove) {
-  PrivateCluster cluster({.dir = dir, .temporary = remove});
+  PrivateCluster cluster({.dir = ReachableDir(fs::absolute(dir)), .temporary = remove});
   cluster.bindir_ = FindBindir();
-  cluster.running_ = fs::exists(dir / "data" / "postmaster.pid");
+  cluster.running_ = fs::exists(cluster.options_.dir / "data" / "postmaster.pid");
   cluster.Stop();
 }
 

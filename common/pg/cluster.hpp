@@ -2,7 +2,9 @@
 //
 // Used by the test suite (a temporary cluster per run) and by `idemsaga dev` (a cluster kept
 // under .idemsaga/). initdb and postgres refuse to run as root, so as root every server
-// command runs as the `postgres` system user, which then owns the folder.
+// command runs as the `postgres` system user, which then owns the folder; when that user
+// cannot reach the folder (a checkout under /root), the cluster lives under
+// /var/lib/idemsaga instead (ReachableDir), for every caller alike.
 // Not thread-safe; one owner starts and stops it.
 //   auto cluster = PrivateCluster::Start({.dir = TempDir(), .durable = false, .temporary = true});
 //   pqxx::connection c(cluster->Url("postgres"));
@@ -19,22 +21,26 @@ namespace common::pg {
 class PrivateCluster {
  public:
   struct Options {
-    std::filesystem::path dir;  // holds data/ and server.log; created when missing
-    int port = 0;               // 0 picks a free loopback port
-    bool durable = true;        // false turns fsync off: fine for throwaway test clusters
-    bool temporary = false;     // remove `dir` on Stop()
+    // Holds data/ and the logs; created when missing. Moved to ReachableDir(dir) when the
+    // server's user cannot reach it: dir() says where the cluster really is.
+    std::filesystem::path dir;
+    int port = 0;            // 0 picks a free loopback port
+    bool durable = true;     // false turns fsync off: fine for throwaway test clusters
+    bool temporary = false;  // remove `dir` on Stop()
   };
 
   // initdb when `dir` holds no cluster yet, then starts the server and waits until it accepts
   // connections. A server left running on the same folder (a killed `idemsaga dev`) is stopped
-  // first. Throws std::runtime_error with the server log's path on failure.
+  // first. On failure throws std::runtime_error carrying the last lines of initdb's or the
+  // server's log (a temporary folder is gone by the time anyone could read it).
   static std::unique_ptr<PrivateCluster> Start(Options options);
 
   // A fresh temporary folder for a throwaway cluster (under $TMPDIR or /tmp).
   static std::filesystem::path MakeTempDir();
 
   // `preferred` if the server's user can reach it, else a folder under /var/lib/idemsaga
-  // (as root, a checkout under /root is not reachable by `postgres`).
+  // named after it (as root, a checkout under /root is not reachable by `postgres`). The same
+  // `preferred` always gives the same folder, so a later StopDetached() finds the cluster.
   static std::filesystem::path ReachableDir(const std::filesystem::path& preferred);
 
   ~PrivateCluster();
@@ -54,12 +60,13 @@ class PrivateCluster {
     running_ = false;
     options_.temporary = false;
   }
-  // Fast shutdown of a detached cluster in `dir`, removing `dir` when `remove` is set.
+  // Fast shutdown of a detached cluster started with `dir` (wherever ReachableDir put it),
+  // removing its folder when `remove` is set.
   static void StopDetached(const std::filesystem::path& dir, bool remove);
 
   std::string Url(std::string_view dbname = "postgres") const;
-  
-  
+  // Where the cluster lives: Options::dir, or the folder ReachableDir chose instead.
+  const std::filesystem::path& dir() const { return options_.dir; }
 
  private:
   explicit PrivateCluster(Options options) : options_(std::move(options)) {}

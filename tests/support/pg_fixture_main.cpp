@@ -1,6 +1,8 @@
-// CTest fixture: `pg_fixture start DIR` starts the run's private cluster and writes its URL
-// to DIR/url; `pg_fixture stop DIR` stops it and removes DIR. With
-// IDEMSAGA_TEST_DATABASE_URL set, both do nothing (the tests use that server).
+// CTest fixture: `pg_fixture start DIR` starts the run's private cluster in DIR/cluster and
+// writes its URL to DIR/url; `pg_fixture stop DIR` stops it and removes the cluster. As root,
+// when the `postgres` user cannot reach DIR (a clone under /root), the cluster lives where
+// PrivateCluster puts it instead, as `idemsaga dev`'s does. With IDEMSAGA_TEST_DATABASE_URL
+// set, both do nothing (the tests use that server).
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -22,7 +24,8 @@ int main(int argc, char** argv) {
       std::filesystem::create_directories(dir);
       auto cluster = common::pg::PrivateCluster::Start({.dir = dir / "cluster", .durable = false});
       std::ofstream(dir / "url") << cluster->Url() << "\n";
-      std::cout << "test cluster ready at " << cluster->Url() << std::endl;
+      std::cout << "test cluster ready at " << cluster->Url() << " in " << cluster->dir().string()
+                << std::endl;
       cluster->Detach();
       return 0;
     }
