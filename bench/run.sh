@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
 C=${2:-16}
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh python3 procps  # the report's arithmetic; ps for the RSS
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=1  # as in scripts/dev
 cmake --preset release >/dev/null
 cmake --build --preset release --target idemsaga loadgen >/dev/null
 BIN=build/release
@@ -20,7 +21,16 @@ PG_PORT=55432; O_PORT=18080; I_PORT=18081; P_PORT=18082
 "$BIN/cmd/idemsaga/idemsaga" dev --dir "$WORK" --pg-port $PG_PORT --orchestrator-port $O_PORT \
   --inventory-port $I_PORT --payment-port $P_PORT >"$WORK/dev.log" 2>"$WORK/dev.err" &
 DEV=$!
-cleanup() { kill -TERM $DEV 2>/dev/null || true; wait $DEV 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() {
+  kill -TERM $DEV 2>/dev/null || true
+  wait $DEV 2>/dev/null || true
+  # As root the cluster lives under /var/lib/idemsaga when `postgres` cannot enter $WORK
+  # (mktemp makes it 0700); `idemsaga dev` says where.
+  local pg_dir
+  pg_dir=$(sed -n 's|^starting PostgreSQL in \(/var/lib/idemsaga/[0-9a-f]*\)$|\1|p' "$WORK/dev.log" 2>/dev/null) || true
+  [ -z "$pg_dir" ] || rm -rf "$pg_dir"
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 for _ in $(seq 1 120); do grep -q "dev ready" "$WORK/dev.log" && break; sleep 0.5; done
 grep -q "dev ready" "$WORK/dev.log" || { cat "$WORK/dev.log" "$WORK/dev.err"; exit 1; }

@@ -11,9 +11,11 @@ struct ClientFlags {
   std::string url = "http://127.0.0.1:8080";
   std::string api_key;
   std::string key;
+  // The order defaults are the body of the README's curl example, so that `idemsaga order`
+  // with the same key replays that order instead of answering 422.
   std::string customer_id = "cust_1";
   std::string sku = "widget";
-  long long quantity = 1;
+  long long quantity = 2;
   long long amount_cents = 2500;
   std::string currency = "USD";
   std::string payment_method = "pm_card_visa";
