@@ -10,13 +10,9 @@ namespace {
 
 using common::http::SetError;
 
-// Answers headers, then closes the connection before the body: the caller cannot tell whether
-// the effect happened (cpp-httplib 0.11 has no way to close a socket from a handler).
-void DropConnection(httplib::Response& res) {
-  res.status = 500;
-  res.set_content_provider(64, "application/json",
-                           [](size_t, size_t, httplib::DataSink&) { return false; });
-}
+// Closes the connection without any answer, as a crash after the commit would: the caller
+// cannot tell whether the effect happened.
+void DropConnection(httplib::Response& res) { common::http::CloseWithoutResponse(res); }
 
 }  // namespace
 

@@ -1,75 +1,67 @@
 #include "common/http/server.hpp"
 
-#include <sys/socket.h>
-
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/status.hpp>
+#include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <regex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "common/http/request_parser.hpp"
 #include "common/log.hpp"
 #include "common/pg/pool.hpp"
 
 namespace common::http {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
 namespace {
 
-// httplib's ThreadPool queues without bound; this one blocks the accept thread instead, so
-// overload waits in the kernel backlog (bounded, visible) rather than in our memory.
-class BoundedThreadPool : public httplib::TaskQueue {
- public:
-  BoundedThreadPool(size_t threads, size_t capacity) : capacity_(capacity) {
-    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
-  }
+// Set by CloseWithoutResponse; never sent (the connection closes instead).
+constexpr const char* kCloseMarker = "X-Idemsaga-Close-Without-Response";
+constexpr size_t kReadChunk = 4096;
+// After an answer with `Connection: close`, read and drop what the client still sends for a
+// while before closing: closing a socket with unread input sends a reset, which can destroy
+// the answer (a 413 or 431) before the client reads it.
+constexpr auto kLingerTime = std::chrono::seconds(1);
+constexpr size_t kLingerBytes = size_t{4} << 20;
 
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock lock(mutex_);
-    not_full_.wait(lock, [&] { return jobs_.size() < capacity_ || shutdown_; });
-    jobs_.push_back(std::move(fn));
-    not_empty_.notify_one();
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard lock(mutex_);
-      shutdown_ = true;
-    }
-    not_empty_.notify_all();
-    not_full_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
-
- private:
-  void Work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock lock(mutex_);
-        not_empty_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
-        if (jobs_.empty()) return;  // shut down and drained
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-        not_full_.notify_one();
-      }
-      fn();
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
     }
   }
-
-  const size_t capacity_;
-  std::mutex mutex_;
-  std::condition_variable not_empty_, not_full_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> workers_;
-  bool shutdown_ = false;
-};
+  return true;
+}
 
 struct StatusText {
   std::string_view code;
   std::string_view message;
 };
 
-// What httplib's own refusals mean, in our error shape (its .so exports no status texts).
+// What a bare status means, in our error shape, for a 4xx/5xx that has no body.
 StatusText TextFor(int status) {
   switch (status) {
     case 400:
@@ -80,12 +72,16 @@ StatusText TextFor(int status) {
       return {"not_found", "no such resource"};
     case 405:
       return {"method_not_allowed", "method not allowed on this resource"};
+    case 408:
+      return {"request_timeout", "the request was not received in time"};
     case 413:
       return {"payload_too_large", "the body is too large"};
     case 414:
       return {"uri_too_long", "the request URI is too long"};
     case 415:
       return {"unsupported_media_type", "unsupported media type"};
+    case 431:
+      return {"request_header_fields_too_large", "the request header is too large"};
     case 503:
       return {"unavailable", "temporarily unavailable; retry later"};
     default:
@@ -94,113 +90,741 @@ StatusText TextFor(int status) {
   }
 }
 
+bool HasLineBreak(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
+
+// The response as bytes. The server owns framing: Content-Length, Connection and
+// Transfer-Encoding set by a handler are replaced.
+std::string Serialize(const httplib::Response& res, bool head, bool keep_alive) {
+  auto status = bhttp::int_to_status(static_cast<unsigned>(res.status));
+  auto reason = status == bhttp::status::unknown ? boost::beast::string_view("Unknown")
+                                                 : bhttp::obsolete_reason(status);
+  std::string out;
+  out.reserve(256 + (head ? 0 : res.body.size()));
+  out.append("HTTP/1.1 ").append(std::to_string(res.status)).append(" ");
+  out.append(reason.data(), reason.size()).append("\r\n");
+  for (const auto& [name, value] : res.headers) {
+    if (name.empty() || IEquals(name, "Content-Length") || IEquals(name, "Connection") ||
+        IEquals(name, "Transfer-Encoding") || IEquals(name, kCloseMarker)) {
+      continue;
+    }
+    if (HasLineBreak(name) || HasLineBreak(value)) continue;  // no response splitting
+    out.append(name).append(": ").append(value).append("\r\n");
+  }
+  bool bodiless = res.status < 200 || res.status == 204 || res.status == 304;
+  if (!bodiless) out.append("Content-Length: ").append(std::to_string(res.body.size()));
+  if (!bodiless) out.append("\r\n");
+  out.append(keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+  if (!head && !bodiless) out.append(res.body);
+  return out;
+}
+
+httplib::Response ErrorResponse(int status, std::string_view code, std::string_view message) {
+  httplib::Response res;
+  SetError(res, status, code, message);
+  if (status == 503) res.set_header("Retry-After", "1");
+  return res;
+}
+
+// The one catch point for a handler's exception. The database being down, restarting or
+// unsure whether a commit landed is an outage (503, retry with the same key); anything else
+// is a bug (500). Neither is ever the client's fault.
+void AnswerException(const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+  std::string what = "unknown";
+  bool outage = false;
+  try {
+    std::rethrow_exception(std::move(ep));
+  } catch (const pg::PoolUnavailable& e) {
+    what = e.what();
+    outage = true;
+  } catch (const pqxx::failure& e) {  // broken_connection, in_doubt_error, sql_error...
+    what = e.what();
+    outage = true;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  Log(outage ? "handler_database_unavailable" : "handler_exception",
+      {{"method", req.method}, {"path", req.path}, {"error", what}});
+  res = httplib::Response();
+  if (outage) {
+    SetUnavailable(res, "the database is unavailable");
+  } else {
+    SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
+  }
+}
+
+// A fixed set of threads for blocking handlers behind a bounded queue. TryPush refuses
+// instead of waiting: the event loop must never block, and an unbounded queue would turn
+// overload into memory and latency instead of a quick 503.
+class WorkerPool {
+ public:
+  WorkerPool(size_t threads, size_t queue)
+      : threads_(std::max<size_t>(1, threads)), queue_(queue) {}
+  ~WorkerPool() { Finish(); }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void Start(const void* owner) {
+    for (size_t i = 0; i < threads_; ++i) {
+      workers_.emplace_back([this, owner] {
+        current_owner_ = owner;
+        Work();
+      });
+    }
+  }
+
+  // Accepts while the jobs running and waiting fit the workers plus the queue. (Counting
+  // jobs, not idle workers: a worker that has not woken up yet is still a free one.)
+  bool TryPush(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      if (shutdown_ || running_ + jobs_.size() >= threads_ + queue_) return false;
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_one();
+    return true;
+  }
+
+  // Runs what is queued, then joins.
+  void Finish() {
+    {
+      std::lock_guard lock(mutex_);
+      shutdown_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  static bool OnWorkerOf(const void* owner) { return current_owner_ == owner; }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
+        if (jobs_.empty()) return;  // shut down and drained
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+        ++running_;
+      }
+      job();
+      job = nullptr;  // what it holds goes now, not after the next wait
+      std::lock_guard lock(mutex_);
+      --running_;
+    }
+  }
+
+  static thread_local const void* current_owner_;
+  const size_t threads_;
+  const size_t queue_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> workers_;
+  size_t running_ = 0;
+  bool shutdown_ = false;
+};
+
+thread_local const void* WorkerPool::current_owner_ = nullptr;
+
+struct Route {
+  std::string method;
+  std::regex regex;
+  Server::Handler handler;
+};
+
+// One request and its response, on the heap so that `req.matches` (iterators into
+// `req.path`) stay valid while it travels from the loop to a worker and back.
+struct Exchange {
+  httplib::Request req;
+  httplib::Response res;
+  const Route* route = nullptr;
+  bool head = false;
+  bool keep_alive = false;
+};
+
+class Connection;
+
 }  // namespace
 
-Server::Server(Limits limits) : limits_(std::move(limits)) {
-  size_t largest = limits_.max_body_bytes;
-  for (const auto& [path, bytes] : limits_.large_bodies) largest = std::max(largest, bytes);
-  set_payload_max_length(largest);  // per-route limits are checked below and at parse
-  set_read_timeout(limits_.read_timeout_s);
-  set_write_timeout(limits_.write_timeout_s);
-  set_keep_alive_max_count(limits_.keep_alive_max_count);
-  set_keep_alive_timeout(limits_.keep_alive_timeout_s);
-  set_tcp_nodelay(true);
-  new_task_queue = [this] { return new BoundedThreadPool(limits_.threads, limits_.queue); };
+namespace detail {
 
-  // Runs before the body is read: refuse what we will not read, so nothing is inflated or
-  // buffered for it. Debian's build inflates gzip bodies without a bound.
-  set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    auto encoding = req.get_header_value("Content-Encoding");
-    if (!encoding.empty() && encoding != "identity") {
-      SetError(res, 415, "unsupported_content_encoding",
-               "Content-Encoding is not supported; send the body uncompressed");
-      res.set_header("Connection", "close");
-      return HandlerResponse::Handled;
+// Everything behind Server; the loop's state is touched on the loop only (the acceptor's
+// strand, each connection's strand); `stopping`, `live` and the registry are shared.
+class ServerCore {
+ public:
+  explicit ServerCore(Limits l) : limits(std::move(l)), pool(limits.threads, limits.queue) {}
+
+  int Bind(const std::string& host, int port);
+  bool Serve();
+  void Stop();
+
+  void AddRoute(std::string method, const std::string& pattern, Server::Handler handler);
+  void Accept();
+  void OnAccept(error_code ec, tcp::socket socket);
+  void BeginStop();
+  void ReleaseWork();
+  void Register(const std::shared_ptr<Connection>& c);
+  void Unregister(Connection* c);
+  // Finds the route (true) or fills the 404/405 answer (false).
+  bool FindRoute(Exchange& ex) const;
+  // On a worker: the handler, its exception, the defaults.
+  void Run(Exchange& ex) const;
+  void RunLoop();
+
+  const Limits limits;
+  // First registered wins, as with httplib. A deque keeps `Exchange::route` valid, and the
+  // lock lets a route be added while serving (tests do; services register before Serve).
+  std::deque<Route> routes;
+  mutable std::shared_mutex routes_mutex;
+  asio::io_context ioc;
+  asio::strand<asio::io_context::executor_type> accept_strand{ioc.get_executor()};
+  tcp::acceptor acceptor{accept_strand};
+  asio::steady_timer accept_pause{accept_strand};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::atomic<bool> work_released{false};
+  WorkerPool pool;
+  std::atomic<size_t> live{0};
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> stop_requested{false};
+  std::mutex registry_mutex;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> registry;
+  std::mutex serve_mutex;
+  std::condition_variable serve_cv;
+  bool serving = false;
+};
+
+}  // namespace detail
+
+using detail::ServerCore;
+
+namespace {
+
+// One client connection, driven on its strand: wait for a request (idle deadline), read its
+// header (header deadline) and body (body deadline), hand it to a worker, write the answer
+// (write deadline), then wait again or close.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(ServerCore& server, tcp::socket socket)
+      : server_(server),
+        socket_(std::move(socket)),
+        executor_(socket_.get_executor()),
+        timer_(executor_),
+        // A header never needs more than its limit (the parser consumes whole field lines
+        // as they come); the body streams through.
+        buffer_(server.limits.max_header_bytes + kReadChunk) {
+    ++server_.live;
+    error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    if (!ec) remote_ = {remote.address().to_string(), remote.port()};
+    auto local = socket_.local_endpoint(ec);
+    if (!ec) local_ = {local.address().to_string(), local.port()};
+  }
+
+  ~Connection() {
+    server_.Unregister(this);
+    if (--server_.live == 0 && server_.stopping) server_.ReleaseWork();
+  }
+
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  const asio::any_io_executor& executor() const { return executor_; }
+
+  void Start() {
+    if (server_.stopping) return Close();
+    // A new connection's first byte counts against the header deadline.
+    WaitForRequest(std::chrono::seconds(server_.limits.header_timeout_s));
+  }
+
+  // Stop(): what is not being answered closes now; what is, closes after its answer.
+  void OnStop() {
+    switch (phase_) {
+      case Phase::kHandling:
+      case Phase::kWriting:
+        close_after_write_ = true;
+        return;
+      default:
+        return Close();
     }
-    if (req.has_header("Content-Length")) {
-      auto declared = req.get_header_value("Content-Length");
-      bool digits = !declared.empty() && declared.size() <= 12 &&
-                    declared.find_first_not_of("0123456789") == std::string::npos;
-      size_t limit = BodyLimit(req.path);
-      if (!digits || std::stoull(declared) > limit) {
-        SetError(res, 413, "payload_too_large",
-                 "the body is larger than " + std::to_string(limit) + " bytes");
-        res.set_header("Connection", "close");
-        return HandlerResponse::Handled;
+  }
+
+  void OnHandled(const Exchange& ex) {
+    if (phase_ != Phase::kHandling) return;
+    if (ex.res.has_header(kCloseMarker)) return Close();
+    Respond(ex);
+  }
+
+ private:
+  enum class Phase { kIdle, kHeader, kBody, kHandling, kWriting, kLinger, kClosed };
+
+  // Waits for the first byte without a buffer: an idle connection holds no read buffer.
+  void WaitForRequest(std::chrono::seconds idle) {
+    phase_ = Phase::kIdle;
+    parser_.reset();
+    if (buffer_.size() > 0) return BeginRequest();  // pipelined
+    buffer_.shrink_to_fit();
+    Arm(idle);
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+      if (self->phase_ != Phase::kIdle) return;
+      // Idle too long, stopped, or gone: there is no request to answer.
+      if (ec || self->timed_out_) return self->Close();
+      self->BeginRequest();
+    });
+  }
+
+  void BeginRequest() {
+    phase_ = Phase::kHeader;
+    parser_.emplace(server_.limits);
+    Arm(std::chrono::seconds(server_.limits.header_timeout_s));
+    Parse();
+  }
+
+  void Parse() {
+    try {
+      ParseOrThrow();
+    } catch (const std::exception& e) {  // a bug (or bad_alloc): this connection ends, not the loop
+      Log("http_connection_exception", {{"error", e.what()}});
+      Close();
+    }
+  }
+
+  void ParseOrThrow() {
+    for (;;) {
+      auto data = buffer_.data();
+      size_t used = 0;
+      auto progress =
+          parser_->Feed(std::string_view(static_cast<const char*>(data.data()), data.size()), used);
+      buffer_.consume(used);
+      switch (progress) {
+        case RequestParser::Progress::kNeedMore:
+          return Read();
+        case RequestParser::Progress::kRefused:
+          return Refuse(parser_->refusal());
+        case RequestParser::Progress::kDone:
+          return Dispatch();
+        case RequestParser::Progress::kHeaderDone:
+          phase_ = Phase::kBody;
+          if (parser_->done()) continue;
+          Arm(std::chrono::seconds(server_.limits.body_timeout_s));
+          if (parser_->expects_continue()) return SendContinue();
+          continue;
       }
     }
-    return HandlerResponse::Unhandled;
-  });
+  }
 
-  // Every 4xx/5xx that httplib makes itself (404, 413, ...) gets the same JSON shape.
-  set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) {
-      auto text = TextFor(res.status);
-      SetError(res, res.status, text.code, text.message);
+  void Read() {
+    size_t room = buffer_.max_size() - buffer_.size();
+    if (room == 0) {  // unreachable: the parser refuses a header before it fills the buffer
+      return Refuse({431, "request_header_fields_too_large", "the request header is too large"});
     }
-  });
+    socket_.async_read_some(
+        buffer_.prepare(std::min(room, kReadChunk)),
+        [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
+  }
 
-  // The one catch point for a handler's exception. The database being down, restarting or
-  // unsure whether a commit landed is an outage (503, retry with the same key); anything
-  // else is a bug (500). Neither is ever the client's fault.
-  set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                           std::exception_ptr ep) {
-    std::string what = "unknown";
-    bool outage = false;
+  void OnRead(error_code ec, size_t n) {
+    if (phase_ != Phase::kHeader && phase_ != Phase::kBody) return;
+    if (timed_out_) {
+      return Refuse({408, "request_timeout",
+                     phase_ == Phase::kHeader ? "the header was not received in time"
+                                              : "the body was not received in time"});
+    }
+    if (ec == asio::error::eof) {
+      if (parser_->FeedEof() == RequestParser::Progress::kRefused) {
+        return Refuse(parser_->refusal());
+      }
+      return Close();
+    }
+    if (ec) return Close();
+    buffer_.commit(n);
+    Parse();
+  }
+
+  void SendContinue() {
+    out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](error_code ec, size_t) {
+                        if (self->phase_ != Phase::kBody) return;
+                        if (ec || self->timed_out_) return self->Close();
+                        self->Parse();
+                      });
+  }
+
+  void Dispatch() {
+    Disarm();
+    phase_ = Phase::kHandling;
+    auto ex = std::make_shared<Exchange>();
+    ex->keep_alive = parser_->keep_alive() && served_ + 1 < server_.limits.keep_alive_max_count;
+    ex->req = std::move(parser_->request());
+    parser_.reset();
+    ex->req.remote_addr = remote_.first;
+    ex->req.remote_port = remote_.second;
+    ex->req.local_addr = local_.first;
+    ex->req.local_port = local_.second;
+    ex->head = ex->req.method == "HEAD";
+    if (!server_.FindRoute(*ex)) return Respond(*ex);
+    auto self = shared_from_this();
+    bool admitted = server_.pool.TryPush([self, ex] {
+      self->server_.Run(*ex);
+      asio::post(self->executor_, [self, ex] { self->OnHandled(*ex); });
+    });
+    if (!admitted) {
+      ex->res = ErrorResponse(503, "unavailable",
+                              "the server is at capacity; retrying with the same key is safe");
+      Respond(*ex);
+    }
+  }
+
+  void Respond(const Exchange& ex) {
+    bool keep = ex.keep_alive && !close_after_write_ && !server_.stopping &&
+                !IEquals(ex.res.get_header_value("Connection"), "close");
+    Write(Serialize(ex.res, ex.head, keep), keep);
+  }
+
+  // Answers a request the server refuses itself, then closes: after a framing error the
+  // start of the next request cannot be known.
+  void Refuse(const Refusal& refusal) {
+    // Serialised first: `refusal` may live in the parser.
+    auto answer =
+        Serialize(ErrorResponse(refusal.status, refusal.code, refusal.message), false, false);
+    parser_.reset();
+    refused_ = true;
+    Write(std::move(answer), false);
+  }
+
+  void Write(std::string bytes, bool keep_alive) {
+    phase_ = Phase::kWriting;
+    out_ = std::move(bytes);
+    keep_after_write_ = keep_alive;
+    Arm(std::chrono::seconds(server_.limits.write_timeout_s));
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](error_code ec, size_t) { self->OnWritten(ec); });
+  }
+
+  void OnWritten(error_code ec) {
+    if (phase_ != Phase::kWriting) return;
+    Disarm();
+    if (ec || timed_out_) return Close();
+    ++served_;
+    std::string().swap(out_);
+    if (!keep_after_write_ || close_after_write_ || server_.stopping) return Linger();
+    WaitForRequest(std::chrono::seconds(server_.limits.keep_alive_timeout_s));
+  }
+
+  void Linger() {
+    phase_ = Phase::kLinger;
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    // A complete request and nothing unread: a plain close sends the answer, then FIN.
+    if (ec || (!refused_ && socket_.available(ec) == 0)) return Close();
+    buffer_.clear();
+    lingered_ = 0;
+    Arm(kLingerTime);
+    Drain();
+  }
+
+  void Drain() {
+    socket_.async_read_some(buffer_.prepare(kReadChunk),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              if (self->phase_ != Phase::kLinger) return;
+                              self->lingered_ += n;
+                              if (ec || self->timed_out_ || self->lingered_ > kLingerBytes) {
+                                return self->Close();
+                              }
+                              self->Drain();
+                            });
+  }
+
+  void Close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    Disarm();
+    parser_.reset();
+    error_code ec;
+    socket_.close(ec);
+  }
+
+  // One deadline at a time. On expiry the pending operation is cancelled and its handler,
+  // seeing timed_out_, decides: 408 for a request half received, a plain close otherwise.
+  void Arm(std::chrono::steady_clock::duration after) {
+    timed_out_ = false;
+    unsigned generation = ++timer_generation_;
+    timer_.expires_after(after);
+    timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
+      if (ec || generation != self->timer_generation_) return;
+      self->timed_out_ = true;
+      if (self->phase_ == Phase::kClosed || self->phase_ == Phase::kHandling) return;
+      error_code ignored;
+      self->socket_.cancel(ignored);
+    });
+  }
+
+  void Disarm() {
+    ++timer_generation_;
+    timer_.cancel();
+  }
+
+  ServerCore& server_;
+  tcp::socket socket_;
+  const asio::any_io_executor executor_;
+  asio::steady_timer timer_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<RequestParser> parser_;
+  std::string out_;
+  std::pair<std::string, int> remote_{"", -1}, local_{"", -1};
+  Phase phase_ = Phase::kIdle;
+  unsigned timer_generation_ = 0;
+  size_t served_ = 0;
+  size_t lingered_ = 0;
+  bool timed_out_ = false;
+  bool keep_after_write_ = false;
+  bool close_after_write_ = false;
+  bool refused_ = false;  // the client may still be sending the request we refused
+};
+
+}  // namespace
+
+namespace detail {
+
+int ServerCore::Bind(const std::string& host, int port) {
+  error_code ec;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec) return -1;
+  for (const auto& entry : results) {
+    auto endpoint = entry.endpoint();
+    acceptor.open(endpoint.protocol(), ec);
+    if (ec) continue;
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(limits.backlog, ec);
+    if (!ec) {
+      auto bound = acceptor.local_endpoint(ec);
+      if (!ec) return bound.port();
+    }
+    error_code ignored;
+    acceptor.close(ignored);
+  }
+  return -1;
+}
+
+bool ServerCore::Serve() {
+  {
+    std::lock_guard lock(serve_mutex);
+    if (stop_requested) return true;
+    if (!acceptor.is_open()) return false;
+    serving = true;
+  }
+  work.emplace(ioc.get_executor());
+  pool.Start(this);
+  asio::post(accept_strand, [this] { Accept(); });
+  std::vector<std::thread> loops;
+  for (size_t i = 1; i < limits.io_threads; ++i) loops.emplace_back([this] { RunLoop(); });
+  RunLoop();
+  for (auto& t : loops) t.join();
+  pool.Finish();  // idle by now: every queued job holds a connection, and none is left
+  {
+    std::lock_guard lock(serve_mutex);
+    serving = false;
+  }
+  serve_cv.notify_all();
+  return true;
+}
+
+void ServerCore::RunLoop() {
+  for (;;) {
     try {
-      std::rethrow_exception(std::move(ep));
-    } catch (const pg::PoolUnavailable& e) {
-      what = e.what();
-      outage = true;
-    } catch (const pqxx::failure& e) {  // broken_connection, in_doubt_error, sql_error...
-      what = e.what();
-      outage = true;
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {  // a bug in a completion handler; keep serving
+      Log("http_loop_exception", {{"error", e.what()}});
     }
-    Log(outage ? "handler_database_unavailable" : "handler_exception",
-        {{"method", req.method}, {"path", req.path}, {"error", what}});
-    if (outage) {
-      SetUnavailable(res, "the database is unavailable");
-    } else {
-      SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
-    }
-  });
-}
-
-bool Server::Serve() {
-  serving_ = true;
-  bool ok = stop_requested_ || listen_after_bind();
-  serving_ = false;
-  return ok;
-}
-
-void Server::Stop() {
-  stop_requested_ = true;
-  while (serving_) {
-    stop();  // a no-op until the listen loop runs; then it ends it
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
+
+void ServerCore::Stop() {
+  if (!stop_requested.exchange(true)) asio::post(accept_strand, [this] { BeginStop(); });
+  if (WorkerPool::OnWorkerOf(this)) return;
+  std::unique_lock lock(serve_mutex);
+  serve_cv.wait(lock, [&] { return !serving; });
+}
+
+void ServerCore::BeginStop() {
+  stopping = true;
+  error_code ignored;
+  acceptor.close(ignored);
+  accept_pause.cancel();
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    std::lock_guard lock(registry_mutex);
+    for (auto& [raw, weak] : registry) {
+      if (auto c = weak.lock()) open.push_back(std::move(c));
+    }
+  }
+  for (auto& c : open) asio::post(c->executor(), [c] { c->OnStop(); });
+  if (live == 0) ReleaseWork();
+}
+
+// With no connection left the loop has nothing more to do; run() returns once it is idle.
+void ServerCore::ReleaseWork() {
+  if (!work_released.exchange(true)) asio::post(accept_strand, [this] { work.reset(); });
+}
+
+void ServerCore::Accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [this](error_code ec, tcp::socket socket) {
+    OnAccept(ec, std::move(socket));
+  });
+}
+
+void ServerCore::OnAccept(error_code ec, tcp::socket socket) {
+  if (stopping || ec == asio::error::operation_aborted) return;
+  if (ec) {
+    // Out of descriptors or memory: accepting again at once would spin. Pause; the kernel
+    // backlog holds the clients meanwhile.
+    int e = ec.value();
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+      Log("http_accept_paused", {{"error", ec.message()}});
+      accept_pause.expires_after(std::chrono::milliseconds(100));
+      accept_pause.async_wait([this](error_code wait) {
+        if (!wait && !stopping) Accept();
+      });
+      return;
+    }
+    return Accept();  // the client gave up before we accepted it
+  }
+  if (live >= limits.max_connections) {
+    // Over the cap: a best-effort 503 (the socket buffer takes it without blocking), closed.
+    static const std::string kBusy = Serialize(
+        ErrorResponse(503, "unavailable", "too many connections; retry later"), false, false);
+    error_code ignored;
+    socket.non_blocking(true, ignored);
+    asio::write(socket, asio::buffer(kBusy), ignored);
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+    return Accept();
+  }
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto connection = std::make_shared<Connection>(*this, std::move(socket));
+  Register(connection);
+  asio::dispatch(connection->executor(), [connection] { connection->Start(); });
+  Accept();
+}
+
+void ServerCore::Register(const std::shared_ptr<Connection>& c) {
+  std::lock_guard lock(registry_mutex);
+  registry.emplace(c.get(), c);
+}
+
+void ServerCore::Unregister(Connection* c) {
+  std::lock_guard lock(registry_mutex);
+  registry.erase(c);
+}
+
+bool ServerCore::FindRoute(Exchange& ex) const {
+  const std::string& method = ex.head ? std::string("GET") : ex.req.method;
+  std::shared_lock lock(routes_mutex);
+  try {
+    for (const auto& route : routes) {
+      if (route.method == method && std::regex_match(ex.req.path, ex.req.matches, route.regex)) {
+        ex.route = &route;
+        return true;
+      }
+    }
+    std::string allow;
+    std::smatch ignored;
+    for (const auto& route : routes) {
+      if (allow.find(route.method) == std::string::npos &&
+          std::regex_match(ex.req.path, ignored, route.regex)) {
+        if (!allow.empty()) allow += ", ";
+        allow += route.method == "GET" ? "GET, HEAD" : route.method;
+      }
+    }
+    if (allow.empty()) {
+      SetError(ex.res, 404, "not_found", "no such resource");
+    } else {
+      SetError(ex.res, 405, "method_not_allowed", "method not allowed on this resource");
+      ex.res.set_header("Allow", allow);
+    }
+  } catch (const std::exception& e) {  // std::regex_error: a bug in a route's pattern
+    Log("http_route_exception", {{"path", ex.req.path}, {"error", e.what()}});
+    ex.res = ErrorResponse(500, "internal_error", "internal error");
+  }
+  return false;
+}
+
+void ServerCore::Run(Exchange& ex) const {
+  try {
+    ex.route->handler(ex.req, ex.res);
+  } catch (...) {
+    AnswerException(ex.req, ex.res, std::current_exception());
+  }
+  if (ex.res.status == -1) ex.res.status = 200;
+  if (ex.res.status < 100 || ex.res.status > 999) {
+    Log("handler_bad_status", {{"path", ex.req.path}, {"status", std::to_string(ex.res.status)}});
+    ex.res = ErrorResponse(500, "internal_error", "internal error");
+  }
+  if (ex.res.status >= 400 && ex.res.body.empty()) {
+    auto text = TextFor(ex.res.status);
+    SetError(ex.res, ex.res.status, text.code, text.message);
+  }
+}
+
+}  // namespace detail
+
+size_t BodyLimitFor(const Limits& limits, std::string_view path) {
+  auto it = limits.large_bodies.find(std::string(path));
+  return it == limits.large_bodies.end() ? limits.max_body_bytes : it->second;
+}
+
+Server::Server(Limits limits) : impl_(std::make_unique<detail::ServerCore>(std::move(limits))) {}
+
+Server::~Server() { Stop(); }
+
+void detail::ServerCore::AddRoute(std::string method, const std::string& pattern,
+                                  Server::Handler handler) {
+  std::regex regex(pattern);  // throws std::regex_error on a bad pattern, before the lock
+  std::unique_lock lock(routes_mutex);
+  routes.push_back({std::move(method), std::move(regex), std::move(handler)});
+}
+
+Server& Server::Get(const std::string& pattern, Handler handler) {
+  impl_->AddRoute("GET", pattern, std::move(handler));
+  return *this;
+}
+Server& Server::Post(const std::string& pattern, Handler handler) {
+  impl_->AddRoute("POST", pattern, std::move(handler));
+  return *this;
+}
+Server& Server::Put(const std::string& pattern, Handler handler) {
+  impl_->AddRoute("PUT", pattern, std::move(handler));
+  return *this;
+}
+Server& Server::Delete(const std::string& pattern, Handler handler) {
+  impl_->AddRoute("DELETE", pattern, std::move(handler));
+  return *this;
+}
+Server& Server::Patch(const std::string& pattern, Handler handler) {
+  impl_->AddRoute("PATCH", pattern, std::move(handler));
+  return *this;
+}
+
+const Limits& Server::limits() const { return impl_->limits; }
 
 size_t Server::BodyLimit(const std::string& path) const {
-  auto it = limits_.large_bodies.find(path);
-  return it == limits_.large_bodies.end() ? limits_.max_body_bytes : it->second;
+  return BodyLimitFor(impl_->limits, path);
 }
 
-int Server::Bind(const std::string& host, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = bind_to_any_port(host);
-    if (bound < 0) return -1;
-  } else if (!bind_to_port(host, port)) {
-    return -1;
-  }
-  // The .so listens with a backlog of 5; listening again on the same socket only raises it.
-  ::listen(svr_sock_, limits_.backlog);
-  return bound;
-}
+int Server::Bind(const std::string& host, int port) { return impl_->Bind(host, port); }
+
+bool Server::Serve() { return impl_->Serve(); }
+
+void Server::Stop() { impl_->Stop(); }
 
 std::string ErrorBody(std::string_view code, std::string_view message) {
   nlohmann::json body = {{"error", {{"code", code}, {"message", message}}}};
@@ -210,6 +834,11 @@ std::string ErrorBody(std::string_view code, std::string_view message) {
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message) {
   res.status = status;
   res.set_content(ErrorBody(code, message), "application/json");
+}
+
+void CloseWithoutResponse(httplib::Response& res) {
+  res.status = 500;
+  res.set_header(kCloseMarker, "1");
 }
 
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
@@ -223,10 +852,7 @@ std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib
     SetError(res, 415, "unsupported_media_type", "Content-Type must be application/json");
     return std::nullopt;
   }
-  size_t limit = limits.max_body_bytes;
-  if (auto it = limits.large_bodies.find(req.path); it != limits.large_bodies.end()) {
-    limit = it->second;
-  }
+  size_t limit = BodyLimitFor(limits, req.path);
   if (req.body.size() > limit) {
     SetError(res, 413, "payload_too_large",
              "the body is larger than " + std::to_string(limit) + " bytes");
@@ -273,9 +899,14 @@ void AddHealthRoutes(Server& server, pg::Pool& pool) {
 
 std::string BearerToken(const httplib::Request& req) {
   auto value = req.get_header_value("Authorization");
-  constexpr std::string_view kPrefix = "Bearer ";
-  if (value.size() <= kPrefix.size() || value.compare(0, kPrefix.size(), kPrefix) != 0) return "";
-  return value.substr(kPrefix.size());
+  constexpr std::string_view kScheme = "bearer";
+  if (value.size() <= kScheme.size() + 1 ||
+      !IEquals(std::string_view(value).substr(0, kScheme.size()), kScheme) ||
+      value[kScheme.size()] != ' ') {
+    return "";
+  }
+  auto token = value.find_first_not_of(' ', kScheme.size());
+  return token == std::string::npos ? "" : value.substr(token);
 }
 
 std::pair<std::string, int> SplitHostPort(const std::string& listen) {

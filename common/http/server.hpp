@@ -1,18 +1,45 @@
-// An httplib::Server with the limits a public service needs, and the helpers every route uses.
+// The one HTTP/1.1 server of every service, and the helpers every route uses.
 //
-// Debian's cpp-httplib is a compiled library, so its limits are runtime settings; this sets
-// them all in one place: body size, read/write timeouts, keep-alive, a fixed thread pool whose
-// queue blocks the accept loop when full (back-pressure into the kernel backlog instead of an
-// unbounded queue), and a listen backlog larger than the .so's fixed 5.
-// Thread-safety: configure before Serve(); handlers run on the pool's threads.
+// Contract. One event loop (Boost.Asio, `Limits::io_threads` threads) does all socket I/O and
+// parses with Boost.Beast's parser under `Limits`: header bytes (request line included) and
+// field count (431), request target (414), body per path (413, refused from Content-Length
+// before a byte of the body is read), and a deadline per phase: the headers, the body, an idle
+// keep-alive, a response write. A slow or idle client therefore costs a timer and a few hundred
+// bytes, never a thread. Handlers block (PostgreSQL, participants), so a complete request runs
+// on a pool of `Limits::threads` workers behind a queue of `Limits::queue`; when the queue is
+// full the request is refused at once with 503 + Retry-After (admission control), and beyond
+// `Limits::max_connections` a new connection gets a 503 and is closed.
+//
+// What a handler sees, as httplib::Request (a plain value here; cpp-httplib stays for clients):
+//   - `headers`: every field line as sent, in order, duplicates kept. Values are byte for byte
+//     what the client sent minus the optional whitespace around them (RFC 9110 §5.5): no
+//     percent-decoding, no trimming inside. Field lines with control characters, obs-fold,
+//     Content-Length with Transfer-Encoding, a Transfer-Encoding other than `chunked`, or a
+//     bad Content-Length are refused with 400 before any handler runs.
+//   - `target`: the request target as sent. `path`: its path, percent-decoded (`+` stays `+`);
+//     routes match against `path` (std::regex, whole path, first registered route wins), and
+//     `matches` holds the groups. A target that is not origin-form (`/...`), has raw non-ASCII
+//     bytes or a malformed `%` escape, or whose decoded path or query holds a NUL or invalid
+//     UTF-8 is refused with 400: a route never sees a truncated or altered key.
+//   - `params`: the query, decoded (`+` is a space), as httplib does.
+//   - `body`: the body, within the path's limit; `Content-Encoding` other than identity is 415.
+// HEAD runs the GET route and sends no body; a path served under other methods only is 405
+// (with Allow), an unknown path 404. Every 4xx/5xx without a body gets the JSON error body.
+// A handler exception is 503 `unavailable` + Retry-After for a database failure (pqxx,
+// pg::PoolUnavailable), else 500. Responses carry Content-Length; keep-alive as the client
+// asks, up to `keep_alive_max_count` requests.
+//
+// Thread-safety: register routes before Serve(). Handlers run on the worker threads,
+// concurrently. Stop() is safe from any thread at any time.
 //   common::http::Server server({.threads = 32});
-//   int port = server.Bind("127.0.0.1", 0); server.Serve();
+//   server.Get("/healthz", handler); int port = server.Bind("127.0.0.1", 0); server.Serve();
 #pragma once
 
 #include <httplib.h>
 
-#include <atomic>
+#include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -24,46 +51,83 @@ class Pool;
 
 namespace common::http {
 
+namespace detail {
+class ServerCore;
+}
+
 struct Limits {
   size_t max_body_bytes = 64 * 1024;  // orders and step calls are < 2 KiB; 64 KiB is generous
   // Routes that take larger bodies (the OTLP trace intake): path -> bytes.
   std::map<std::string, size_t> large_bodies = {};
   int max_json_depth = 16;  // our payloads nest 3 deep
-  size_t threads = 32;      // handlers block on PostgreSQL and participants
-  size_t queue = 256;       // accepted connections waiting for a thread
-  int backlog = 1024;       // kernel queue for bursts (duplicate storms)
-  time_t read_timeout_s = 5;
+  // Header bytes, request line included (431; 414 if the request line alone is longer). Our
+  // callers send < 1 KiB; 16 KiB is what common proxies allow.
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_header_fields = 100;      // 431 beyond; we use about 10
+  size_t max_target_bytes = 8 * 1024;  // 414 beyond; keys are at most a few hundred bytes
+  size_t threads = 32;                 // workers: handlers block on PostgreSQL and participants
+  size_t queue = 256;     // complete requests waiting for a worker; beyond it, 503 at once
+  size_t io_threads = 1;  // parsing is cheap: one core parses far more than 32 workers serve
+  // Open connections; the next one gets a 503 and is closed. Keep it under RLIMIT_NOFILE.
+  size_t max_connections = 4096;
+  int backlog = 1024;  // kernel queue for bursts (duplicate storms)
+  // Deadlines per phase: the first byte of a request to the end of its headers (a slowloris
+  // gets 408 and is closed), the end of the headers to the end of the body, writing one
+  // response, and waiting idle for the next request on a kept-alive connection.
+  time_t header_timeout_s = 10;
+  time_t body_timeout_s = 30;  // a 4 MiB OTLP batch over a slow link
   time_t write_timeout_s = 5;
   size_t keep_alive_max_count = 1000;
-  // Idle keep-alive connections hold a worker until this passes, and a shutdown waits for
-  // them (httplib offers no way to close them sooner): short, yet enough for back-to-back
-  // step calls to reuse a connection.
+  // Idle connections cost no worker any more; short all the same, because a client that
+  // reuses a connection the server is closing at that instant sees an error it must retry.
   time_t keep_alive_timeout_s = 2;
 };
 
-class Server : public httplib::Server {
+// The body limit of `path` under `limits`.
+size_t BodyLimitFor(const Limits& limits, std::string_view path);
+
+class Server {
  public:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+
   explicit Server(Limits limits = {});
-  const Limits& limits() const { return limits_; }
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // `pattern` is a std::regex matched against the whole decoded path.
+  Server& Get(const std::string& pattern, Handler handler);
+  Server& Post(const std::string& pattern, Handler handler);
+  Server& Put(const std::string& pattern, Handler handler);
+  Server& Delete(const std::string& pattern, Handler handler);
+  Server& Patch(const std::string& pattern, Handler handler);
+
+  const Limits& limits() const;
   // The body limit of `path`.
   size_t BodyLimit(const std::string& path) const;
-  // Binds and returns the port (0 picks a free one); -1 on failure.
+  // Binds and listens (clients may connect at once) and returns the port (0 picks a free
+  // one); -1 on failure.
   int Bind(const std::string& host, int port);
-  // Serves until Stop(); returns false if the listen loop failed.
+  // Serves on the calling thread until Stop(); false if it was never bound.
   bool Serve();
-  // Safe from any thread at any time, even before Serve() has started its loop (httplib's
-  // stop() is lost then): returns once Serve() has returned or will return at once.
+  // Safe from any thread at any time, even before Serve() runs. Stops accepting, closes idle
+  // and half-received connections at once, lets admitted requests finish and answers them
+  // with `Connection: close`, then returns once Serve() has returned (or will return at once).
+  // From a handler it only starts the stop (waiting there would wait for itself).
   void Stop();
 
  private:
-  Limits limits_;
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<bool> serving_{false};
+  std::unique_ptr<detail::ServerCore> impl_;
 };
 
 // The one error body: {"error":{"code":...,"message":...}}.
 std::string ErrorBody(std::string_view code, std::string_view message);
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message);
+
+// Asks the server to close the connection without sending any response, as if the process
+// had died after doing the work (fault injection: "commit, then drop"). The client sees the
+// connection closed with no status line. `res.status` becomes 500 for logs and spans only.
+void CloseWithoutResponse(httplib::Response& res);
 
 // Parses the body as JSON once, within the server's depth limit. On failure sets a 400 or 415
 // on `res` and returns nullopt.
@@ -76,7 +140,8 @@ void SetUnavailable(httplib::Response& res, const std::string& what);
 // GET /healthz (the process answers) and GET /readyz (its database answers too).
 void AddHealthRoutes(Server& server, pg::Pool& pool);
 
-// The token of an `Authorization: Bearer <token>` header, or "" when absent or malformed.
+// The token of an `Authorization: Bearer <token>` header (the scheme in any case, RFC 9110
+// §11.1), or "" when absent or malformed.
 std::string BearerToken(const httplib::Request& req);
 
 // Splits "host:port"; throws std::invalid_argument on a malformed value.
