@@ -107,6 +107,11 @@ bool IsValidUtf8(std::string_view s) {
 
 }  // namespace detail
 
+size_t BodyLimitFor(const Limits& limits, std::string_view path) {
+  auto it = limits.large_bodies.find(std::string(path));
+  return it == limits.large_bodies.end() ? limits.max_body_bytes : it->second;
+}
+
 RequestParser::RequestParser(const Limits& limits) : limits_(limits) {
   // Our own checks are the limits (cumulative header bytes, per-path bodies); Beast's are set
   // so that they never fire first. An unset body limit would not do: 1.74 compares a length

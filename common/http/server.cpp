@@ -777,11 +777,6 @@ void ServerCore::Run(Exchange& ex) const {
 
 }  // namespace detail
 
-size_t BodyLimitFor(const Limits& limits, std::string_view path) {
-  auto it = limits.large_bodies.find(std::string(path));
-  return it == limits.large_bodies.end() ? limits.max_body_bytes : it->second;
-}
-
 Server::Server(Limits limits) : impl_(std::make_unique<detail::ServerCore>(std::move(limits))) {}
 
 Server::~Server() { Stop(); }
