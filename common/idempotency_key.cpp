@@ -9,39 +9,82 @@ ParsedKey Invalid(std::string message) {
 
 bool IsPrintable(char c) { return c >= 0x20 && c <= 0x7e; }
 
+// RFC 8941 §4.2.5: the body of a quoted sf-string, unescaped; nullopt-like "" + error.
+ParsedKey ParseQuoted(std::string_view value) {
+  std::string key;
+  size_t i = 1;
+  for (; i < value.size(); ++i) {
+    char c = value[i];
+    if (c == '"') break;
+    if (c == '\\') {
+      if (i + 1 >= value.size() || (value[i + 1] != '"' && value[i + 1] != '\\')) {
+        return Invalid("bad escape in the quoted Idempotency-Key (only \\\" and \\\\)");
+      }
+      c = value[++i];
+    } else if (!IsPrintable(c)) {
+      return Invalid("the Idempotency-Key must be printable ASCII");
+    }
+    key.push_back(c);
+  }
+  if (i >= value.size()) return Invalid("unterminated quoted Idempotency-Key");
+  if (i + 1 != value.size()) {
+    return Invalid(
+        "the Idempotency-Key must be a single sf-string: no list, parameters or trailing data");
+  }
+  return ParsedKey{std::move(key), "", ""};
+}
+
 }  // namespace
 
-ParsedKey ParseIdempotencyKey(bool present, std::string_view value, size_t max_length) {
-  if (!present) {
+ParsedKey ParseIdempotencyKey(size_t header_lines, std::string_view value, size_t max_length) {
+  if (header_lines == 0) {
     return ParsedKey{"", "idempotency_key_missing", "the Idempotency-Key header is required"};
   }
-  std::string key;
-  if (value.size() >= 2 && value.front() == '"') {
-    if (value.back() != '"') return Invalid("unterminated quoted Idempotency-Key");
-    for (size_t i = 1; i + 1 < value.size(); ++i) {
-      char c = value[i];
-      if (c == '\\') {
-        if (i + 2 >= value.size() || (value[i + 1] != '"' && value[i + 1] != '\\')) {
-          return Invalid("bad escape in quoted Idempotency-Key");
-        }
-        c = value[++i];
-      } else if (c == '"') {
-        return Invalid("unescaped quote in Idempotency-Key");
-      }
-      key.push_back(c);
-    }
+  if (header_lines > 1) return Invalid("the Idempotency-Key header must be sent once");
+  ParsedKey parsed;
+  if (!value.empty() && value.front() == '"') {
+    parsed = ParseQuoted(value);
+    if (!parsed.ok()) return parsed;
   } else {
-    key.assign(value);
+    if (value.find_first_of("\",") != std::string_view::npos) {
+      return Invalid(
+          "a bare Idempotency-Key may not contain '\"' or ',' (a list is not a key); quote it "
+          "as an sf-string");
+    }
+    if (!value.empty() && (value.front() == ' ' || value.back() == ' ')) {
+      return Invalid("a bare Idempotency-Key may not start or end with a space; quote it");
+    }
+    parsed.key.assign(value);
   }
-  if (key.empty()) return Invalid("the Idempotency-Key must not be empty");
-  if (key.size() > max_length) {
+  if (parsed.key.empty()) return Invalid("the Idempotency-Key must not be empty");
+  if (parsed.key.size() > max_length) {
     return Invalid("the Idempotency-Key is longer than " + std::to_string(max_length) +
                    " characters");
   }
-  for (char c : key) {
-    if (!IsPrintable(c)) return Invalid("the Idempotency-Key must be printable ASCII");
+  if (!IsValidKeyBytes(parsed.key, max_length)) {
+    return Invalid("the Idempotency-Key must be printable ASCII");
   }
-  return ParsedKey{std::move(key), "", ""};
+  return parsed;
+}
+
+bool IsValidKeyBytes(std::string_view key, size_t max_length) {
+  if (key.empty() || key.size() > max_length) return false;
+  for (char c : key) {
+    if (!IsPrintable(c)) return false;
+  }
+  return true;
+}
+
+std::string FormatIdempotencyKey(std::string_view key) {
+  std::string out;
+  out.reserve(key.size() + 2);
+  out.push_back('"');
+  for (char c : key) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
 }
 
 bool IsValidTenantId(std::string_view tenant) {

@@ -71,7 +71,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
                   span_store_.Insert(spans);
                   return true;
                 })
-              : common::trace::Exporter::OtlpHttp(options_.otlp_endpoint, options_.service_token),
+              : common::trace::Exporter::OtlpHttp(options_.otlp_endpoint, options_.otlp_headers),
           options_.exporter),
       tracer_("orchestrator", &exporter_),
       inventory_({.base_url = options_.inventory_url,
@@ -199,7 +199,7 @@ void Orchestrator::OrderRoute() {
     }
     span.Set("tenant", *tenant);
     auto key =
-        common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+        common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
                                     req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
     if (!key.ok()) return SetError(res, 400, key.error, key.message);
     span.Set("idempotency_key", key.key);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,8 @@ struct OrchestratorOptions {
   // Where this service's spans go: "" stores them in its own database (batched, off the
   // request path); an OTLP/HTTP URL (a collector, Jaeger, Tempo) sends them there instead.
   std::string otlp_endpoint;
+  // Sent with every export to `otlp_endpoint` (a collector's credentials), and nothing else.
+  std::map<std::string, std::string> otlp_headers;
   common::trace::Exporter::Options exporter;
   // How long GET .../trace waits for spans still on their way from participants.
   std::chrono::milliseconds trace_settle{1500};

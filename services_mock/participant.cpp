@@ -23,7 +23,27 @@ Participant::Participant(std::string service, common::pg::Pool& pool, Faults& fa
       faults_(faults),
       options_(std::move(options)),
       tracer_(tracer),
-      guard_(pool, tracer, options_.guard) {}
+      guard_(pool, tracer, options_.guard) {
+  for (const char* outcome : {"applied", "replayed", "mismatch", "cancelled", "compensated",
+                              "in_progress", "refused", "unavailable", "dropped"}) {
+    outcomes_[outcome] = 0;
+  }
+}
+
+void Participant::Count(const std::string& outcome) {
+  if (auto it = outcomes_.find(outcome); it != outcomes_.end()) ++it->second;
+}
+
+std::string Participant::MetricsText() const {
+  std::string out =
+      "# HELP idemsaga_guard_requests_total Guarded requests by what the idempotency guard "
+      "did.\n# TYPE idemsaga_guard_requests_total counter\n";
+  for (const auto& [outcome, n] : outcomes_) {
+    out += "idemsaga_guard_requests_total{service=\"" + service_ + "\",outcome=\"" + outcome +
+           "\"} " + std::to_string(n.load()) + "\n";
+  }
+  return out;
+}
 
 common::trace::Span Participant::StartRequestSpan(const httplib::Request& req) const {
   if (tracer_ == nullptr) return {};
@@ -45,16 +65,20 @@ void Participant::Guarded(
     span.Set("tenant", admitted->tenant_id).Set("idempotency_key", admitted->key);
     if (auto problem = validate(*admitted); !problem.empty()) {
       SetError(res, 400, "invalid_request", problem);
+      Count("refused");
     } else if (faults_.ShouldFail()) {
       common::http::SetUnavailable(res, "injected fault");
       span.Set("fault", std::string("error"));
+      Count("unavailable");
     } else {
       try {
         auto answer = run(*admitted);
         span.Set("guard.outcome", answer.outcome).Set("replayed", answer.replayed);
+        Count(answer.outcome);
         faults_.DelayAnswer();
         if (faults_.ShouldDropAfterCommit()) {
           span.Set("fault", std::string("drop_after_commit")).Error("connection dropped");
+          Count("dropped");
           return DropConnection(res);
         }
         Answer(answer, res);
@@ -64,8 +88,11 @@ void Participant::Guarded(
                                                 {"key", admitted->key},
                                                 {"error", e.what()}});
         common::http::SetUnavailable(res, "the request could not be completed");
+        Count("unavailable");
       }
     }
+  } else {
+    Count("refused");
   }
   span.Set("http.status_code", static_cast<long long>(res.status));
   // A stored business refusal is the participant working correctly, not a span error.
@@ -94,7 +121,7 @@ std::optional<steps::guard::Request> Participant::Admit(const httplib::Request& 
     return std::nullopt;
   }
   auto key =
-      common::ParseIdempotencyKey(req.has_header("Idempotency-Key"),
+      common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
                                   req.get_header_value("Idempotency-Key"), kMaxStepKeyLength);
   if (!key.ok()) {
     SetError(res, 400, key.error, key.message);
@@ -136,8 +163,7 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
                 return "the body must be {\"action_key\": \"<key>\"}";
               }
               auto action_key = body["action_key"].get<std::string>();
-              auto parsed = common::ParseIdempotencyKey(true, action_key, kMaxStepKeyLength);
-              if (!parsed.ok() || parsed.key != action_key || action_key == r.key) {
+              if (!common::IsValidKeyBytes(action_key, kMaxStepKeyLength) || action_key == r.key) {
                 return "action_key must be 1-255 printable characters and differ from this "
                        "request's key";
               }
@@ -155,6 +181,9 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
 
 void Participant::AdminRoutes(common::http::Server& server) {
   common::http::AddHealthRoutes(server, pool_);
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(MetricsText(), "text/plain; version=0.0.4");
+  });
   // What an orchestrator checks at start-up: that its keys outlive every parent that may
   // still retry or compensate them.
   server.Get(

@@ -7,7 +7,9 @@
 //   p.Action(server, "/v1/reservations", ValidateReservation, Reserve);
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,9 +22,12 @@ namespace services_mock {
 
 struct ParticipantOptions {
   std::string service_token = "dev-service-token";
-  // OTLP/HTTP endpoint for this service's spans ("" sends none): by default the
-  // orchestrator's intake, http://127.0.0.1:8080/v1/traces, or a collector of yours.
+  // OTLP/HTTP endpoint for this service's spans ("" sends none): the orchestrator's intake
+  // (http://127.0.0.1:8080/v1/traces) or a collector of yours.
   std::string otlp_endpoint;
+  // Sent with every export, and nothing else: idemsaga's own intake wants the service token
+  // here (`Authorization: Bearer ...`); a collector of yours, its own credentials.
+  std::map<std::string, std::string> otlp_headers;
   common::http::Limits limits;
   size_t pool_size = 16;
   steps::guard::GuardOptions guard;
@@ -51,8 +56,8 @@ class Participant {
               Effect effect);
   // The body is {"action_key": "..."}: the key of the action this compensation undoes.
   void Compensation(common::http::Server& server, const std::string& path, Undo undo);
-  // /healthz, /readyz, GET /v1/idempotency (the guard's key retention), GET and PUT
-  // /admin/faults.
+  // /healthz, /readyz, /metrics (guard outcomes), GET /v1/idempotency (the guard's key
+  // retention), GET and PUT /admin/faults.
   void AdminRoutes(common::http::Server& server);
 
   // True when the request carries the service token; otherwise answers 401.
@@ -73,6 +78,13 @@ class Participant {
                const std::function<std::string(const steps::guard::Request&)>& validate,
                const std::function<steps::guard::Response(const steps::guard::Request&)>& run);
 
+  // Guarded requests by outcome: the guard's (applied, replayed, mismatch, cancelled,
+  // compensated, in_progress) and the route's (refused: a 4xx before the guard; unavailable:
+  // a 503; dropped: an injected drop). Keys fixed at construction: lock-free counting.
+  void Count(const std::string& outcome);
+  std::string MetricsText() const;
+
+  std::map<std::string, std::atomic<long long>> outcomes_;
   std::string service_;
   common::pg::Pool& pool_;
   Faults& faults_;

@@ -17,7 +17,7 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
           options.otlp_endpoint.empty()
               ? nullptr
               : std::make_unique<common::trace::Exporter>(
-                    common::trace::Exporter::OtlpHttp(options.otlp_endpoint, options.service_token),
+                    common::trace::Exporter::OtlpHttp(options.otlp_endpoint, options.otlp_headers),
                     common::trace::Exporter::Options{})),
       tracer_(NameOf(kind), exporter_.get()),
       participant_(NameOf(kind), pool_, faults_, options, exporter_ ? &tracer_ : nullptr),

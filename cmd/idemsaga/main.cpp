@@ -30,11 +30,35 @@ struct ParticipantFlags {
   std::string listen;
   std::string database_url;
   std::string service_token = "dev-service-token";
-  std::string otlp_endpoint = "http://127.0.0.1:8080/v1/traces";
+  std::string otlp_endpoint;
+  std::vector<std::string> otlp_headers;
   bool migrate = false;
   int retention_hours = 24 * 7;
   services_mock::FaultSettings faults;
 };
+
+// --otlp-header "Name: value", repeatable: exactly what the exporter sends to the collector.
+void AddOtlpHeaderOption(CLI::App* cmd, std::vector<std::string>& headers) {
+  cmd->add_option("--otlp-header", headers,
+                  "\"Name: value\" sent with every span export (repeatable), e.g. the "
+                  "collector's credentials; nothing else is sent")
+      ->check([](const std::string& h) {
+        auto colon = h.find(':');
+        return colon == std::string::npos || colon == 0 ? std::string("expected \"Name: value\"")
+                                                        : std::string();
+      });
+}
+
+std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& headers) {
+  std::map<std::string, std::string> out;
+  for (const auto& h : headers) {
+    auto colon = h.find(':');
+    auto value = h.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    out[h.substr(0, colon)] = value;
+  }
+  return out;
+}
 
 void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags& flags,
                            std::function<void()>& run) {
@@ -51,8 +75,9 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
       ->envname("IDEMSAGA_SERVICE_TOKEN");
   cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
   cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
-                  "where spans go (OTLP/HTTP JSON); \"\" sends none")
-      ->capture_default_str();
+                  "where spans go (OTLP/HTTP JSON), e.g. the orchestrator's "
+                  "http://127.0.0.1:8080/v1/traces; none by default");
+  AddOtlpHeaderOption(cmd, flags.otlp_headers);
   cmd->add_option("--retention-hours", flags.retention_hours,
                   "how long step keys are kept (must exceed the orchestrator's retention plus "
                   "its longest saga; it checks at start-up)")
@@ -75,6 +100,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags
       ParticipantService svc(kind, flags.database_url,
                              {.service_token = flags.service_token,
                               .otlp_endpoint = flags.otlp_endpoint,
+                              .otlp_headers = ParseHeaders(flags.otlp_headers),
                               .guard = {.retention = std::chrono::hours(flags.retention_hours)}},
                              flags.faults);
       int bound = svc.Bind(host, port);
@@ -130,6 +156,7 @@ void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>
 
 struct OrchestratorFlags {
   std::string listen = "127.0.0.1:8080";
+  std::vector<std::string> otlp_headers;
   bool migrate = false;
   int retention_hours = 24;
   std::chrono::milliseconds grace{10000};
@@ -167,6 +194,7 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
       ->capture_default_str();
   cmd->add_option("--otlp-endpoint", o.otlp_endpoint,
                   "send spans to this OTLP/HTTP endpoint instead of storing them here");
+  AddOtlpHeaderOption(cmd, flags.otlp_headers);
   cmd->add_option("--participant-timeout-ms", o.participant_timeout,
                   "read timeout of one participant call")
       ->capture_default_str();
@@ -191,6 +219,7 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
       }
       auto [host, port] = common::http::SplitHostPort(flags.listen);
       flags.options.store.retention = std::chrono::hours(flags.retention_hours);
+      flags.options.otlp_headers = ParseHeaders(flags.otlp_headers);
       orchestrator::Orchestrator o(flags.options);
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
@@ -268,10 +297,11 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
       }
       std::string local = "http://127.0.0.1:";
       std::string intake = local + std::to_string(flags.orchestrator_port) + "/v1/traces";
-      ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"],
-                                   {.otlp_endpoint = intake});
-      ParticipantService payment(ParticipantKind::kPayment, urls["payment"],
-                                 {.otlp_endpoint = intake});
+      // The orchestrator's own intake takes the service token; a collector never gets it.
+      services_mock::ParticipantOptions participant{
+          .otlp_endpoint = intake, .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
+      ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], participant);
+      ParticipantService payment(ParticipantKind::kPayment, urls["payment"], participant);
       inventory.Bind("127.0.0.1", flags.inventory_port);
       payment.Bind("127.0.0.1", flags.payment_port);
       orchestrator::Orchestrator orch(

@@ -66,7 +66,8 @@ void Exporter::Drain() {
   }
 }
 
-Exporter::Sink Exporter::OtlpHttp(const std::string& url, const std::string& bearer_token) {
+Exporter::Sink Exporter::OtlpHttp(const std::string& url,
+                                  std::map<std::string, std::string> headers) {
   auto scheme_end = url.find("://");
   auto path_start = url.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
   std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);
@@ -76,10 +77,9 @@ Exporter::Sink Exporter::OtlpHttp(const std::string& url, const std::string& bea
   client->set_keep_alive(true);
   client->set_connection_timeout(1);
   client->set_read_timeout(3);
-  return [client, path, bearer_token](const std::vector<SpanData>& spans) {
-    httplib::Headers headers;
-    if (!bearer_token.empty()) headers.emplace("Authorization", "Bearer " + bearer_token);
-    auto r = client->Post(path.c_str(), headers, EncodeOtlp(spans).dump(), "application/json");
+  httplib::Headers configured(headers.begin(), headers.end());
+  return [client, path, configured](const std::vector<SpanData>& spans) {
+    auto r = client->Post(path.c_str(), configured, EncodeOtlp(spans).dump(), "application/json");
     return r && r->status / 100 == 2;
   };
 }

@@ -4,7 +4,7 @@
 // (tracing must not grow memory while a collector is down).
 //
 // Thread-safe. The sink runs on one thread at a time.
-//   Exporter exporter(Exporter::OtlpHttp("http://127.0.0.1:8080/v1/traces", token), {});
+//   Exporter exporter(Exporter::OtlpHttp("http://127.0.0.1:4318/v1/traces", {}), {});
 //   Tracer tracer("inventory", &exporter);
 #pragma once
 
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -47,8 +48,10 @@ class Exporter {
   long long failed() const { return failed_; }
   long long exported() const { return exported_; }
 
-  // POSTs OTLP/HTTP JSON to `url` (http://host:port/v1/traces) with a bearer token.
-  static Sink OtlpHttp(const std::string& url, const std::string& bearer_token);
+  // POSTs OTLP/HTTP JSON to `url` (http://host:port/v1/traces) with exactly `headers` (the
+  // collector's own credentials, if any): a collector is a third party, so no credential of
+  // ours is ever added.
+  static Sink OtlpHttp(const std::string& url, std::map<std::string, std::string> headers);
 
  private:
   void Arm();

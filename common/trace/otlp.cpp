@@ -13,38 +13,155 @@ nlohmann::json EncodeValue(const AttributeValue& v) {
   return {{"boolValue", std::get<bool>(v)}};
 }
 
-std::optional<AttributeValue> DecodeValue(const nlohmann::json& v) {
-  if (!v.is_object()) return std::nullopt;
-  if (v.contains("stringValue") && v["stringValue"].is_string()) {
-    return v["stringValue"].get<std::string>();
+// Text a span stores: a JSON string (so valid UTF-8: the JSON parser checks), bounded, and
+// without NUL (PostgreSQL text and jsonb cannot hold it).
+bool Text(const nlohmann::json& v, std::string& out, std::string& why) {
+  if (!v.is_string()) {
+    why = "must be a string";
+    return false;
   }
-  if (v.contains("boolValue") && v["boolValue"].is_boolean()) return v["boolValue"].get<bool>();
-  if (v.contains("intValue")) {
-    const auto& i = v["intValue"];
-    if (i.is_number_integer()) return i.get<long long>();
-    if (i.is_string()) {
-      try {
-        return std::stoll(i.get<std::string>());
-      } catch (...) {
-        return std::nullopt;
-      }
-    }
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.size() > kMaxOtlpText) {
+    why = "longer than " + std::to_string(kMaxOtlpText) + " bytes";
+    return false;
   }
-  if (v.contains("doubleValue") && v["doubleValue"].is_number()) {
-    return std::to_string(v["doubleValue"].get<double>());
+  if (s.find('\0') != std::string::npos) {
+    why = "contains NUL";
+    return false;
   }
-  return std::nullopt;
+  out = s;
+  return true;
 }
 
-long long DecodeNanos(const nlohmann::json& v) {
-  if (v.is_number_integer()) return v.get<long long>();
-  if (v.is_string()) {
-    try {
-      return std::stoll(v.get<std::string>());
-    } catch (...) {
+// OTLP JSON carries 64-bit integers as decimal strings (or plain numbers).
+bool Int64(const nlohmann::json& v, long long& out) {
+  if (v.is_number_integer()) {
+    out = v.get<long long>();
+    return true;
+  }
+  if (!v.is_string()) return false;
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.empty() || s.size() > 19 ||
+      s.find_first_not_of("0123456789", s[0] == '-' ? 1 : 0) != std::string::npos || s == "-") {
+    return false;
+  }
+  try {
+    out = std::stoll(s);
+    return true;
+  } catch (const std::out_of_range&) {
+    return false;
+  }
+}
+
+bool DecodeValue(const nlohmann::json& v, AttributeValue& out, std::string& why) {
+  if (!v.is_object() || v.size() != 1) {
+    why = "must be an AnyValue with one of stringValue, intValue, boolValue, doubleValue";
+    return false;
+  }
+  const auto& [kind, value] = *v.items().begin();
+  if (kind == "stringValue") {
+    std::string s;
+    if (!Text(value, s, why)) return false;
+    out = std::move(s);
+    return true;
+  }
+  if (kind == "boolValue" && value.is_boolean()) {
+    out = value.get<bool>();
+    return true;
+  }
+  long long i = 0;
+  if (kind == "intValue" && Int64(value, i)) {
+    out = i;
+    return true;
+  }
+  if (kind == "doubleValue" && value.is_number()) {
+    out = std::to_string(value.get<double>());
+    return true;
+  }
+  why = "unsupported or mistyped " + kind;
+  return false;
+}
+
+// Decodes one span; on failure `why` names the field.
+bool DecodeSpan(const nlohmann::json& j, const std::string& service, SpanData& s,
+                std::string& why) {
+  auto field = [&](const char* name) -> const nlohmann::json* {
+    auto it = j.find(name);
+    return it == j.end() ? nullptr : &*it;
+  };
+  auto fail = [&](const std::string& name, const std::string& reason) {
+    why = name + ": " + reason;
+    return false;
+  };
+  if (!j.is_object()) return fail("span", "must be an object");
+  s.service = service;
+  const auto* trace_id = field("traceId");
+  if (!trace_id || !trace_id->is_string() || !IsHexId(trace_id->get<std::string>(), 32)) {
+    return fail("traceId", "must be 32 lower-case hex characters");
+  }
+  s.trace_id = trace_id->get<std::string>();
+  const auto* span_id = field("spanId");
+  if (!span_id || !span_id->is_string() || !IsHexId(span_id->get<std::string>(), 16)) {
+    return fail("spanId", "must be 16 lower-case hex characters");
+  }
+  s.span_id = span_id->get<std::string>();
+  if (const auto* parent = field("parentSpanId"); parent && !parent->is_null()) {
+    if (!parent->is_string() ||
+        (!parent->get<std::string>().empty() && !IsHexId(parent->get<std::string>(), 16))) {
+      return fail("parentSpanId", "must be empty or 16 lower-case hex characters");
+    }
+    s.parent_span_id = parent->get<std::string>();
+  }
+  const auto* name = field("name");
+  if (!name) return fail("name", "is required");
+  if (!Text(*name, s.name, why) || s.name.empty()) {
+    return fail("name", why.empty() ? "must not be empty" : why);
+  }
+  long long kind = 1;
+  if (const auto* k = field("kind"); k && !(Int64(*k, kind) && kind >= 0 && kind <= 5)) {
+    return fail("kind", "must be an integer from 0 to 5");
+  }
+  s.kind = kind == 2 ? SpanKind::kServer : kind == 3 ? SpanKind::kClient : SpanKind::kInternal;
+  const auto* start = field("startTimeUnixNano");
+  const auto* end = field("endTimeUnixNano");
+  if (!start || !Int64(*start, s.start_unix_nano) || s.start_unix_nano < 0) {
+    return fail("startTimeUnixNano", "must be a non-negative 64-bit integer");
+  }
+  if (!end || !Int64(*end, s.end_unix_nano) || s.end_unix_nano < s.start_unix_nano) {
+    return fail("endTimeUnixNano", "must be a 64-bit integer not before startTimeUnixNano");
+  }
+  if (const auto* status = field("status"); status && !status->is_null()) {
+    if (!status->is_object()) return fail("status", "must be an object");
+    long long code = 0;
+    if (auto c = status->find("code");
+        c != status->end() && !(Int64(*c, code) && code >= 0 && code <= 2)) {
+      return fail("status.code", "must be 0, 1 or 2");
+    }
+    s.status = code == 2 ? SpanStatus::kError : code == 1 ? SpanStatus::kOk : SpanStatus::kUnset;
+    if (auto m = status->find("message"); m != status->end() && !Text(*m, s.status_message, why)) {
+      return fail("status.message", why);
     }
   }
-  return 0;
+  if (const auto* attributes = field("attributes"); attributes && !attributes->is_null()) {
+    if (!attributes->is_array()) return fail("attributes", "must be an array");
+    if (attributes->size() > kMaxOtlpAttributes) {
+      return fail("attributes", "more than " + std::to_string(kMaxOtlpAttributes));
+    }
+    for (size_t i = 0; i < attributes->size(); ++i) {
+      const auto& a = (*attributes)[i];
+      std::string at = "attributes[" + std::to_string(i) + "]";
+      std::string key;
+      if (!a.is_object() || !a.contains("key") || !Text(a["key"], key, why) || key.empty()) {
+        return fail(at + ".key", why.empty() ? "must be a non-empty string" : why);
+      }
+      AttributeValue value;
+      if (!a.contains("value") || !DecodeValue(a["value"], value, why)) {
+        return fail(at + ".value", why.empty() ? "is required" : why);
+      }
+      s.attributes[key] = std::move(value);
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -87,57 +204,60 @@ nlohmann::json EncodeOtlp(const std::vector<SpanData>& spans) {
   return {{"resourceSpans", resource_spans}};
 }
 
-std::optional<std::vector<SpanData>> DecodeOtlp(const nlohmann::json& req, std::string& error) {
+std::optional<DecodedOtlp> DecodeOtlp(const nlohmann::json& req, std::string& error) {
   if (!req.is_object() || !req.contains("resourceSpans") || !req["resourceSpans"].is_array()) {
-    error = "expected an OTLP ExportTraceServiceRequest with resourceSpans";
+    error = "expected an OTLP ExportTraceServiceRequest with a resourceSpans array";
     return std::nullopt;
   }
-  std::vector<SpanData> out;
-  for (const auto& rs : req["resourceSpans"]) {
+  DecodedOtlp out;
+  auto refuse = [&](long long spans, const std::string& message) {
+    out.rejected += spans;
+    if (out.error.empty()) out.error = message;
+  };
+  const auto& all = req["resourceSpans"];
+  for (size_t r = 0; r < all.size(); ++r) {
+    const auto& rs = all[r];
+    std::string at = "resourceSpans[" + std::to_string(r) + "]";
+    if (!rs.is_object()) {
+      refuse(0, at + ": must be an object");
+      continue;
+    }
     std::string service = "unknown";
-    if (rs.contains("resource") && rs["resource"].contains("attributes")) {
-      for (const auto& a : rs["resource"]["attributes"]) {
-        if (a.value("key", "") == "service.name") {
-          auto v = DecodeValue(a.value("value", nlohmann::json::object()));
-          if (v && std::holds_alternative<std::string>(*v)) service = std::get<std::string>(*v);
+    if (auto res = rs.find("resource"); res != rs.end() && res->is_object()) {
+      if (auto attrs = res->find("attributes"); attrs != res->end() && attrs->is_array()) {
+        for (const auto& a : *attrs) {
+          if (!a.is_object()) continue;
+          if (auto key = a.find("key"); key == a.end() || *key != "service.name") continue;
+          AttributeValue v;
+          std::string why;
+          if (a.contains("value") && DecodeValue(a["value"], v, why) &&
+              std::holds_alternative<std::string>(v) && !std::get<std::string>(v).empty() &&
+              std::get<std::string>(v).size() <= 256) {
+            service = std::get<std::string>(v);
+          }
         }
       }
     }
-    if (!rs.contains("scopeSpans") || !rs["scopeSpans"].is_array()) continue;
-    for (const auto& ss : rs["scopeSpans"]) {
-      if (!ss.contains("spans") || !ss["spans"].is_array()) continue;
-      for (const auto& j : ss["spans"]) {
+    auto scopes = rs.find("scopeSpans");
+    if (scopes == rs.end() || !scopes->is_array()) continue;
+    for (size_t sc = 0; sc < scopes->size(); ++sc) {
+      const auto& ss = (*scopes)[sc];
+      std::string scope_at = at + ".scopeSpans[" + std::to_string(sc) + "]";
+      if (!ss.is_object()) continue;
+      auto spans = ss.find("spans");
+      if (spans == ss.end()) continue;
+      if (!spans->is_array()) {
+        refuse(0, scope_at + ".spans: must be an array");
+        continue;
+      }
+      for (size_t i = 0; i < spans->size(); ++i) {
         SpanData s;
-        s.service = service;
-        s.trace_id = j.value("traceId", "");
-        s.span_id = j.value("spanId", "");
-        s.parent_span_id = j.value("parentSpanId", "");
-        if (!IsHexId(s.trace_id, 32) || !IsHexId(s.span_id, 16) ||
-            (!s.parent_span_id.empty() && !IsHexId(s.parent_span_id, 16))) {
-          error = "span ids must be lower-case hex (traceId 32, spanId 16 characters)";
-          return std::nullopt;
+        std::string why;
+        if (DecodeSpan((*spans)[i], service, s, why)) {
+          out.spans.push_back(std::move(s));
+        } else {
+          refuse(1, scope_at + ".spans[" + std::to_string(i) + "]." + why);
         }
-        s.name = j.value("name", "");
-        int kind = j.value("kind", 1);
-        s.kind = kind == 2   ? SpanKind::kServer
-                 : kind == 3 ? SpanKind::kClient
-                             : SpanKind::kInternal;
-        s.start_unix_nano = DecodeNanos(j.value("startTimeUnixNano", nlohmann::json(0)));
-        s.end_unix_nano = DecodeNanos(j.value("endTimeUnixNano", nlohmann::json(0)));
-        if (j.contains("status") && j["status"].is_object()) {
-          int code = j["status"].value("code", 0);
-          s.status = code == 2   ? SpanStatus::kError
-                     : code == 1 ? SpanStatus::kOk
-                                 : SpanStatus::kUnset;
-          s.status_message = j["status"].value("message", "");
-        }
-        if (j.contains("attributes") && j["attributes"].is_array()) {
-          for (const auto& a : j["attributes"]) {
-            auto v = DecodeValue(a.value("value", nlohmann::json::object()));
-            if (v && a.contains("key") && a["key"].is_string()) s.attributes[a["key"]] = *v;
-          }
-        }
-        out.push_back(std::move(s));
       }
     }
   }

@@ -19,7 +19,20 @@ nlohmann::json AttributesJson(const std::map<std::string, AttributeValue>& attri
 // One resourceSpans entry per service.
 nlohmann::json EncodeOtlp(const std::vector<SpanData>& spans);
 
-// The spans of a request; nullopt (and `error`) when it is not OTLP JSON or an id is bad.
-std::optional<std::vector<SpanData>> DecodeOtlp(const nlohmann::json& request, std::string& error);
+// Limits on what the intake stores (our spans are far below them).
+inline constexpr size_t kMaxOtlpText = 4096;       // bytes of a name, message or string value
+inline constexpr size_t kMaxOtlpAttributes = 128;  // per span
+
+struct DecodedOtlp {
+  std::vector<SpanData> spans;  // every span that passed validation
+  long long rejected = 0;       // spans refused, each for a field named in `error`
+  std::string error;            // the first refusal: "<path>.<field>: <why>"
+};
+
+// Decodes an ExportTraceServiceRequest, validating every field a span stores (ids, name,
+// kind, times, status, attributes; text is UTF-8 without NUL, which PostgreSQL cannot store).
+// A bad span is refused on its own (OTLP partial success); nullopt (and `error`) only when the
+// request itself is not OTLP JSON.
+std::optional<DecodedOtlp> DecodeOtlp(const nlohmann::json& request, std::string& error);
 
 }  // namespace common::trace

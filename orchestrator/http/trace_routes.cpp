@@ -20,10 +20,20 @@ void Orchestrator::TraceRoutes() {
     auto body = common::http::ParseJsonBody(req, res, server_.limits());
     if (!body) return;
     std::string error;
-    auto spans = common::trace::DecodeOtlp(*body, error);
-    if (!spans) return SetError(res, 400, "invalid_request", error);
-    span_store_.Insert(*spans);  // one statement and one commit per exported batch
-    res.set_content(R"({"partialSuccess":{}})", "application/json");
+    auto decoded = common::trace::DecodeOtlp(*body, error);
+    if (!decoded) return SetError(res, 400, "invalid_request", error);
+    // Nothing acceptable in a batch that had spans: the sender's bug, named.
+    if (decoded->spans.empty() && decoded->rejected > 0) {
+      return SetError(res, 400, "invalid_request", decoded->error);
+    }
+    if (!decoded->spans.empty()) span_store_.Insert(decoded->spans);  // one commit per batch
+    // OTLP partial success: the good spans are kept, the refused ones counted and named.
+    nlohmann::json partial = nlohmann::json::object();
+    if (decoded->rejected > 0) {
+      partial = {{"rejectedSpans", std::to_string(decoded->rejected)},
+                 {"errorMessage", decoded->error}};
+    }
+    res.set_content(nlohmann::json{{"partialSuccess", partial}}.dump(), "application/json");
   });
 
   server_.Get(

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/idempotency_key.hpp"
+
 namespace steps::client {
 namespace {
 
@@ -108,7 +110,7 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
   client->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(read_timeout));
   httplib::Headers headers = {{"Authorization", "Bearer " + options_.service_token},
                               {"X-Tenant-ID", ctx.tenant_id},
-                              {"Idempotency-Key", ctx.derived_key},
+                              {"Idempotency-Key", common::FormatIdempotencyKey(ctx.derived_key)},
                               {"traceparent", ctx.trace.Traceparent()}};
   auto res = client->Post(path.c_str(), headers, body.dump(), "application/json");
   HttpExchange x;

@@ -258,6 +258,29 @@ TEST_F(InventoryTest, ALatencyBeyondTheClientTimeoutStillCommitsOnce) {
   EXPECT_EQ(Rows("reservations"), 1);
 }
 
+TEST_F(InventoryTest, MetricsCountWhatTheGuardDidPerOutcome) {
+  const std::string body = R"({"items":[{"sku":"widget","quantity":1}]})";
+  Post(client_, "/v1/reservations", {.key = "M-inventory", .body = body});
+  Post(client_, "/v1/reservations", {.key = "M-inventory", .body = body});
+  Post(client_, "/v1/reservations",
+       {.key = "M-inventory", .body = R"({"items":[{"sku":"widget","quantity":3}]})"});
+  Post(client_, "/v1/reservations", {.key = "", .body = body});  // refused before the guard
+  Post(client_, "/v1/reservations/release",
+       {.key = "M-inventory-compensate", .body = R"({"action_key":"M-inventory"})"});
+  Post(client_, "/v1/reservations", {.key = "M-inventory", .body = body});  // undone since
+  auto r = client_.Get("/metrics");
+  ASSERT_EQ(r->status, 200);
+  auto line = [&](const std::string& outcome) {
+    return "idemsaga_guard_requests_total{service=\"inventory\",outcome=\"" + outcome + "\"} ";
+  };
+  EXPECT_NE(r->body.find("# TYPE idemsaga_guard_requests_total counter"), std::string::npos);
+  EXPECT_NE(r->body.find(line("applied") + "2\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(line("replayed") + "1\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(line("mismatch") + "1\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(line("refused") + "1\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(line("compensated") + "1\n"), std::string::npos) << r->body;
+}
+
 TEST_F(InventoryTest, HealthAndReadiness) {
   EXPECT_EQ(client_.Get("/healthz")->status, 200);
   EXPECT_EQ(client_.Get("/readyz")->status, 200);

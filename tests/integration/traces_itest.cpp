@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "common/crypto.hpp"
@@ -53,7 +54,9 @@ class TracesTest : public ::testing::Test {
     orch_ = std::make_unique<Serving<Orchestrator>>(o);
     orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
     orch_->service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
-    services_mock::ParticipantOptions p{.otlp_endpoint = orch_->Url() + "/v1/traces"};
+    services_mock::ParticipantOptions p{
+        .otlp_endpoint = orch_->Url() + "/v1/traces",
+        .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
     p.limits.keep_alive_timeout_s = 1;
     inventory_ = std::make_unique<Serving<ParticipantService>>(
         AtPort{inventory_port}, ParticipantKind::kInventory, inv_db_.url(), p);
@@ -215,6 +218,84 @@ TEST_F(TracesTest, TheIntakeWantsTheServiceTokenAndOtlp) {
   EXPECT_EQ(
       client_->Post("/v1/traces", auth, R"({"resourceSpans":[]})", "application/json")->status,
       200);
+}
+
+// One bad span never loses the good ones: the intake keeps them and names what it refused
+// (OTLP partial success); a batch of only bad spans is a 400 naming the field. Never a 5xx.
+TEST_F(TracesTest, TheIntakeKeepsGoodSpansAndNamesTheRefusedOnes) {
+  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  auto span = [](const std::string& id, const std::string& name) {
+    return nlohmann::json{{"traceId", std::string(31, 'a') + "1"},
+                          {"spanId", id},
+                          {"name", name},
+                          {"startTimeUnixNano", "1"},
+                          {"endTimeUnixNano", "2"}};
+  };
+  auto batch = [](std::vector<nlohmann::json> spans) {
+    return nlohmann::json{{"resourceSpans", {{{"scopeSpans", {{{"spans", spans}}}}}}}}.dump();
+  };
+  auto mixed = client_->Post(
+      "/v1/traces", auth,
+      batch({span(std::string(16, '1'), "good"), span(std::string(16, '2'), std::string("n\0l", 3)),
+             span(std::string(16, '3'), "good too")}),
+      "application/json");
+  ASSERT_EQ(mixed->status, 200) << mixed->body;
+  auto partial = nlohmann::json::parse(mixed->body)["partialSuccess"];
+  EXPECT_EQ(partial["rejectedSpans"], "1");
+  EXPECT_NE(partial["errorMessage"].get<std::string>().find("spans[1].name"), std::string::npos);
+  EXPECT_EQ(
+      orch_db_.Count("SELECT count(*) FROM spans WHERE trace_id = $1", std::string(31, 'a') + "1"),
+      2);
+
+  auto only_bad =
+      client_->Post("/v1/traces", auth, batch({span("zz", "bad id")}), "application/json");
+  EXPECT_EQ(only_bad->status, 400);
+  EXPECT_NE(only_bad->body.find("spanId"), std::string::npos) << only_bad->body;
+  for (const char* body : {R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":5}]}]}]})",
+                           R"({"resourceSpans":[7]})", R"({"resourceSpans":[{"resource":3}]})",
+                           R"({"resourceSpans":[{"scopeSpans":{"spans":1}}]})"}) {
+    auto r = client_->Post("/v1/traces", auth, body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_LT(r->status, 500) << body << " -> " << r->body;
+  }
+}
+
+// The exporter sends a collector exactly the headers configured for it: never the service
+// token that authorises charges, refunds and fault injection.
+TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServiceToken) {
+  std::mutex mutex;
+  std::vector<std::map<std::string, std::string>> received;
+  Serving<common::http::Server> collector;
+  collector.service.Post("/v1/traces", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    std::map<std::string, std::string> headers;
+    for (const auto& [k, v] : req.headers) headers[k] = v;
+    received.push_back(headers);
+    res.set_content("{}", "application/json");
+  });
+  orchestrator::OrchestratorOptions o;
+  o.database_url = orch_db_.url();
+  o.service_token = "secret-service-token";
+  o.otlp_endpoint = collector.Url() + "/v1/traces";
+  o.otlp_headers = {{"X-Collector-Key", "ck-1"}};
+  o.inventory_url = o.payment_url = "http://127.0.0.1:1";  // nothing listens: spans all the same
+  o.sagas.response_budget = std::chrono::milliseconds(100);
+  {
+    Serving<Orchestrator> exporting(o);
+    exporting.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+    auto c = exporting.Client();
+    Post(c, "/v1/orders", Order("export-1"));
+    exporting.service.exporter().Flush();
+  }
+  std::lock_guard lock(mutex);
+  ASSERT_FALSE(received.empty());
+  for (const auto& headers : received) {
+    EXPECT_EQ(headers.count("Authorization"), 0u);
+    for (const auto& [k, v] : headers) {
+      EXPECT_EQ(v.find("secret-service-token"), std::string::npos) << k;
+    }
+    EXPECT_EQ(headers.at("X-Collector-Key"), "ck-1");
+  }
 }
 
 TEST_F(TracesTest, AFullExportQueueDropsSpansAndRequestsStillSucceed) {

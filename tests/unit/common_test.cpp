@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+#include <set>
+
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/pg/url.hpp"
@@ -9,24 +13,24 @@ namespace {
 using common::ParseIdempotencyKey;
 
 TEST(IdempotencyKey, MissingHeaderIsReportedAsMissing) {
-  auto k = ParseIdempotencyKey(false, "", 255);
+  auto k = ParseIdempotencyKey(0, "", 255);
   EXPECT_EQ(k.error, "idempotency_key_missing");
 }
 
 TEST(IdempotencyKey, BareTokenIsTheKey) {
-  auto k = ParseIdempotencyKey(true, "order-8f3a", 255);
+  auto k = ParseIdempotencyKey(1, "order-8f3a", 255);
   ASSERT_TRUE(k.ok());
   EXPECT_EQ(k.key, "order-8f3a");
 }
 
 TEST(IdempotencyKey, QuotedSfStringMeansTheSameKeyAsTheBareToken) {
-  auto quoted = ParseIdempotencyKey(true, "\"order-8f3a\"", 255);
+  auto quoted = ParseIdempotencyKey(1, "\"order-8f3a\"", 255);
   ASSERT_TRUE(quoted.ok());
-  EXPECT_EQ(quoted.key, ParseIdempotencyKey(true, "order-8f3a", 255).key);
+  EXPECT_EQ(quoted.key, ParseIdempotencyKey(1, "order-8f3a", 255).key);
 }
 
 TEST(IdempotencyKey, QuotedFormDecodesEscapes) {
-  auto k = ParseIdempotencyKey(true, R"("a\"b\\c")", 255);
+  auto k = ParseIdempotencyKey(1, R"("a\"b\\c")", 255);
   ASSERT_TRUE(k.ok());
   EXPECT_EQ(k.key, R"(a"b\c)");
 }
@@ -44,15 +48,75 @@ TEST(IdempotencyKey, RejectsEmptyTooLongNonPrintableAndBadQuoting) {
                                          {"caf\xc3\xa9", 255},
                                          {"\"open", 255},
                                          {"\"a\"b\"", 255},
-                                         {R"("bad\escape")", 255}}) {
-    auto k = ParseIdempotencyKey(true, c.value, c.max);
+                                         {R"("bad\escape")", 255},
+                                         // Not one sf-string Item: lists and parameters.
+                                         {"a, b", 255},
+                                         {"a,b", 255},
+                                         {R"("a", "b")", 255},
+                                         {R"("a";p=1)", 255},
+                                         {R"("a" )", 255},
+                                         {R"(a"b)", 255},
+                                         {" lead", 255},
+                                         {"trail ", 255},
+                                         {std::string("nul\0x", 5), 255}}) {
+    auto k = ParseIdempotencyKey(1, c.value, c.max);
     EXPECT_EQ(k.error, "idempotency_key_invalid") << "value: " << c.value;
     EXPECT_FALSE(k.message.empty());
   }
 }
 
+TEST(IdempotencyKey, TheHeaderSentTwiceIsRefusedNotMerged) {
+  auto k = ParseIdempotencyKey(2, "a", 255);
+  EXPECT_EQ(k.error, "idempotency_key_invalid");
+}
+
+TEST(IdempotencyKey, QuotedFormKeepsSpacesCommasAndPercentSignsAsTheyAre) {
+  for (const char* raw : {R"(" lead-X")", R"("trail ")", R"("a, b")", R"("pct%41-X")",
+                          R"("plus+key")", R"("dk%2541-X")"}) {
+    auto k = ParseIdempotencyKey(1, raw, 255);
+    ASSERT_TRUE(k.ok()) << raw << ": " << k.message;
+    EXPECT_EQ(k.key, std::string(raw + 1, std::strlen(raw) - 2)) << raw;
+  }
+  EXPECT_EQ(ParseIdempotencyKey(1, "pct%41-X", 255).key, "pct%41-X");  // never decoded
+}
+
+// The property every hop relies on: what one service formats, the next parses back to the
+// same bytes, and two different keys never format alike.
+TEST(IdempotencyKey, FormatThenParseIsTheIdentityOverTheWholeAlphabet) {
+  std::mt19937 rng(8941);
+  std::string alphabet;
+  for (char c = 0x20; c <= 0x7e; ++c) alphabet.push_back(c);
+  std::set<std::string> formatted;
+  std::set<std::string> keys;
+  constexpr int kCases = 20000;
+  for (int i = 0; i < kCases; ++i) {
+    size_t len = 1 + rng() % (i % 10 == 0 ? 255 : 12);  // short keys collide more: good
+    std::string key;
+    for (size_t j = 0; j < len; ++j) {
+      // Bias towards the characters that break naive code.
+      static const std::string kNasty = "\\\"% ,+;=";
+      key.push_back(rng() % 3 == 0 ? kNasty[rng() % kNasty.size()] : alphabet[rng() % alphabet.size()]);
+    }
+    auto wire = common::FormatIdempotencyKey(key);
+    auto back = ParseIdempotencyKey(1, wire, 255);
+    ASSERT_TRUE(back.ok()) << "key [" << key << "] as " << wire << ": " << back.message;
+    ASSERT_EQ(back.key, key) << wire;
+    keys.insert(key);
+    formatted.insert(wire);
+  }
+  EXPECT_EQ(formatted.size(), keys.size());
+}
+
+TEST(IdempotencyKey, KeyBytesAreValidatedWithoutHeaderSyntax) {
+  EXPECT_TRUE(common::IsValidKeyBytes(R"(x"y-inventory)", 255));
+  EXPECT_TRUE(common::IsValidKeyBytes(" lead", 255));
+  EXPECT_FALSE(common::IsValidKeyBytes("", 255));
+  EXPECT_FALSE(common::IsValidKeyBytes(std::string("a\0b", 3), 255));
+  EXPECT_FALSE(common::IsValidKeyBytes(std::string(256, 'k'), 255));
+}
+
 TEST(IdempotencyKey, AcceptsExactlyTheMaximumLength) {
-  EXPECT_TRUE(ParseIdempotencyKey(true, std::string(200, 'k'), 200).ok());
+  EXPECT_TRUE(ParseIdempotencyKey(1, std::string(200, 'k'), 200).ok());
 }
 
 TEST(TenantId, AllowsOnlyShortSafeNames) {
