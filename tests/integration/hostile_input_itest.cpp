@@ -1,0 +1,226 @@
+// Hostile input against the real services (orchestrator and both participants over HTTP, each
+// on its own PostgreSQL database): thousands of generated malformed bodies and header
+// variants per route. Every answer is < 500, and nothing is stored for any request that was
+// refused: the keys in each database are exactly those of the requests that were accepted.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+#include "orchestrator/orchestrator.hpp"
+#include "services_mock/service.hpp"
+#include "tests/support/pg_harness.hpp"
+#include "tests/support/serving.hpp"
+
+namespace {
+
+using services_mock::ParticipantKind;
+using services_mock::ParticipantService;
+using test_support::ScratchDatabase;
+using test_support::Serving;
+
+std::set<std::string> Keys(const ScratchDatabase& db) {
+  pqxx::connection conn(db.url());
+  pqxx::read_transaction tx(conn);
+  std::set<std::string> keys;
+  for (const auto& row : tx.exec("SELECT idempotency_key FROM idempotency_keys")) {
+    keys.insert(row[0].as<std::string>());
+  }
+  return keys;
+}
+
+// Byte-level and structural mutations of a valid body: most are invalid, a few stay valid
+// (and must then be accepted and stored like any other request).
+std::string Mutate(const std::string& valid, std::mt19937& rng) {
+  static const std::vector<std::string> kWhole = {"",
+                                                  "null",
+                                                  "[]",
+                                                  "{}",
+                                                  "\"x\"",
+                                                  "1e999",
+                                                  "{\"a\":",
+                                                  "{{}}",
+                                                  "[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]",
+                                                  std::string(3000, '['),
+                                                  "\xff\xfe",
+                                                  "{\"items\":\"\\u0000\"}"};
+  static const std::vector<std::string> kValues = {
+      "null",
+      "-1",
+      "0",
+      "1e308",
+      "-9223372036854775809",
+      "18446744073709551616",
+      "\"\"",
+      "\"\\u0000\"",
+      "[]",
+      "{}",
+      "true",
+      "1.5",
+      std::string("\"") + std::string(70000, 'x') + "\"",
+      "\"\xc3\x28\""};
+  std::string body = valid;
+  switch (rng() % 6) {
+    case 0:
+      return kWhole[rng() % kWhole.size()];
+    case 1: {  // replace a value after a colon
+      std::vector<size_t> colons;
+      for (size_t i = 0; i < body.size(); ++i) {
+        if (body[i] == ':') colons.push_back(i);
+      }
+      if (colons.empty()) return body;
+      size_t at = colons[rng() % colons.size()] + 1;
+      size_t end = body.find_first_of(",}", at);
+      if (body[at] == '[' || body[at] == '{') end = at;  // keep structure; insert instead
+      return body.substr(0, at) + kValues[rng() % kValues.size()] +
+             body.substr(end == std::string::npos ? body.size() : end);
+    }
+    case 2:  // an unknown field
+      return "{\"unexpected\":1," + body.substr(1);
+    case 3:  // flip bytes
+      for (int m = 0; m < 1 + static_cast<int>(rng() % 3); ++m) {
+        body[rng() % body.size()] = static_cast<char>(rng() % 256);
+      }
+      return body;
+    case 4:  // cut
+      return body.substr(0, rng() % body.size());
+    default:  // duplicate key with another type
+      return body.substr(0, body.size() - 1) + ",\"items\":7}";
+  }
+}
+
+// Header variants for Idempotency-Key: invalid ones must be refused before anything is stored.
+httplib::Headers KeyHeaders(std::mt19937& rng, int i, std::string& key_out) {
+  std::string key = "h-" + std::to_string(i);
+  key_out = key;
+  switch (rng() % 8) {
+    case 0:
+      return {};  // missing
+    case 1:
+      key_out = "";
+      return {{"Idempotency-Key", key}, {"Idempotency-Key", key + "b"}};  // twice
+    case 2:
+      key_out = "";
+      return {{"Idempotency-Key", key + ", other"}};  // a list
+    case 3:
+      key_out = "";
+      return {{"Idempotency-Key", "\"" + key + "\";p=1"}};  // parameters
+    case 4:
+      key_out = "";
+      return {{"Idempotency-Key", std::string(300, 'k')}};  // too long
+    case 5:
+      key_out = "";
+      return {{"Idempotency-Key", "\"unterminated"}};
+    default:
+      return {{"Idempotency-Key", common::FormatIdempotencyKey(key)}};
+  }
+}
+
+struct Tally {
+  int sent = 0;
+  int server_errors = 0;
+  std::set<std::string> accepted_keys;
+  std::set<std::string> action_keys;  // of accepted compensations: tombstoned or undone
+};
+
+class HostileInput : public ::testing::Test {
+ protected:
+  HostileInput()
+      : orch_db_("orchestrator"),
+        inv_db_("inventory"),
+        pay_db_("payment"),
+        inventory_(ParticipantKind::kInventory, inv_db_.url(), services_mock::ParticipantOptions{}),
+        payment_(ParticipantKind::kPayment, pay_db_.url(), services_mock::ParticipantOptions{}),
+        orch_([&] {
+          orchestrator::OrchestratorOptions o;
+          o.database_url = orch_db_.url();
+          o.inventory_url = inventory_.Url();
+          o.payment_url = payment_.Url();
+          return o;
+        }()) {
+    orch_.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+  }
+
+  // Sends `n` generated requests to `path` on `client`, each with `auth` headers.
+  Tally Storm(httplib::Client& client, const std::string& path, const std::string& valid,
+              const httplib::Headers& auth, int n, unsigned seed) {
+    std::mt19937 rng(seed);
+    Tally t;
+    for (int i = 0; i < n; ++i) {
+      std::string key;
+      auto headers = KeyHeaders(rng, i, key);
+      headers.insert(auth.begin(), auth.end());
+      std::string body = rng() % 8 == 0 ? valid : Mutate(valid, rng);
+      const char* type = rng() % 16 == 0 ? "text/plain" : "application/json";
+      auto r = client.Post(path.c_str(), headers, body, type);
+      ++t.sent;
+      if (!r) {
+        ADD_FAILURE() << path << ": no answer to " << body.substr(0, 80);
+        continue;
+      }
+      if (r->status >= 500) {
+        ++t.server_errors;
+        ADD_FAILURE() << path << " " << r->status << " for " << body.substr(0, 120) << ": "
+                      << r->body;
+      } else if (r->status < 400 || r->status == 402 || r->status == 409) {
+        if (!key.empty()) t.accepted_keys.insert(key);  // an answer was stored under the key
+        auto parsed = nlohmann::json::parse(body, nullptr, false);
+        if (parsed.is_object() && parsed.contains("action_key") &&
+            parsed["action_key"].is_string()) {
+          t.action_keys.insert(parsed["action_key"].get<std::string>());
+        }
+      } else if (r->status != 422) {
+        auto err = nlohmann::json::parse(r->body, nullptr, false);
+        EXPECT_TRUE(!err.is_discarded() && err.contains("error")) << r->status << " " << r->body;
+      }
+    }
+    return t;
+  }
+
+  ScratchDatabase orch_db_, inv_db_, pay_db_;
+  Serving<ParticipantService> inventory_, payment_;
+  Serving<orchestrator::Orchestrator> orch_;
+};
+
+TEST_F(HostileInput, ThousandsOfMalformedRequestsPerServiceGetA4xxAndStoreNothing) {
+  auto orch = orch_.Client();
+  auto inv = inventory_.Client();
+  auto pay = payment_.Client();
+  httplib::Headers tenant_auth = {{"Authorization", "Bearer dev-key-demo"}};
+  httplib::Headers service_auth = {{"Authorization", "Bearer dev-service-token"},
+                                   {"X-Tenant-ID", "demo"}};
+  auto orders = Storm(orch, "/v1/orders", test_support::kOrder, tenant_auth, 1500, 1);
+  auto reservations = Storm(inv, "/v1/reservations", R"({"items":[{"sku":"widget","quantity":2}]})",
+                            service_auth, 1000, 2);
+  auto charges = Storm(pay, "/v1/charges",
+                       R"({"amount_cents":2500,"currency":"USD","customer_id":"c",)"
+                       R"("payment_method":"pm_card_visa"})",
+                       service_auth, 1000, 3);
+  auto refunds = Storm(pay, "/v1/refunds", R"({"action_key":"zz-payment"})", service_auth, 500, 4);
+
+  EXPECT_EQ(orders.server_errors + reservations.server_errors + charges.server_errors +
+                refunds.server_errors,
+            0);
+  // Nothing stored for a refused request: each database holds exactly the accepted keys (and,
+  // for the orchestrator's, the derived keys they sent on).
+  EXPECT_EQ(Keys(orch_db_), orders.accepted_keys);
+  std::set<std::string> inventory_keys = reservations.accepted_keys;
+  std::set<std::string> payment_keys = charges.accepted_keys;
+  payment_keys.insert(refunds.accepted_keys.begin(), refunds.accepted_keys.end());
+  for (const auto& k : orders.accepted_keys) {
+    inventory_keys.insert(k + "-inventory");
+    payment_keys.insert(k + "-payment");
+  }
+  payment_keys.insert(refunds.action_keys.begin(), refunds.action_keys.end());  // tombstones
+  EXPECT_EQ(Keys(inv_db_), inventory_keys);
+  EXPECT_EQ(Keys(pay_db_), payment_keys);
+  int sent = orders.sent + reservations.sent + charges.sent + refunds.sent;
+  std::cout << "hostile_input: requests=" << sent << " status_5xx="
+            << orders.server_errors + reservations.server_errors + charges.server_errors +
+                   refunds.server_errors
+            << " accepted_orders=" << orders.accepted_keys.size() << std::endl;
+}
+
+}  // namespace
