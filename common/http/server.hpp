@@ -29,8 +29,9 @@
 // pg::PoolUnavailable), else 500. Responses carry Content-Length; keep-alive as the client
 // asks, up to `keep_alive_max_count` requests.
 //
-// Thread-safety: register routes before Serve(). Handlers run on the worker threads,
-// concurrently. Stop() is safe from any thread at any time.
+// Thread-safety: register routes before Serve() (adding one while serving is safe too); call
+// Serve() once. Handlers run on the worker threads, concurrently. Stop() is safe from any
+// thread at any time.
 //   common::http::Server server({.threads = 32});
 //   server.Get("/healthz", handler); int port = server.Bind("127.0.0.1", 0); server.Serve();
 #pragma once
@@ -78,8 +79,8 @@ struct Limits {
   time_t body_timeout_s = 30;  // a 4 MiB OTLP batch over a slow link
   time_t write_timeout_s = 5;
   size_t keep_alive_max_count = 1000;
-  // Idle connections cost no worker any more; short all the same, because a client that
-  // reuses a connection the server is closing at that instant sees an error it must retry.
+  // An idle connection costs no worker; short all the same, because a client that reuses a
+  // connection the server is closing at that instant sees an error it must retry.
   time_t keep_alive_timeout_s = 2;
 };
 
