@@ -54,6 +54,15 @@ nlohmann::json SagaView(const SagaRow& row) {
 
 }  // namespace
 
+std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res) {
+  std::string key = req.matches[1];
+  if (common::IsValidKeyBytes(key, kMaxParentKeyLength)) return key;
+  SetError(res, 400, "idempotency_key_invalid",
+           "the key in the path must be 1-" + std::to_string(kMaxParentKeyLength) +
+               " printable ASCII characters (percent-encoded in the URL)");
+  return std::nullopt;
+}
+
 std::string MakeOwnerId() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -284,20 +293,20 @@ void Orchestrator::Routes() {
                                                  httplib::Response& res) {
     auto tenant = Authenticate(req);
     if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
-    std::string key = req.matches[1];
-    auto row = store_.Get(*tenant, key);
+    auto key = PathKey(req, res);
+    if (!key) return;
+    auto row = store_.Get(*tenant, *key);
     if (!row) return SetError(res, 404, "not_found", "no saga with this Idempotency-Key");
-    if (!store_.RetryNow(*tenant, key)) {
+    if (!store_.RetryNow(*tenant, *key)) {
       return SetError(res, 409, "not_retryable",
-                      "only a running saga that is stuck (or whose owner is gone) can be retried; "
-                      "this one is " +
-                          row->status);
+                      "only a running saga that is stuck can be retried; this one is " +
+                          row->status + (row->stuck ? "" : ", not stuck"));
     }
     int taken = recovery_.SweepOnce();
     common::Log("saga_retry_requested",
-                {{"tenant", *tenant}, {"key", key}, {"taken_over_here", std::to_string(taken)}});
+                {{"tenant", *tenant}, {"key", *key}, {"taken_over_here", std::to_string(taken)}});
     res.status = 202;
-    res.set_content(nlohmann::json{{"retrying", true}, {"idempotency_key", key}}.dump(),
+    res.set_content(nlohmann::json{{"retrying", true}, {"idempotency_key", *key}}.dump(),
                     "application/json");
   });
 
@@ -330,8 +339,9 @@ void Orchestrator::Routes() {
   server_.Get(R"(/v1/orders/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     auto tenant = Authenticate(req);
     if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
-    std::string key = req.matches[1];
-    auto row = store_.Get(*tenant, key);
+    auto key = PathKey(req, res);
+    if (!key) return;
+    auto row = store_.Get(*tenant, *key);
     // Another tenant's key is indistinguishable from a key that does not exist.
     if (!row) return SetError(res, 404, "not_found", "no order with this Idempotency-Key");
     res.set_content(SagaView(*row).dump(), "application/json");

@@ -108,6 +108,10 @@ class Orchestrator {
       tenant_cache_;
 };
 
+// The Idempotency-Key in a route's first group (the server has percent-decoded it), checked
+// like a header key; otherwise answers 400 and returns nullopt.
+std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res);
+
 // "host:pid:random": unique per process, readable in the parent row and the logs.
 std::string MakeOwnerId();
 

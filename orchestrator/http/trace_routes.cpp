@@ -40,8 +40,9 @@ void Orchestrator::TraceRoutes() {
       R"(/v1/orders/(.+)/trace)", [this](const httplib::Request& req, httplib::Response& res) {
         auto tenant = Authenticate(req);
         if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
-        std::string key = req.matches[1];
-        auto row = store_.Get(*tenant, key);
+        auto key = PathKey(req, res);
+        if (!key) return;
+        auto row = store_.Get(*tenant, *key);
         if (!row) return SetError(res, 404, "not_found", "no order with this Idempotency-Key");
         bool ended = row->status == "completed" || row->status == "failed";
         // Our own spans are in the exporter's queue for up to one interval; participants' may be

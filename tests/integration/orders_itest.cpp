@@ -315,6 +315,23 @@ TEST_F(OrdersTest, EveryBadRequestGetsItsClearErrorAndStoresNothing) {
   EXPECT_EQ(Charges(), 0);
 }
 
+TEST_F(OrdersTest, KeysInPathsAreExactBytesAndBadOnesAre400NeverA5xx) {
+  ASSERT_EQ(Submit(Order(R"("a b/c%41+\"d")"))->status, 201);
+  // The same key, percent-encoded in the path, reads back its order.
+  auto found = Get("a%20b%2Fc%2541%2B%22d");
+  ASSERT_EQ(found->status, 200) << found->body;
+  EXPECT_EQ(nlohmann::json::parse(found->body)["idempotency_key"], R"(a b/c%41+"d)");
+  EXPECT_EQ(Get("a%20b%2FcA%2B%22d")->status, 404);  // decoded once, never twice
+  for (const char* bad : {"%FF", "abc%00junk", "tab%09key", "%", "%zz"}) {
+    auto r = Get(bad);
+    ASSERT_TRUE(r) << bad;
+    EXPECT_EQ(r->status, 400) << bad << ": " << r->body;
+  }
+  auto too_long = Get(std::string(201, 'k'));
+  EXPECT_EQ(too_long->status, 400);
+  EXPECT_EQ(ErrorCode(too_long), "idempotency_key_invalid");
+}
+
 TEST_F(OrdersTest, TheSameKeyWithAnotherBodyIs422AndChangesNothing) {
   auto first = Submit(Order("order-5"));
   auto other = Submit(Order("order-5", kDeclinedOrder));
