@@ -58,7 +58,10 @@ bool DecodeValue(const nlohmann::json& v, AttributeValue& out, std::string& why)
     why = "must be an AnyValue with one of stringValue, intValue, boolValue, doubleValue";
     return false;
   }
-  const auto& [kind, value] = *v.items().begin();
+  // Not `*v.items().begin()`: the proxy it yields refers to a temporary iterator.
+  auto it = v.begin();
+  const std::string kind = it.key();
+  const nlohmann::json& value = it.value();
   if (kind == "stringValue") {
     std::string s;
     if (!Text(value, s, why)) return false;
