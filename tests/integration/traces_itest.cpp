@@ -312,7 +312,7 @@ TEST_F(TracesTest, ThePageDrawsTheWholeWaterfallOfADeclinedOrder) {
   for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
     if (std::filesystem::exists(c)) chromium = c;
   }
-  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (.ci/run installs it)";
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/test installs it)";
   ASSERT_EQ(Post(*client_, "/v1/orders", Order("page-1", kDeclinedOrder))->status, 402);
   auto trace = Trace("page-1");
   ASSERT_TRUE(trace["complete"].get<bool>());
