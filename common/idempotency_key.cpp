@@ -46,10 +46,10 @@ ParsedKey ParseIdempotencyKey(size_t header_lines, std::string_view value, size_
     parsed = ParseQuoted(value);
     if (!parsed.ok()) return parsed;
   } else {
-    if (value.find_first_of("\",") != std::string_view::npos) {
+    if (value.find_first_of("\",;") != std::string_view::npos) {
       return Invalid(
-          "a bare Idempotency-Key may not contain '\"' or ',' (a list is not a key); quote it "
-          "as an sf-string");
+          "a bare Idempotency-Key may not contain '\"', ',' or ';' (a list or parameters are not "
+          "a key); quote it as an sf-string");
     }
     if (!value.empty() && (value.front() == ' ' || value.back() == ' ')) {
       return Invalid("a bare Idempotency-Key may not start or end with a space; quote it");

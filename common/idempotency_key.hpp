@@ -26,8 +26,8 @@ struct ParsedKey {
 
 // `header_lines` is how many Idempotency-Key lines the request had (0: missing; more than one
 // is refused). A key is 1..max_length printable ASCII characters (0x20..0x7e); in the quoted
-// form `\"` and `\\` are the only escapes; a bare value may not contain `"` or `,`, nor start
-// or end with a space.
+// form `\"` and `\\` are the only escapes; a bare value may not contain `"`, `,` or `;`, nor
+// start or end with a space.
 ParsedKey ParseIdempotencyKey(size_t header_lines, std::string_view value, size_t max_length);
 
 // True for 1..max_length printable ASCII characters: any key Parse accepts, as raw bytes (a key

@@ -109,7 +109,6 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
       }()) {
   TraceRoutes();  // first: /v1/orders/{key}/trace must match before /v1/orders/{key}
   Routes();
-  recovery_.Start();
 }
 
 Orchestrator::~Orchestrator() { Stop(); }
@@ -125,11 +124,19 @@ int Orchestrator::CheckParticipantRetention() {
   int checked = 0;
   for (auto* client : {&inventory_, &payment_}) {
     std::string error;
-    auto policy = client->GetJson(steps::guard::kPolicyPath, error);
-    if (!policy || !(*policy)["key_retention_seconds"].is_number_integer()) {
-      common::Log("retention_unchecked", {{"participant", client->base_url()},
-                                          {"error", policy ? "no key_retention_seconds" : error}});
+    int status = 0;
+    auto policy = client->GetJson(steps::guard::kPolicyPath, error, status);
+    if (status == 0) {
+      // Not up yet (participants may start after us): nothing to compare, nothing wrong.
+      common::Log("retention_unchecked", {{"participant", client->base_url()}, {"error", error}});
       continue;
+    }
+    // A wrong token or URL (401, 404) is a misconfiguration the check must not hide.
+    if (!policy || !policy->is_object() || !policy->contains("key_retention_seconds") ||
+        !(*policy)["key_retention_seconds"].is_number_integer()) {
+      throw std::runtime_error("participant " + client->base_url() + steps::guard::kPolicyPath +
+                               " did not say how long it keeps keys (" + error +
+                               "); check its URL and the service token");
     }
     std::chrono::seconds kept((*policy)["key_retention_seconds"].get<long long>());
     if (kept <= required) {
@@ -153,7 +160,12 @@ int Orchestrator::Bind(const std::string& host, int port) {
   return bound;
 }
 
-void Orchestrator::Serve() { server_.Serve(); }
+void Orchestrator::Serve() {
+  // Recovery starts with serving, not at construction: a process that fails its start-up
+  // checks never takes over anyone's saga.
+  recovery_.Start();
+  server_.Serve();
+}
 
 void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {

@@ -24,8 +24,9 @@ Participant::Participant(std::string service, common::pg::Pool& pool, Faults& fa
       options_(std::move(options)),
       tracer_(tracer),
       guard_(pool, tracer, options_.guard) {
-  for (const char* outcome : {"applied", "replayed", "mismatch", "cancelled", "compensated",
-                              "in_progress", "refused", "unavailable", "dropped"}) {
+  for (const char* outcome :
+       {"applied", "replayed", "mismatch", "cancelled", "compensated", "in_progress",
+        "action_unknown", "refused", "unavailable", "dropped"}) {
     outcomes_[outcome] = 0;
   }
 }
@@ -158,9 +159,12 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
             req, res,
             [](const steps::guard::Request& r) -> std::string {
               const auto& body = r.body;
-              if (!body.is_object() || body.size() != 1 || !body.contains("action_key") ||
-                  !body["action_key"].is_string()) {
-                return "the body must be {\"action_key\": \"<key>\"}";
+              bool flag = body.is_object() && body.contains("action_applied");
+              if (!body.is_object() || body.size() != (flag ? 2u : 1u) ||
+                  !body.contains("action_key") || !body["action_key"].is_string() ||
+                  (flag && !body["action_applied"].is_boolean())) {
+                return "the body must be {\"action_key\": \"<key>\"} with an optional "
+                       "\"action_applied\": true|false";
               }
               auto action_key = body["action_key"].get<std::string>();
               if (!common::IsValidKeyBytes(action_key, kMaxStepKeyLength) || action_key == r.key) {
@@ -172,9 +176,11 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
             [&](const steps::guard::Request& r) {
               auto action_key = r.body["action_key"].get<std::string>();
               return guard_.Compensate(
-                  r, action_key, [&](pqxx::work& tx, const steps::guard::ActionRecord& action) {
+                  r, action_key,
+                  [&](pqxx::work& tx, const steps::guard::ActionRecord& action) {
                     return undo(tx, r, action);
-                  });
+                  },
+                  r.body.value("action_applied", false));
             });
       });
 }

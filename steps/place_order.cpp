@@ -4,7 +4,10 @@ namespace steps {
 
 saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
                                     client::ParticipantClient& payment) {
-  auto undo = [](saga::StepContext& ctx) { return nlohmann::json{{"action_key", ctx.action_key}}; };
+  // action_applied: the participant must not take a missing record for "never arrived".
+  auto undo = [](saga::StepContext& ctx) {
+    return nlohmann::json{{"action_key", ctx.action_key}, {"action_applied", ctx.action_confirmed}};
+  };
   return saga::Definition("place_order")
       .Step(
           "inventory",

@@ -314,22 +314,25 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
       orch.Bind("127.0.0.1", flags.orchestrator_port);
       std::thread t1([&] { inventory.Serve(); });
       std::thread t2([&] { payment.Serve(); });
-      std::thread t3([&] { orch.Serve(); });
-      auto stop_all = [&] {
-        orch.Shutdown(std::chrono::seconds(10));
+      auto stop_participants = [&] {
         inventory.Stop();
         payment.Stop();
-        t3.join();
         t1.join();
         t2.join();
       };
       try {
-        orch.CheckParticipantRetention();  // the participants answer once serving
+        orch.CheckParticipantRetention();  // before the orchestrator serves or recovers
       } catch (...) {
-        stop_all();
+        stop_participants();
         cluster->Stop();
         throw;
       }
+      std::thread t3([&] { orch.Serve(); });
+      auto stop_all = [&] {
+        orch.Shutdown(std::chrono::seconds(10));
+        t3.join();
+        stop_participants();
+      };
       std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
                 << "  inventory http://127.0.0.1:" << flags.inventory_port
                 << ", payment http://127.0.0.1:" << flags.payment_port

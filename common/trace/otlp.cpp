@@ -41,7 +41,7 @@ bool Int64(const nlohmann::json& v, long long& out) {
   }
   if (!v.is_string()) return false;
   const auto& s = v.get_ref<const std::string&>();
-  if (s.empty() || s.size() > 19 ||
+  if (s.empty() || s.size() > 20 ||
       s.find_first_not_of("0123456789", s[0] == '-' ? 1 : 0) != std::string::npos || s == "-") {
     return false;
   }
@@ -81,8 +81,14 @@ bool DecodeValue(const nlohmann::json& v, AttributeValue& out, std::string& why)
     out = std::to_string(value.get<double>());
     return true;
   }
-  why = "unsupported or mistyped " + kind;
+  why = "mistyped " + kind;
   return false;
+}
+
+// OTLP AnyValue kinds the intake does not store (arrays, maps, bytes): valid, just skipped.
+bool IsUnstoredKind(const nlohmann::json& v) {
+  return v.is_object() && v.size() == 1 &&
+         (v.contains("arrayValue") || v.contains("kvlistValue") || v.contains("bytesValue"));
 }
 
 // Decodes one span; on failure `why` names the field.
@@ -158,6 +164,7 @@ bool DecodeSpan(const nlohmann::json& j, const std::string& service, SpanData& s
         return fail(at + ".key", why.empty() ? "must be a non-empty string" : why);
       }
       AttributeValue value;
+      if (a.contains("value") && IsUnstoredKind(a["value"])) continue;
       if (!a.contains("value") || !DecodeValue(a["value"], value, why)) {
         return fail(at + ".value", why.empty() ? "is required" : why);
       }

@@ -46,18 +46,28 @@ std::vector<std::string> PendingSpans(const std::vector<SpanData>& spans) {
 
 namespace {
 
+// Attributes come from any OTLP sender: read each only if it has the expected type.
+bool Flag(const nlohmann::json& a, const char* key) {
+  auto it = a.find(key);
+  return it != a.end() && it->is_boolean() && it->get<bool>();
+}
+
 std::string Markers(const nlohmann::json& a) {
   std::vector<std::string> m;
-  if (a.contains("derived_key")) m.push_back(a["derived_key"].get<std::string>());
-  if (a.contains("attempt")) m.push_back("#" + std::to_string(a["attempt"].get<long long>()));
-  if (a.contains("http.status_code")) {
+  if (a.contains("derived_key") && a["derived_key"].is_string()) {
+    m.push_back(a["derived_key"].get<std::string>());
+  }
+  if (a.contains("attempt") && a["attempt"].is_number_integer()) {
+    m.push_back("#" + std::to_string(a["attempt"].get<long long>()));
+  }
+  if (a.contains("http.status_code") && a["http.status_code"].is_number_integer()) {
     m.push_back(std::to_string(a["http.status_code"].get<long long>()));
   }
-  if (a.value("replayed", false)) m.push_back("replayed");
+  if (Flag(a, "replayed")) m.push_back("replayed");
   for (const char* k : {"guard.outcome", "idempotency.outcome", "undo.outcome"}) {
     if (a.contains(k) && a[k].is_string()) m.push_back(a[k].get<std::string>());
   }
-  if (a.value("stuck", false)) m.push_back("STUCK");
+  if (Flag(a, "stuck")) m.push_back("STUCK");
   std::string out;
   std::set<std::string> shown;
   for (const auto& x : m) {
@@ -112,7 +122,7 @@ std::string RenderWaterfall(const nlohmann::json& trace, int bar_width) {
   std::function<void(const nlohmann::json&, int)> walk = [&](const nlohmann::json& s, int depth) {
     long long start = s["start_time_unix_nano"], end = s["end_time_unix_nano"];
     const auto& a = s["attributes"];
-    bool comp = a.value("compensation", false);
+    bool comp = Flag(a, "compensation");
     std::string name = std::string(static_cast<size_t>(depth) * 2, ' ') + (comp ? "\u21a9 " : "") +
                        s["name"].get<std::string>() + " " + Markers(a);
     int from = static_cast<int>(static_cast<double>(start - t0) / total * bar_width);

@@ -128,13 +128,22 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
   return ctx;
 }
 
-void Runner::Backoff(int attempt, std::chrono::milliseconds at_least) const {
+bool Runner::Backoff(int attempt, std::chrono::milliseconds at_least, Journal& journal) const {
   // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
   auto cap = std::min<long long>(policy_.max_backoff.count(), policy_.initial_backoff.count()
                                                                   << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto jitter = std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
-  sleep_(std::max(jitter, at_least));
+  // A long wait (a participant's Retry-After) is slept in slices that keep the lease: another
+  // replica must not take over a saga that is only waiting.
+  auto left = std::max(jitter, at_least);
+  do {
+    auto slice = std::min(left, kLeaseCheckEvery);
+    sleep_(slice);
+    left -= slice;
+    if (left.count() > 0 && !journal.KeepLease()) return false;
+  } while (left.count() > 0 && !should_stop_());
+  return true;
 }
 
 SagaEnd Runner::Defer(const SagaInput& input, const std::string& step, const std::string& why,
@@ -193,9 +202,11 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
       return last;
     }
     if (attempt == policy_.max_attempts || Clock::now() >= deadline) break;
-    Backoff(attempt,
-            std::min(last.retry_after, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           deadline - Clock::now())));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (!Backoff(attempt, std::min(last.retry_after, left), journal)) {
+      interrupted = SagaEnd::kFenced;
+      return last;
+    }
     if (should_stop_()) {
       interrupted = SagaEnd::kAbandoned;
       return last;
@@ -238,7 +249,7 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
     record.detail = r.detail;
     if (r.outcome != Outcome::kBlocked &&
         record.compensation_attempts < policy_.compensation_stuck_after) {
-      Backoff(record.compensation_attempts, r.retry_after);
+      if (!Backoff(record.compensation_attempts, r.retry_after, journal)) return SagaEnd::kFenced;
       continue;
     }
     step_span.Error("stuck after " + std::to_string(record.compensation_attempts) + " attempts")

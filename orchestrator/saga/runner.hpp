@@ -119,6 +119,10 @@ class Runner {
 
   SagaResult Run(const SagaInput& input, Journal& journal) const;
 
+  // Longest sleep between two lease checks while waiting to retry: well under a third of any
+  // sensible lease, so a saga that waits (a long Retry-After) keeps its lease.
+  static constexpr std::chrono::milliseconds kLeaseCheckEvery{2000};
+
   const Definition& definition() const { return definition_; }
 
  private:
@@ -140,7 +144,8 @@ class Runner {
                      const common::trace::SpanContext& saga_span) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
-  void Backoff(int attempt, std::chrono::milliseconds at_least) const;
+  // Sleeps before the next attempt; false when the lease was lost meanwhile.
+  bool Backoff(int attempt, std::chrono::milliseconds at_least, Journal& journal) const;
   common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
                                 const SagaInput& input) const;
   common::trace::Span StartAttemptSpan(const std::string& name,

@@ -142,7 +142,8 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
 }
 
 std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path,
-                                                         std::string& error) {
+                                                         std::string& error, int& status) {
+  status = 0;
   auto client = Acquire();
   client->set_read_timeout(
       std::chrono::duration_cast<std::chrono::microseconds>(options_.read_timeout));
@@ -152,6 +153,7 @@ std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path
     return std::nullopt;
   }
   Release(std::move(client));
+  status = res->status;
   auto body = nlohmann::json::parse(res->body, nullptr, false);
   if (res->status != 200 || body.is_discarded()) {
     error = "HTTP " + std::to_string(res->status);

@@ -74,8 +74,9 @@ class ParticipantClient {
   saga::StepResult Post(const std::string& path, const saga::StepContext& ctx,
                         const nlohmann::json& body);
 
-  // GETs `path` with the service token: the JSON body of a 200, else nullopt (with `error`).
-  std::optional<nlohmann::json> GetJson(const std::string& path, std::string& error);
+  // GETs `path` with the service token: the JSON body of a 200, else nullopt with `error`;
+  // `status` is the HTTP status, 0 when no answer came.
+  std::optional<nlohmann::json> GetJson(const std::string& path, std::string& error, int& status);
 
   const std::string& base_url() const { return options_.base_url; }
 

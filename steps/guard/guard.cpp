@@ -35,6 +35,14 @@ constexpr const char* kTombstone = R"sql(
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql";
 
+// A key still in use (a stuck saga re-drives its steps, or retries a compensation, for as long
+// as it takes) is kept a full retention from now. Only keys past half their retention are
+// written, so ordinary replays stay read-only.
+constexpr const char* kKeepAlive = R"sql(
+  UPDATE idempotency_keys SET expires_at = now() + make_interval(secs => $3)
+  WHERE tenant_id = $1 AND idempotency_key = $2
+    AND expires_at < now() + make_interval(secs => $3 / 2))sql";
+
 constexpr const char* kLockAction = R"sql(
   SELECT status, response_status, response_body, compensated_at IS NOT NULL
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2
@@ -51,6 +59,9 @@ constexpr const char* kDeleteExpired = R"sql(
   DELETE FROM idempotency_keys
   WHERE ctid IN (SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1))sql";
 
+// Thrown inside a compensation's transaction to roll it back and answer `action_unknown`.
+struct ActionUnknown {};
+
 // A transaction that lost a serialization or deadlock race is retried at once; it stored
 // nothing. Anything else (including an in-doubt commit) goes to the caller.
 constexpr int kRaceAttempts = 3;
@@ -62,9 +73,11 @@ Response Json(int status, const std::string& code, const std::string& message,
 }
 
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
-std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash) {
+std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash,
+                                 double retention_s) {
   auto rows = tx.exec_params(kLoad, req.tenant_id, req.key);
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
+  tx.exec_params(kKeepAlive, req.tenant_id, req.key, retention_s);
   const auto& row = rows[0];
   auto status = row[0].as<std::string>();
   Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
@@ -91,7 +104,7 @@ std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const 
   if (!tx.exec_params(kClaim, req.tenant_id, req.key, hash, retention_s).empty()) {
     return std::nullopt;
   }
-  if (auto existing = Existing(tx, req, hash)) return existing;
+  if (auto existing = Existing(tx, req, hash, retention_s)) return existing;
   // Vanished between the two statements (its claimant rolled back): the next try claims it.
   throw pqxx::serialization_failure("idempotency key claim raced with a rollback");
 }
@@ -129,6 +142,11 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
       });
     } catch (const pqxx::transaction_rollback&) {
       if (attempt >= kRaceAttempts) throw;
+    } catch (const ActionUnknown&) {
+      return Json(kActionUnknownStatus, "action_unknown",
+                  "the action this compensation undoes succeeded, but there is no record of it "
+                  "here; nothing was undone or stored",
+                  "action_unknown");
     } catch (const pqxx::sql_error& e) {
       if (!IsLockTimeout(e)) throw;
       return Json(kInProgressStatus, "idempotency_key_in_progress",
@@ -165,7 +183,8 @@ Response Guard::Run(const Request& req, const Effect& effect) {
   });
 }
 
-Response Guard::Compensate(const Request& req, const std::string& action_key, const Undo& undo) {
+Response Guard::Compensate(const Request& req, const std::string& action_key, const Undo& undo,
+                           bool action_applied) {
   const std::string hash = Fingerprint(req);
   return InTransaction(req, [&](pqxx::work& tx) {
     auto claim = StartSpan("guard claim", req);
@@ -180,6 +199,13 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     nlohmann::json body = {{"action_key", action_key}};
     std::string refusal = common::http::ErrorBody(
         "cancelled", "this step was compensated before it arrived; it will not be applied");
+    tx.exec_params(kKeepAlive, req.tenant_id, action_key, RetentionSeconds());
+    if (action_applied && tx.exec_params(kLoad, req.tenant_id, action_key).empty()) {
+      // The caller saw this action succeed, yet it has no record here (expired, restored from
+      // an old backup): nothing can be undone, and a tombstone would make that final. Answer
+      // without storing anything, so a retry after the record is restored undoes it.
+      throw ActionUnknown();
+    }
     if (!tx.exec_params(kTombstone, req.tenant_id, action_key, refusal, RetentionSeconds())
              .empty()) {
       body["outcome"] = "cancelled";

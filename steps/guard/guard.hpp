@@ -41,8 +41,8 @@ struct Response {
   std::string body;
   std::string content_type = "application/json";
   bool replayed = false;  // answered from the stored response; send Idempotent-Replayed: true
-  // applied | replayed | mismatch | cancelled (tombstone) | compensated | in_progress: for
-  // spans and logs.
+  // applied | replayed | mismatch | cancelled (tombstone) | compensated | in_progress |
+  // action_unknown: for spans and logs.
   std::string outcome;
 };
 
@@ -62,6 +62,9 @@ inline constexpr int kKeyReusedStatus = 422;
 inline constexpr int kInProgressStatus = 409;
 // An action whose compensation has undone it: its success is never replayed again.
 inline constexpr int kCompensatedStatus = 409;
+// A compensation for an action the caller saw succeed, of which there is no record here
+// (never stored: the retry after the record is restored undoes it).
+inline constexpr int kActionUnknownStatus = 409;
 
 // Where a participant serves {"key_retention_seconds": N} (service token), for the
 // orchestrator's start-up check.
@@ -93,7 +96,10 @@ class Guard {
   // Runs `undo` at most once for the action under (tenant, action_key). The compensation's
   // own key makes the compensation itself replayable. Answers 200 with
   // {"action_key", "outcome": "undone" | "already_undone" | "nothing_to_undo" | "cancelled"}.
-  Response Compensate(const Request& req, const std::string& action_key, const Undo& undo);
+  // `action_applied`: the caller saw the action succeed, so a missing record is not "never
+  // arrived" (a tombstone) but 409 `action_unknown`, stored nowhere.
+  Response Compensate(const Request& req, const std::string& action_key, const Undo& undo,
+                      bool action_applied = false);
 
   // Deletes up to `batch` keys past their expiry (GuardOptions::retention).
   long long DeleteExpired(int batch);

@@ -230,8 +230,8 @@ TEST_F(GuardTest, KeysAreKeptForTheRetentionAndAnUndoneActionForARetentionFromIt
                       "created_at + interval '10 hours' - interval '5 seconds' AND created_at + "
                       "interval '10 hours' + interval '5 seconds'"),
             1);
-  // The boundary: one second before expiry it stays; just past it, it goes.
-  db_.Exec("UPDATE idempotency_keys SET expires_at = now() + interval '1 second'");
+  // The boundary: a minute before expiry it stays; just past it, it goes.
+  db_.Exec("UPDATE idempotency_keys SET expires_at = now() + interval '1 minute'");
   EXPECT_EQ(guard.DeleteExpired(100), 0);
   // An action near its expiry is undone: it now lives a full retention from the undo.
   ASSERT_EQ(nlohmann::json::parse(
@@ -251,6 +251,42 @@ TEST_F(GuardTest, KeysAreKeptForTheRetentionAndAnUndoneActionForARetentionFromIt
   auto after = guard.Compensate(Req("B-payment-compensate-2", {{"action_key", "B-payment"}}),
                                 "B-payment", CountUndo());
   EXPECT_EQ(nlohmann::json::parse(after.body)["outcome"], "cancelled");
+  EXPECT_EQ(undos_, 1);
+}
+
+// A stuck saga re-drives its steps (and retries its compensations) for as long as it takes:
+// every use of a key past half its retention keeps it another full retention.
+TEST_F(GuardTest, AKeyStillInUseIsKeptAliveByItsReplaysAndOnlyThen) {
+  Guard guard(pool_, nullptr, {.retention = std::chrono::hours(10)});
+  ASSERT_EQ(guard.Run(Req("K-payment"), RecordEffect()).status, 201);
+  auto expiry = [&] {
+    return db_.Count("SELECT extract(epoch FROM expires_at - now())::bigint FROM idempotency_keys");
+  };
+  auto fresh = expiry();
+  guard.Run(Req("K-payment"), RecordEffect());  // a replay of a fresh key writes nothing
+  EXPECT_LE(expiry(), fresh);
+  db_.Exec("UPDATE idempotency_keys SET expires_at = now() + interval '1 minute'");
+  EXPECT_TRUE(guard.Run(Req("K-payment"), RecordEffect()).replayed);
+  EXPECT_GT(expiry(), 9 * 3600);
+  EXPECT_EQ(runs_, 1);
+}
+
+// The caller saw the action succeed, yet there is no record of it (collected, or a backup
+// restored): the answer says so and stores nothing, no tombstone, so that the retry after the
+// record is back undoes it.
+TEST_F(GuardTest, ACompensationOfAnActionKnownToHaveSucceededButMissingStoresNothing) {
+  auto lost = guard_.Compensate(
+      Req("L-payment-compensate", {{"action_key", "L-payment"}, {"action_applied", true}}),
+      "L-payment", CountUndo(), /*action_applied=*/true);
+  EXPECT_EQ(lost.status, 409);
+  EXPECT_EQ(nlohmann::json::parse(lost.body)["error"]["code"], "action_unknown");
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
+  // The record comes back (here: the action is applied now); the same compensation undoes it.
+  ASSERT_EQ(guard_.Run(Req("L-payment"), RecordEffect()).status, 201);
+  auto undone = guard_.Compensate(
+      Req("L-payment-compensate", {{"action_key", "L-payment"}, {"action_applied", true}}),
+      "L-payment", CountUndo(), /*action_applied=*/true);
+  EXPECT_EQ(nlohmann::json::parse(undone.body)["outcome"], "undone");
   EXPECT_EQ(undos_, 1);
 }
 

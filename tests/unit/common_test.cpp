@@ -56,6 +56,7 @@ TEST(IdempotencyKey, RejectsEmptyTooLongNonPrintableAndBadQuoting) {
                                          {R"("a";p=1)", 255},
                                          {R"("a" )", 255},
                                          {R"(a"b)", 255},
+                                         {"a;p=1", 255},
                                          {" lead", 255},
                                          {"trail ", 255},
                                          {std::string("nul\0x", 5), 255}}) {
@@ -95,7 +96,8 @@ TEST(IdempotencyKey, FormatThenParseIsTheIdentityOverTheWholeAlphabet) {
     for (size_t j = 0; j < len; ++j) {
       // Bias towards the characters that break naive code.
       static const std::string kNasty = "\\\"% ,+;=";
-      key.push_back(rng() % 3 == 0 ? kNasty[rng() % kNasty.size()] : alphabet[rng() % alphabet.size()]);
+      key.push_back(rng() % 3 == 0 ? kNasty[rng() % kNasty.size()]
+                                   : alphabet[rng() % alphabet.size()]);
     }
     auto wire = common::FormatIdempotencyKey(key);
     auto back = ParseIdempotencyKey(1, wire, 255);
