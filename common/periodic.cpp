@@ -12,18 +12,26 @@ Periodic::Periodic(std::string name, std::chrono::milliseconds interval, std::fu
 Periodic::~Periodic() { Stop(); }
 
 void Periodic::Start() {
-  if (thread_.joinable()) return;
+  std::lock_guard lock(mutex_);
+  if (stopped_ || thread_.joinable()) return;
   Arm();
   thread_ = std::thread([this] { io_.run(); });
 }
 
 void Periodic::Stop() {
-  if (!thread_.joinable()) return;
+  std::thread running;
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    running = std::move(thread_);
+  }
+  if (!running.joinable()) return;
+  // Join outside the lock: a Start() racing with us must not wait for a run of fn_ to end.
   boost::asio::post(io_, [this] {
     timer_.cancel();
     io_.stop();
   });
-  thread_.join();
+  running.join();
 }
 
 void Periodic::Arm() {

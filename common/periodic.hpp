@@ -1,7 +1,10 @@
 // Runs a function every `interval` on a thread of its own (a Boost.Asio steady_timer), until
 // Stop() or destruction. A run that throws is logged and the schedule goes on: background
 // work (recovery sweeps, garbage collection) must survive a database restart.
-// Start/Stop from one thread.
+// Thread-safe: Start() and Stop() may race from different threads (a service starts its
+// background work on the thread that serves and is stopped from another). Once stopped it
+// stays stopped: a Start() that comes after Stop() does nothing, so a service stopped before
+// it got to serve never leaves a timer thread running.
 //   common::Periodic gc("gc", std::chrono::seconds(60), [&] { store.DeleteExpired(1000); });
 //   gc.Start();
 #pragma once
@@ -10,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -30,7 +34,9 @@ class Periodic {
   std::function<void()> fn_;
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
+  std::mutex mutex_;  // guards thread_ and stopped_
   std::thread thread_;
+  bool stopped_ = false;
 };
 
 }  // namespace common
