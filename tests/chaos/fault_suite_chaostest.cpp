@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <iostream>
 #include <pqxx/pqxx>
 #include <random>
@@ -15,6 +16,7 @@
 
 #include "common/log.hpp"
 #include "tests/chaos/chaos_harness.hpp"
+#include "tests/support/wait.hpp"
 
 namespace {
 
@@ -25,6 +27,11 @@ using chaos::Stack;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kSettle = std::chrono::seconds(60);  // I3's bound once faults stop
+// How long a scenario waits for a state it brings about (a saga mid-step, a takeover, the
+// database seen down) before it goes on regardless; generous for sanitizer builds.
+constexpr auto kStateTimeout = std::chrono::seconds(30);
+// How often such a wait asks a database or a /metrics endpoint.
+constexpr auto kPoll = std::chrono::milliseconds(100);
 
 std::vector<KeyRecord> MakeOrders(const std::string& prefix, int n, int declined_every = 4,
                                   const std::string& tenant = "demo") {
@@ -51,28 +58,68 @@ void Settle(Driver& driver, std::vector<KeyRecord>& records, int threads = 4) {
   for (auto& t : ts) t.join();
 }
 
-// Clients submit `records` (one attempt each, retrying only later in Settle) while `chaos`
-// runs on this thread.
+// How far the clients of UnderLoad have got: chaos waits on this, not on the clock, so that
+// a fault lands mid-load on a fast machine and on a sanitizer build alike.
+class Load {
+ public:
+  explicit Load(size_t total) : total_(total) {}
+  void Answered() { ++answered_; }
+  // Waits until `n` attempts have returned (answered or not), or every order has.
+  void WaitAnswered(size_t n) const {
+    bool reached =
+        test_support::WaitFor([&] { return answered_ >= std::min(n, total_); }, kStateTimeout);
+    EXPECT_TRUE(reached) << answered_ << " of " << n << " attempts returned";
+  }
+
+ private:
+  const size_t total_;
+  std::atomic<size_t> answered_{0};
+};
+
+// Clients submit `records` (one attempt each, retrying only later in Settle) while
+// `chaos(load)` runs on this thread.
 template <typename Chaos>
 void UnderLoad(Driver& driver, std::vector<KeyRecord>& records, int threads, Chaos chaos) {
+  Load load(records.size());
   std::atomic<size_t> next{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
       for (size_t i; (i = next++) < records.size();) {
         driver.Attempt(records[i], t);
+        load.Answered();
+        // Pacing, not a wait: spreads the submissions so that the chaos lands among them.
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     });
   }
-  chaos();
+  chaos(load);
   for (auto& t : ts) t.join();
+}
+
+// A counter or gauge from a service's /metrics; 0 when it is missing or unreachable.
+long long Metric(const std::string& url, const std::string& name) {
+  httplib::Client c(url);
+  c.set_connection_timeout(1);
+  c.set_read_timeout(5);
+  auto m = c.Get("/metrics");
+  if (!m) return 0;
+  auto pos = m->body.find("\n" + name + " ");
+  return pos == std::string::npos ? 0 : std::stoll(m->body.substr(pos + name.size() + 2));
+}
+
+long long Count(const std::string& database_url, const std::string& sql) {
+  pqxx::connection c(database_url);
+  pqxx::nontransaction tx(c);
+  return tx.exec(sql)[0][0].as<long long>();
 }
 
 void Expect(const chaos::Report& report, const std::string& line) {
   std::cout << line << std::endl;
   EXPECT_TRUE(report.Clean()) << line;
 }
+
+constexpr const char* kReservations = "SELECT count(*) FROM reservations";
 
 // Every parent row's full state, by key: what a late write would change.
 std::map<std::string, std::string> ParentRows(const Stack& stack) {
@@ -154,7 +201,7 @@ TEST_F(FaultSuite, KillNineAtEveryCrashPointLosesNothingAndDoublesNothing) {
     // Half declined, so that compensation runs and its crash points are reached.
     auto records = MakeOrders("crash-" + point, 4, 2);
     stack.StartOrchestrator(0, point);
-    UnderLoad(driver, records, 4, [] {});
+    UnderLoad(driver, records, 4, [](Load&) {});
     crashes += stack.orchestrator(0).Exited(std::chrono::seconds(10)) ? 1 : 0;
     stack.KillOrchestrator(0);  // in case the point was not reached
     stack.StartOrchestrator(0);
@@ -178,9 +225,9 @@ TEST_F(FaultSuite, RandomKillsUnderLoadLoseNothingAndDoubleNothing) {
   for (int round = 0; round < kRounds; ++round) {
     auto records = MakeOrders("random-" + std::to_string(round), 24);
     stack.StartOrchestrator(0);
-    UnderLoad(driver, records, 4, [&] {
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(std::uniform_int_distribution<int>(100, 600)(rng)));
+    UnderLoad(driver, records, 4, [&](Load& load) {
+      // A random point in the load: after 1 to 12 of its 24 orders were answered.
+      load.WaitAnswered(std::uniform_int_distribution<size_t>(1, 12)(rng));
       stack.KillOrchestrator(0);
     });
     all.insert(all.end(), records.begin(), records.end());
@@ -199,11 +246,17 @@ TEST_F(FaultSuite, ParticipantFaultsAndARestartedParticipantLoseNothingAndDouble
   auto records = MakeOrders("faults", 60);
   stack.SetFaults("payment", {{"error_rate", 0.25}, {"drop_after_commit_rate", 0.25}});
   stack.SetFaults("inventory", {{"drop_after_commit_rate", 0.2}});
-  UnderLoad(driver, records, 4, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    stack.SetFaults("inventory", {{"latency_ms", 1200}});  // beyond the 800 ms read timeout
-    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  UnderLoad(driver, records, 4, [&](Load& load) {
+    load.WaitAnswered(8);
+    // Beyond the 800 ms read timeout: held until three reservations have committed under it,
+    // each an answer its caller gave up on.
+    auto reserved = [&] { return Count(stack.DatabaseUrl("inventory"), kReservations); };
+    long long before = reserved();
+    stack.SetFaults("inventory", {{"latency_ms", 1200}});
+    EXPECT_TRUE(
+        test_support::WaitFor([&] { return reserved() >= before + 3; }, kStateTimeout, kPoll));
     stack.SetFaults("inventory", {{"hang", true}});
+    // A fault held for a time, not a wait for a state: a held request shows nowhere.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     stack.SetFaults("inventory", {{"drop_after_commit_rate", 0.2}});
     stack.RestartParticipant("payment");  // kill -9 mid-load; faults reset with it
@@ -223,10 +276,18 @@ TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutR
   Driver driver({stack.OrchestratorUrl(0)});
   auto records = MakeOrders("pg", 40);
   Clock::time_point restarted;
-  UnderLoad(driver, records, 4, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  UnderLoad(driver, records, 4, [&](Load& load) {
+    load.WaitAnswered(6);
     Stack::Cluster().Crash();  // pg_ctl stop -m immediate
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // Down until the orchestrator has noticed: its readiness probe fails.
+    httplib::Client probe(stack.OrchestratorUrl(0));
+    probe.set_read_timeout(5);
+    EXPECT_TRUE(test_support::WaitFor(
+        [&] {
+          auto r = probe.Get("/readyz");
+          return r && r->status == 503;
+        },
+        kStateTimeout, kPoll));
     Stack::Cluster().Restart();
     restarted = Clock::now();
   });
@@ -264,20 +325,15 @@ TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
   Driver driver({stack.OrchestratorUrl(0), stack.OrchestratorUrl(1), stack.OrchestratorUrl(2)});
   auto records = MakeOrders("replicas", 60);
   stack.SetFaults("payment", {{"latency_ms", 150}});  // keep sagas in flight
-  UnderLoad(driver, records, 6, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  UnderLoad(driver, records, 6, [&](Load& load) {
+    load.WaitAnswered(20);  // every replica now has sagas in flight
     stack.KillOrchestrator(0);
     driver.SetUrls({stack.OrchestratorUrl(1), stack.OrchestratorUrl(2)});
   });
   stack.SetFaults("payment", nlohmann::json::object());
   Settle(driver, records);
   long long resumed = 0;
-  for (int i : {1, 2}) {
-    httplib::Client c(stack.OrchestratorUrl(i));
-    auto m = c.Get("/metrics");
-    auto pos = m->body.find("\nidemsaga_sagas_resumed_total ");
-    if (pos != std::string::npos) resumed += std::stoll(m->body.substr(pos + 30));
-  }
+  for (int i : {1, 2}) resumed += Metric(stack.OrchestratorUrl(i), "idemsaga_sagas_resumed_total");
   auto report = chaos::CheckInvariants(stack, records);
   Expect(report, report.Line("replicas",
                              "replicas=3 killed=1 resumed_by_others=" + std::to_string(resumed)));
@@ -293,11 +349,17 @@ TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {
   stack.SetFaults("payment", {{"latency_ms", 1000}});  // every saga is mid-payment
   std::vector<std::thread> clients;
   for (auto& r : records) clients.emplace_back([&] { to_zombie.Attempt(r, 0); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Every saga has its reservation, so each is in its payment call.
+  const auto n = static_cast<long long>(records.size());
+  EXPECT_TRUE(test_support::WaitFor(
+      [&] { return Count(stack.DatabaseUrl("inventory"), kReservations) >= n; }, kStateTimeout,
+      kPoll));
   stack.orchestrator(0).Signal(SIGSTOP);
-  // Past the 2 s lease: replica 1's sweeper takes the sagas over and finishes them.
+  // Past the 2 s lease, replica 1's sweeper takes every saga over.
   Driver survivor({stack.OrchestratorUrl(1)});
-  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_TRUE(test_support::WaitFor(
+      [&] { return Metric(stack.OrchestratorUrl(1), "idemsaga_sagas_resumed_total") >= n; },
+      kStateTimeout, kPoll));
   stack.SetFaults("payment", nlohmann::json::object());
   for (auto& r : records) {
     KeyRecord probe = r;
@@ -306,15 +368,19 @@ TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {
   auto before = ParentRows(stack);  // as the survivor left them
   stack.orchestrator(0).Signal(SIGCONT);
   for (auto& c : clients) c.join();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // its late writes land now
+  // The zombie wakes up in the middle of every saga and tries a late write for each; wait
+  // until all were refused (if one got through instead, the wait times out and `applied`
+  // below says so).
+  long long fenced = 0;
+  test_support::WaitFor(
+      [&] {
+        fenced = Metric(stack.OrchestratorUrl(0), "idemsaga_fenced_writes_total");
+        return fenced >= n;
+      },
+      kStateTimeout, kPoll);
   auto after = ParentRows(stack);
   int applied = 0;  // rows the zombie changed after the takeover
   for (const auto& [key, row] : before) applied += after[key] != row ? 1 : 0;
-  httplib::Client zombie(stack.OrchestratorUrl(0));
-  auto m = zombie.Get("/metrics");
-  long long fenced = 0;
-  auto pos = m ? m->body.find("\nidemsaga_fenced_writes_total ") : std::string::npos;
-  if (pos != std::string::npos) fenced = std::stoll(m->body.substr(pos + 30));
   Settle(survivor, records);
   auto report = chaos::CheckInvariants(stack, records);
   Expect(report, report.Line("zombie", "fenced_writes=" + std::to_string(fenced) +
@@ -348,7 +414,10 @@ TEST_F(FaultSuite, TenantsCannotReadOrCollideWithEachOthersKeys) {
   }
   ++probes;
   auto list = c.Get("/v1/sagas?limit=500", {{"Authorization", "Bearer dev-key-acme"}});
-  for (const auto& s : nlohmann::json::parse(list->body)["sagas"]) {
+  ASSERT_TRUE(list);
+  // Named: a range-for over a member of a temporary would iterate freed memory.
+  const auto listed = nlohmann::json::parse(list->body);
+  for (const auto& s : listed["sagas"]) {
     leaks += s["idempotency_key"].get<std::string>().rfind("demo-only", 0) == 0 ? 1 : 0;
   }
   int shared_distinct = 0;
