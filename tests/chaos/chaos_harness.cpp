@@ -2,15 +2,20 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <pqxx/pqxx>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -18,10 +23,12 @@
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
+#include "common/process.hpp"
 
 namespace chaos {
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 std::string Slurp(const std::string& path) {
@@ -43,6 +50,128 @@ std::string ParentOf(const std::string& step_key, const std::string& suffix) {
   return "";
 }
 
+// $1: a private cluster's folder. Ends the postmaster named in its postmaster.pid (only if
+// that process still serves this folder: a pid may have been reused), then removes the
+// folder. SIGQUIT is PostgreSQL's immediate shutdown, as `pg_ctl stop -m immediate` sends it
+// (no pg_ctl here: it would need the server's bindir and, as root, runuser); SIGKILL if the
+// postmaster is still there after 10 s. Idempotent: nothing to do once the folder is gone.
+constexpr const char* kStopLeftoverCluster = R"sh(
+dir=$1
+pid=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null)
+serves() {
+  [ -r "/proc/$pid/cmdline" ] && [ "$(cut -d ' ' -f 3 "/proc/$pid/stat" 2>/dev/null)" != Z ] &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/data"
+}
+if [ -n "$pid" ] && serves; then
+  kill -QUIT "$pid"
+  i=0
+  while serves && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  if serves; then kill -KILL "$pid"; fi
+fi
+rm -rf "$dir"
+)sh";
+
+// Who created a cluster folder: "<pid> <start time>", so that a reused pid is not mistaken
+// for a live owner.
+constexpr const char* kOwnerFile = "chaos-owner";
+
+// A process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or "" if
+// there is no such process.
+std::string StartTimeOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return "";
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  return field;
+}
+
+// Clusters of earlier runs whose owner died and whose watchdog did not finish (killed with
+// it, or the machine stopped): stop them, so that they do not pile up.
+void StopLeftoverClusters(const fs::path& temp_root) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(temp_root, ec)) {
+    if (entry.path().filename().string().rfind("idemsaga-pg-", 0) != 0) continue;
+    std::ifstream owner_file(entry.path() / kOwnerFile);
+    pid_t pid = 0;
+    std::string start_time;
+    if (!(owner_file >> pid >> start_time)) continue;  // not a chaos harness's cluster
+    if (StartTimeOf(pid) == start_time) continue;      // its owner is alive
+    common::RunProgram(
+        {"sh", "-c", kStopLeftoverCluster, "idemsaga-chaos-cleanup", entry.path().string()});
+  }
+}
+
+// Runs kStopLeftoverCluster on `dir` once this process has ended, however it ended.
+// postgres is started by pg_ctl, so it is no child of ours and no parent-death signal reaches
+// it; this watchdog waits for end-of-file on a pipe whose write end only we hold (O_CLOEXEC:
+// no server we start inherits it), which the kernel closes when we exit or are killed.
+// It runs in a session of its own (a Ctrl-C to the test's process group must not end it
+// before it has cleaned up) and is reparented away from us by a double fork: CTest kills a
+// timed-out test's whole process tree, and the watchdog has to outlive exactly that.
+class ClusterWatchdog {
+ public:
+  explicit ClusterWatchdog(const fs::path& dir) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+    std::string script = std::string("cat >/dev/null\n") + kStopLeftoverCluster;
+    std::string dir_string = dir.string();
+    std::vector<char*> argv = {
+        const_cast<char*>("sh"), const_cast<char*>("-c"),
+        script.data(),           const_cast<char*>("idemsaga-chaos-watchdog"),
+        dir_string.data(),       nullptr};
+    pid_t middle = fork();
+    if (middle < 0) throw std::runtime_error("fork failed");
+    if (middle == 0) {
+      setsid();
+      if (fork() != 0) _exit(0);
+      dup2(fds[0], 0);  // the duplicate is inheritable; the originals close on exec
+      int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) {
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+      }
+      close_range(3, ~0U, 0);
+      execv("/bin/sh", argv.data());
+      _exit(127);
+    }
+    close(fds[0]);
+    waitpid(middle, nullptr, 0);
+    write_end_ = fds[1];
+  }
+  ~ClusterWatchdog() { close(write_end_); }
+  ClusterWatchdog(const ClusterWatchdog&) = delete;
+  ClusterWatchdog& operator=(const ClusterWatchdog&) = delete;
+
+ private:
+  int write_end_ = -1;
+};
+
+// The suite's one cluster, with its watchdog. Members are destroyed in reverse: the cluster
+// stops normally first, then the watchdog finds nothing left to do.
+struct SuiteCluster {
+  SuiteCluster() : dir(common::pg::PrivateCluster::MakeTempDir()) {
+    StopLeftoverClusters(dir.parent_path());
+    std::ofstream(dir / kOwnerFile) << getpid() << " " << StartTimeOf(getpid()) << "\n";
+    watchdog = std::make_unique<ClusterWatchdog>(dir);
+    cluster = common::pg::PrivateCluster::Start({.dir = dir,
+                                                 .durable = true,  // scenario 5 crashes it
+                                                 .temporary = true});
+  }
+  fs::path dir;
+  std::unique_ptr<ClusterWatchdog> watchdog;
+  std::unique_ptr<common::pg::PrivateCluster> cluster;
+};
+
+SuiteCluster& Suite() {
+  // One cluster for the whole suite; a scenario may crash and restart it.
+  static SuiteCluster suite;
+  return suite;
+}
+
 }  // namespace
 
 Process::Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
@@ -60,9 +189,13 @@ Process::Process(std::vector<std::string> argv, const std::map<std::string, std:
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
+  pid_t harness = getpid();
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // Die with the harness: a server left behind holds ports and a cluster the next run needs.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != harness) _exit(127);  // it died before prctl took effect
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -102,14 +235,9 @@ bool Process::Exited(std::chrono::milliseconds wait) {
   return true;
 }
 
-common::pg::PrivateCluster& Stack::Cluster() {
-  // One cluster for the whole suite; a scenario may crash and restart it.
-  static std::unique_ptr<common::pg::PrivateCluster> cluster =
-      common::pg::PrivateCluster::Start({.dir = common::pg::PrivateCluster::MakeTempDir(),
-                                         .durable = true,  // scenario 5 crashes it
-                                         .temporary = true});
-  return *cluster;
-}
+common::pg::PrivateCluster& Stack::Cluster() { return *Suite().cluster; }
+
+const fs::path& Stack::ClusterDir() { return Suite().dir; }
 
 Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), options_(options) {
   dir_ = common::pg::PrivateCluster::MakeTempDir().string();
@@ -142,10 +270,30 @@ Stack::~Stack() {
   for (auto& o : orchestrators_) o.reset();
   inventory_.reset();
   payment_.reset();
-  if (std::getenv("IDEMSAGA_CHAOS_KEEP") != nullptr) {
+  CheckLogsForSanitizerReports();
+  if (std::getenv("IDEMSAGA_CHAOS_KEEP") != nullptr || ::testing::Test::HasFailure()) {
     std::fprintf(stderr, "chaos: logs kept in %s\n", dir_.c_str());
   } else {
     std::filesystem::remove_all(dir_);
+  }
+}
+
+void Stack::CheckLogsForSanitizerReports() {
+  // What ASan, LSan, UBSan (with -fno-sanitize-recover) and TSan print first in a report.
+  static const char* const kMarkers[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                                         "runtime error:", "WARNING: ThreadSanitizer"};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::ifstream in(entry.path());
+    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* marker : kMarkers) {
+      auto at = log.find(marker);
+      if (at != std::string::npos) {
+        ADD_FAILURE() << "sanitizer report in " << entry.path().string() << ":\n"
+                      << log.substr(at > 200 ? at - 200 : 0, 6000);
+        break;
+      }
+    }
   }
 }
 

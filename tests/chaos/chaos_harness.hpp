@@ -3,7 +3,14 @@
 // crashed), clients that retry with the same key until they get a final answer, and the
 // invariant checker over the three databases.
 //
-// Not thread-safe except Driver, whose Submit() may be called from many threads.
+// Nothing it starts outlives it, however the test ends (an assertion, abort, a sanitizer
+// report, SIGKILL from a CTest timeout): each server gets a parent-death signal, and a
+// watchdog outside the test's process tree stops the private cluster (pg_ctl's postgres is
+// no child of ours) once the test process is gone. A leftover cluster of an earlier run whose
+// owner and watchdog both died is stopped by the next run. A sanitizer report in a server's
+// log fails the test.
+//
+// Not thread-safe except Driver, whose Attempt() may be called from many threads.
 #pragma once
 
 #include <httplib.h>
@@ -11,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,7 +30,9 @@
 
 namespace chaos {
 
-// A child process; SIGKILLed on destruction if still running. Ends only what it started.
+// A child process; SIGKILLed on destruction if still running, and when the thread that
+// created it ends (PR_SET_PDEATHSIG): create it on the test's own thread. Ends only what it
+// started.
 class Process {
  public:
   Process(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
@@ -58,16 +68,23 @@ class Stack {
   void StartOrchestrator(int i, const std::string& crash_points = "");
   void KillOrchestrator(int i);
   Process& orchestrator(int i) { return *orchestrators_[i]; }
+  Process& participant(const std::string& which) {
+    return which == "inventory" ? *inventory_ : *payment_;
+  }
   void RestartParticipant(const std::string& which);  // SIGKILL, then start again
   std::string OrchestratorUrl(int i) const;
   std::string ParticipantUrl(const std::string& which) const;
   void SetFaults(const std::string& which, const nlohmann::json& faults);
 
   std::string DatabaseUrl(const std::string& kind) const;
+  const std::string& log_dir() const { return dir_; }
   static common::pg::PrivateCluster& Cluster();
+  static const std::filesystem::path& ClusterDir();
 
  private:
   void WaitReady(const std::string& url, Process& p);
+  // Fails the running test for every sanitizer report in a server's log.
+  void CheckLogsForSanitizerReports();
   std::unique_ptr<Process> StartParticipant(const std::string& which);
 
   std::string name_;
