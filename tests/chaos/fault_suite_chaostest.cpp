@@ -299,11 +299,13 @@ TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutR
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - restarted).count();
   Settle(driver, records);
   records.push_back(probe);
-  int server_errors = 0;  // 5xx other than 503 would be a bug
+  // 503 (nothing stored, retry) and 502 (a step's participant stayed down past its retries:
+  // a stored, final answer) are what an outage may produce; any other 5xx would be a bug.
+  int server_errors = 0;
   std::map<int, int> seen;
   for (const auto& r : records) {
     for (auto [s, n] : r.statuses) {
-      server_errors += (s >= 500 && s != 503) ? n : 0;
+      server_errors += (s >= 500 && s != 503 && s != 502) ? n : 0;
       seen[s] += n;
     }
   }
@@ -313,7 +315,7 @@ TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutR
   auto report = chaos::CheckInvariants(stack, records);
   Expect(report,
          report.Line("postgres_crash",
-                     "statuses=" + histogram + " non_503_5xx=" + std::to_string(server_errors) +
+                     "statuses=" + histogram + " other_5xx=" + std::to_string(server_errors) +
                          " first_2xx_after_restart_ms=" + std::to_string(recovery_ms)));
   EXPECT_EQ(server_errors, 0);
 }
