@@ -788,10 +788,16 @@ TEST_F(OrdersTest, ACompensationResumedByAnotherOwnerSeesTheOutputsOfTheStepsItU
   auto second_options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
   second_options.recovery.sweep_interval = 50ms;
   Serving<Orchestrator> second(second_options, factory);
+  // However the test ends: free the first owner, then stop it, while the locals its steps
+  // refer to still exist (the fixture would stop it only after this body has returned).
   struct Release {
     std::atomic<bool>& flag;
-    ~Release() { flag = true; }  // before `second` and the fixture stop their pools
-  } release{release_first_owner};
+    std::unique_ptr<Serving<Orchestrator>>& first;
+    ~Release() {
+      flag = true;
+      first.reset();
+    }
+  } release{release_first_owner, orch_};
   orch_db_.Exec("UPDATE idempotency_keys SET lease_expires_at = now()");
   auto view = WaitForStatus("outputs-1", "failed");
   ASSERT_EQ(view["status"], "failed") << view.dump();
