@@ -10,19 +10,9 @@ namespace common::http {
 namespace {
 
 namespace bhttp = boost::beast::http;
+using detail::IEquals;
 
 std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // A decoded path or query component a route may see: no NUL (C APIs and PostgreSQL would cut
 // or refuse the key there) and valid UTF-8 (PostgreSQL refuses it, which used to surface as a
@@ -44,6 +34,17 @@ bool HasObsFold(std::string_view raw) {
 }  // namespace
 
 namespace detail {
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
 
 bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
   auto hex = [](char c) -> int {

@@ -93,6 +93,9 @@ class RequestParser final : private boost::beast::http::basic_parser<true> {
 namespace detail {
 // Decodes %XX escapes (and `+` as a space when `plus_is_space`); false on a malformed escape.
 bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out);
+
+// ASCII case-insensitive equality (header names, tokens, schemes).
+bool IEquals(std::string_view a, std::string_view b);
 bool IsValidUtf8(std::string_view s);
 }  // namespace detail
 

@@ -33,6 +33,7 @@ namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
+using detail::IEquals;
 
 namespace {
 
@@ -44,17 +45,6 @@ constexpr size_t kReadChunk = 4096;
 // the answer (a 413 or 431) before the client reads it.
 constexpr auto kLingerTime = std::chrono::seconds(1);
 constexpr size_t kLingerBytes = size_t{4} << 20;
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct StatusText {
   std::string_view code;

@@ -23,16 +23,6 @@ using test_support::Order;
 using test_support::ScratchDatabase;
 using test_support::Serving;
 
-std::set<std::string> Keys(const ScratchDatabase& db) {
-  pqxx::connection conn(db.url());
-  pqxx::read_transaction tx(conn);
-  std::set<std::string> keys;
-  for (const auto& row : tx.exec("SELECT idempotency_key FROM idempotency_keys")) {
-    keys.insert(row[0].as<std::string>());
-  }
-  return keys;
-}
-
 // Keys a client may send, biased towards the bytes that broke earlier builds.
 std::string GenerateKey(std::mt19937& rng, int i) {
   static const std::string kNasty = "%+, \"\\;=:/?#&'";
@@ -90,8 +80,8 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
     }
   }
   // Exactly the derived keys, and nothing else, in each participant's table.
-  EXPECT_EQ(Keys(inv_db), expected_inventory);
-  EXPECT_EQ(Keys(pay_db), expected_payment);
+  EXPECT_EQ(inv_db.IdempotencyKeys(), expected_inventory);
+  EXPECT_EQ(pay_db.IdempotencyKeys(), expected_payment);
   // Every reservation and charge under its own derived key: no two parents met.
   size_t completed = parents.size() - declined;
   EXPECT_EQ(inv_db.Count("SELECT count(DISTINCT idempotency_key) FROM reservations"),

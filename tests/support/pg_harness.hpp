@@ -11,6 +11,7 @@
 #pragma once
 
 #include <pqxx/pqxx>
+#include <set>
 #include <string>
 
 namespace test_support {
@@ -32,6 +33,16 @@ class ScratchDatabase {
     pqxx::connection conn(url_);
     pqxx::nontransaction tx(conn);
     return tx.exec_params1(sql, std::forward<Args>(args)...)[0].template as<long long>();
+  }
+  // Every idempotency key in the database's key table (each service has one).
+  std::set<std::string> IdempotencyKeys() const {
+    pqxx::connection conn(url_);
+    pqxx::nontransaction tx(conn);
+    std::set<std::string> keys;
+    for (const auto& row : tx.exec("SELECT idempotency_key FROM idempotency_keys")) {
+      keys.insert(row[0].as<std::string>());
+    }
+    return keys;
   }
   // Runs a statement (test set-up).
   template <typename... Args>
