@@ -81,10 +81,11 @@ ParticipantClient::~ParticipantClient() = default;
 std::unique_ptr<httplib::Client> ParticipantClient::Acquire() {
   {
     std::lock_guard lock(mutex_);
-    if (!idle_.empty()) {
-      auto c = std::move(idle_.back());
+    auto now = std::chrono::steady_clock::now();
+    while (!idle_.empty()) {
+      auto idle = std::move(idle_.back());
       idle_.pop_back();
-      return c;
+      if (now - idle.since <= options_.max_idle_age) return std::move(idle.client);
     }
   }
   auto c = std::make_unique<httplib::Client>(options_.base_url);
@@ -97,7 +98,9 @@ std::unique_ptr<httplib::Client> ParticipantClient::Acquire() {
 
 void ParticipantClient::Release(std::unique_ptr<httplib::Client> client) {
   std::lock_guard lock(mutex_);
-  if (idle_.size() < options_.max_idle_connections) idle_.push_back(std::move(client));
+  if (idle_.size() < options_.max_idle_connections) {
+    idle_.push_back({std::move(client), std::chrono::steady_clock::now()});
+  }
 }
 
 saga::StepResult ParticipantClient::Post(const std::string& path, const saga::StepContext& ctx,

@@ -63,6 +63,11 @@ class ParticipantClient {
     // Longer than a participant's slowest healthy answer (its lock timeout is 3 s).
     std::chrono::milliseconds read_timeout{5000};
     size_t max_idle_connections = 64;
+    // An idle connection older than this is closed, not reused: the participant may have
+    // closed it (its keep-alive timeout is 1-2 s), and a request sent on a socket the peer
+    // just closed fails after sending, which would count as "in doubt" for no reason. Waits
+    // before a retry (backoff, Retry-After) are often this long.
+    std::chrono::milliseconds max_idle_age{500};
     // The participant's business refusals: the only 4xx codes that fail a saga for good.
     std::set<std::string> business_errors;
   };
@@ -86,7 +91,11 @@ class ParticipantClient {
 
   Options options_;
   std::mutex mutex_;
-  std::vector<std::unique_ptr<httplib::Client>> idle_;
+  struct Idle {
+    std::unique_ptr<httplib::Client> client;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Idle> idle_;  // most recently used last
 };
 
 }  // namespace steps::client
