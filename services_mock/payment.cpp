@@ -1,34 +1,37 @@
 // The payment participant: charge for an order step, refund on compensation.
 #include "common/http/server.hpp"
+#include "common/pg/statement.hpp"
 #include "services_mock/service.hpp"
 #include "steps/order_schema.hpp"
 
 namespace services_mock {
 namespace {
 
+using common::pg::Exec;
+using common::pg::ExecOne;
+
 // The test card that is always declined (as in common payment APIs' test modes).
 constexpr const char* kDeclinedCard = "pm_card_declined";
 
-constexpr const char* kInsertCharge = R"sql(
+const common::pg::Statement kInsertCharge{R"sql(
   INSERT INTO charges (charge_id, tenant_id, idempotency_key, customer_id, amount_cents,
                        currency, payment_method, status)
   VALUES ('ch_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6,
           'captured')
-  RETURNING charge_id)sql";
-constexpr const char* kRefund = R"sql(
+  RETURNING charge_id)sql"};
+const common::pg::Statement kRefund{R"sql(
   UPDATE charges SET status = 'refunded', refunded_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'captured'
-  RETURNING charge_id)sql";
+  RETURNING charge_id)sql"};
 
 steps::guard::Response Charge(pqxx::work& tx, const steps::guard::Request& req) {
   const auto& b = req.body;
   if (b["payment_method"] == kDeclinedCard) {
     return {402, common::http::ErrorBody("card_declined", "the card was declined")};
   }
-  auto id =
-      tx.exec_params1(kInsertCharge, req.tenant_id, req.key, b["customer_id"].get<std::string>(),
-                      b["amount_cents"].get<long long>(), b["currency"].get<std::string>(),
-                      b["payment_method"].get<std::string>())[0];
+  auto id = ExecOne(tx, kInsertCharge, req.tenant_id, req.key, b["customer_id"].get<std::string>(),
+                    b["amount_cents"].get<long long>(), b["currency"].get<std::string>(),
+                    b["payment_method"].get<std::string>())[0];
   nlohmann::json body = {{"charge_id", id.as<std::string>()},
                          {"amount_cents", b["amount_cents"]},
                          {"currency", b["currency"]},
@@ -38,7 +41,7 @@ steps::guard::Response Charge(pqxx::work& tx, const steps::guard::Request& req) 
 
 nlohmann::json Refund(pqxx::work& tx, const steps::guard::Request& req,
                       const steps::guard::ActionRecord& action) {
-  auto rows = tx.exec_params(kRefund, req.tenant_id, action.key);
+  auto rows = Exec(tx, kRefund, req.tenant_id, action.key);
   if (rows.empty()) return {{"refunded", false}};
   return {{"refunded", true}, {"charge_id", rows[0][0].as<std::string>()}};
 }

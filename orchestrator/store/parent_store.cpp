@@ -1,9 +1,13 @@
 #include "orchestrator/store/parent_store.hpp"
 
 #include "common/log.hpp"
+#include "common/pg/statement.hpp"
 
 namespace orchestrator {
 namespace {
+
+using common::pg::Exec;
+using common::pg::ExecOne;
 
 // Every query names the table `k`, so the column list also reads unambiguously in an
 // UPDATE ... FROM (the batch takeover).
@@ -18,7 +22,7 @@ constexpr const char* kColumns = R"sql(
   coalesce(k.root_span_id, ''))sql";
 
 // Claims a new key. The conflicting case returns nothing and the row is read next.
-const std::string kClaim = std::string(R"sql(
+const common::pg::Statement kClaim{std::string(R"sql(
   INSERT INTO idempotency_keys AS k
     (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
           lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at, root_span_id)
@@ -26,42 +30,43 @@ const std::string kClaim = std::string(R"sql(
           'started', $6, 1, now() + make_interval(secs => $7), $8,
                     now() + make_interval(secs => $9), $10)
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING )sql") + kColumns;
+  RETURNING )sql") + kColumns};
 
-const std::string kGet = std::string("SELECT ") + kColumns +
-                         " FROM idempotency_keys k WHERE tenant_id = $1 AND idempotency_key = $2";
+const common::pg::Statement kGet{
+    std::string("SELECT ") + kColumns +
+    " FROM idempotency_keys k WHERE tenant_id = $1 AND idempotency_key = $2"};
 
 // One conditional UPDATE: of all the processes that see the lease expired, exactly one wins.
-const std::string kTakeOver = std::string(R"sql(
+const common::pg::Statement kTakeOver{std::string(R"sql(
   UPDATE idempotency_keys k
   SET lease_owner = $3, lease_epoch = lease_epoch + 1, stuck = false,
       lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2
     AND status IN ('started', 'compensating') AND lease_expires_at < now()
-  RETURNING )sql") + kColumns;
+  RETURNING )sql") + kColumns};
 
-constexpr const char* kRenew = R"sql(
+const common::pg::Statement kRenew{R"sql(
   UPDATE idempotency_keys
   SET lease_expires_at = now() + make_interval(secs => $5), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status IN ('started', 'compensating'))sql";
+    AND status IN ('started', 'compensating'))sql"};
 
-constexpr const char* kBeginCompensation = R"sql(
+const common::pg::Statement kBeginCompensation{R"sql(
   UPDATE idempotency_keys
   SET status = 'compensating', steps = $5::jsonb, failed_step = $6, failure = $7::jsonb,
       updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status = 'started')sql";
+    AND status = 'started')sql"};
 
-constexpr const char* kDeferStuck = R"sql(
+const common::pg::Statement kDeferStuck{R"sql(
   UPDATE idempotency_keys
   SET stuck = true, steps = $5::jsonb, updated_at = now(),
       lease_expires_at = now() + make_interval(secs => $6)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status IN ('started', 'compensating'))sql";
+    AND status IN ('started', 'compensating'))sql"};
 
 // SKIP LOCKED: a row another sweeper is taking over right now is left to it.
-const std::string kTakeOverBatch = std::string(R"sql(
+const common::pg::Statement kTakeOverBatch{std::string(R"sql(
   UPDATE idempotency_keys k
   SET lease_owner = $1, lease_epoch = k.lease_epoch + 1, stuck = false,
       lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
@@ -71,28 +76,28 @@ const std::string kTakeOverBatch = std::string(R"sql(
         LIMIT $3
         FOR UPDATE SKIP LOCKED) expired
   WHERE k.tenant_id = expired.tenant_id AND k.idempotency_key = expired.idempotency_key
-  RETURNING )sql") + kColumns;
+  RETURNING )sql") + kColumns};
 
-constexpr const char* kReleaseLeases = R"sql(
+const common::pg::Statement kReleaseLeases{R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
-  WHERE lease_owner = $1 AND status IN ('started', 'compensating'))sql";
+  WHERE lease_owner = $1 AND status IN ('started', 'compensating'))sql"};
 
 // Only a deferred lease (stuck is cleared by every takeover): a saga some replica is running
 // right now keeps its lease.
-constexpr const char* kRetryNow = R"sql(
+const common::pg::Statement kRetryNow{R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status IN ('started', 'compensating')
-    AND stuck)sql";
+    AND stuck)sql"};
 
-const std::string kList = std::string("SELECT ") + kColumns + R"sql(
+const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
   FROM idempotency_keys k
   WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND (NOT $3 OR stuck)
   ORDER BY created_at DESC
-  LIMIT $4)sql";
+  LIMIT $4)sql"};
 
 // Batched so that a large backlog never holds long locks or a long transaction. A key's
 // spans go with it.
-constexpr const char* kDeleteExpired = R"sql(
+const common::pg::Statement kDeleteExpired{R"sql(
   WITH gone AS (
     DELETE FROM idempotency_keys
     WHERE ctid IN (SELECT ctid FROM idempotency_keys
@@ -106,20 +111,20 @@ constexpr const char* kDeleteExpired = R"sql(
                       WHERE k.trace_id = s.trace_id
                         AND (k.tenant_id, k.idempotency_key) NOT IN
                             (SELECT tenant_id, idempotency_key FROM gone)))
-  SELECT count(*) FROM gone)sql";
+  SELECT count(*) FROM gone)sql"};
 
-constexpr const char* kDeleteUnownedSpans = R"sql(
+const common::pg::Statement kDeleteUnownedSpans{R"sql(
   DELETE FROM spans WHERE ctid IN (
     SELECT s.ctid FROM spans s
     WHERE s.received_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.trace_id = s.trace_id)
-    LIMIT $2))sql";
+    LIMIT $2))sql"};
 
-constexpr const char* kCounts = R"sql(
+const common::pg::Statement kCounts{R"sql(
   SELECT count(*), count(*) FILTER (WHERE stuck) FROM idempotency_keys
-  WHERE status IN ('started', 'compensating'))sql";
+  WHERE status IN ('started', 'compensating'))sql"};
 
-constexpr const char* kFinish = R"sql(
+const common::pg::Statement kFinish{R"sql(
   UPDATE idempotency_keys
   SET status = $5, response_status = $6, response_body = $7,
       response_headers = '{"Content-Type":"application/json"}'::jsonb, steps = $8::jsonb,
@@ -128,13 +133,13 @@ constexpr const char* kFinish = R"sql(
       -- Retention counts from the end: a saga that ran (or was stuck) long keeps its answer.
       expires_at = now() + make_interval(secs => $9)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status IN ('started', 'compensating'))sql";
+    AND status IN ('started', 'compensating'))sql"};
 
-constexpr const char* kTenantForKey = "SELECT tenant_id FROM tenants WHERE api_key_hash = $1";
+const common::pg::Statement kTenantForKey{"SELECT tenant_id FROM tenants WHERE api_key_hash = $1"};
 
-constexpr const char* kUpsertTenant = R"sql(
+const common::pg::Statement kUpsertTenant{R"sql(
   INSERT INTO tenants (tenant_id, api_key_hash) VALUES ($1, $2)
-  ON CONFLICT (tenant_id) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash)sql";
+  ON CONFLICT (tenant_id) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash)sql"};
 
 SagaRow ToRow(const pqxx::row& r) {
   SagaRow s;
@@ -177,9 +182,9 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
     if (attempt == 3) throw pqxx::transaction_rollback("idempotency key claim raced with GC");
     outcome = pool_.With([&](pqxx::connection& conn) -> std::optional<std::pair<bool, SagaRow>> {
       pqxx::work tx(conn);
-      auto inserted = tx.exec_params(
-          kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(), req.saga_name,
-          req.owner, Seconds(options_.lease), req.trace_id,
+      auto inserted = Exec(
+          tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
+          req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
           Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
           req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
       if (!inserted.empty()) {
@@ -188,7 +193,7 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
         return std::pair{true, row};
       }
       if (options_.after_conflict_for_test) options_.after_conflict_for_test();
-      auto found = tx.exec_params(kGet, req.tenant_id, req.key);
+      auto found = Exec(tx, kGet, req.tenant_id, req.key);
       if (found.empty()) return std::nullopt;
       return std::pair{false, ToRow(found[0])};
     });
@@ -215,7 +220,7 @@ std::optional<Claim> ParentStore::TakeOverExpired(const std::string& tenant_id,
                                                   const std::string& owner) {
   return pool_.With([&](pqxx::connection& conn) -> std::optional<Claim> {
     pqxx::work tx(conn);
-    auto rows = tx.exec_params(kTakeOver, tenant_id, key, owner, Seconds(options_.lease));
+    auto rows = Exec(tx, kTakeOver, tenant_id, key, owner, Seconds(options_.lease));
     tx.commit();
     if (rows.empty()) return std::nullopt;
     SagaRow row = ToRow(rows[0]);
@@ -242,7 +247,7 @@ bool ParentStore::Fenced(const Lease& lease, const char* what, bool applied) {
 bool ParentStore::Renew(const Lease& l) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kRenew, l.tenant_id, l.key, l.owner, l.epoch, Seconds(options_.lease));
+    auto r = Exec(tx, kRenew, l.tenant_id, l.key, l.owner, l.epoch, Seconds(options_.lease));
     tx.commit();
     return r.affected_rows();
   });
@@ -253,8 +258,8 @@ bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
                                     const std::string& failed_step, const nlohmann::json& failure) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
-                            failed_step, failure.dump());
+    auto r = Exec(tx, kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
+                  failed_step, failure.dump());
     tx.commit();
     return r.affected_rows();
   });
@@ -265,8 +270,8 @@ bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
                              std::chrono::milliseconds retry_in) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kDeferStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
-                            static_cast<double>(retry_in.count()) / 1000.0);
+    auto r = Exec(tx, kDeferStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
+                  static_cast<double>(retry_in.count()) / 1000.0);
     tx.commit();
     return r.affected_rows();
   });
@@ -276,7 +281,7 @@ bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
 std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, int limit) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto rows = tx.exec_params(kTakeOverBatch, owner, Seconds(options_.lease), limit);
+    auto rows = Exec(tx, kTakeOverBatch, owner, Seconds(options_.lease), limit);
     tx.commit();
     std::vector<Claim> claims;
     for (const auto& r : rows) {
@@ -297,7 +302,7 @@ std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, i
 long long ParentStore::ReleaseLeases(const std::string& owner) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kReleaseLeases, owner);
+    auto r = Exec(tx, kReleaseLeases, owner);
     tx.commit();
     return static_cast<long long>(r.affected_rows());
   });
@@ -306,7 +311,7 @@ long long ParentStore::ReleaseLeases(const std::string& owner) {
 bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kRetryNow, tenant_id, key);
+    auto r = Exec(tx, kRetryNow, tenant_id, key);
     tx.commit();
     return r.affected_rows() == 1;
   });
@@ -317,7 +322,7 @@ std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::read_transaction tx(conn);
     std::vector<SagaRow> out;
-    for (const auto& r : tx.exec_params(kList, tenant_id, status, stuck_only, limit)) {
+    for (const auto& r : Exec(tx, kList, tenant_id, status, stuck_only, limit)) {
       out.push_back(ToRow(r));
     }
     return out;
@@ -327,7 +332,7 @@ std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::
 long long ParentStore::DeleteExpired(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto n = tx.exec_params1(kDeleteExpired, batch)[0].as<long long>();
+    auto n = ExecOne(tx, kDeleteExpired, batch)[0].as<long long>();
     tx.commit();
     return n;
   });
@@ -336,9 +341,9 @@ long long ParentStore::DeleteExpired(int batch) {
 long long ParentStore::DeleteUnownedSpans(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(
-        kDeleteUnownedSpans,
-        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)), batch);
+    auto r =
+        Exec(tx, kDeleteUnownedSpans,
+             Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)), batch);
     tx.commit();
     return static_cast<long long>(r.affected_rows());
   });
@@ -347,7 +352,7 @@ long long ParentStore::DeleteUnownedSpans(int batch) {
 ParentStore::Counts ParentStore::CountRunning() {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::read_transaction tx(conn);
-    auto r = tx.exec1(kCounts);
+    auto r = Exec(tx, kCounts)[0];
     return Counts{r[0].as<long long>(), r[1].as<long long>()};
   });
 }
@@ -356,11 +361,10 @@ bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps) {
   auto n = pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(
-        kFinish, l.tenant_id, l.key, l.owner, l.epoch,
-        std::string(completed ? "completed" : "failed"), response_status, response_body,
-        steps.dump(),
-        Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
+    auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
+                  std::string(completed ? "completed" : "failed"), response_status, response_body,
+                  steps.dump(),
+                  Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
     tx.commit();
     return r.affected_rows();
   });
@@ -370,7 +374,7 @@ bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
 std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std::string& key) {
   return pool_.With([&](pqxx::connection& conn) -> std::optional<SagaRow> {
     pqxx::read_transaction tx(conn);
-    auto rows = tx.exec_params(kGet, tenant_id, key);
+    auto rows = Exec(tx, kGet, tenant_id, key);
     if (rows.empty()) return std::nullopt;
     return ToRow(rows[0]);
   });
@@ -379,7 +383,7 @@ std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std:
 std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_key_hash) {
   return pool_.With([&](pqxx::connection& conn) -> std::optional<std::string> {
     pqxx::read_transaction tx(conn);
-    auto rows = tx.exec_params(kTenantForKey, api_key_hash);
+    auto rows = Exec(tx, kTenantForKey, api_key_hash);
     if (rows.empty()) return std::nullopt;
     return rows[0][0].as<std::string>();
   });
@@ -388,7 +392,7 @@ std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_
 void ParentStore::UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash) {
   pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    tx.exec_params(kUpsertTenant, tenant_id, api_key_hash);
+    Exec(tx, kUpsertTenant, tenant_id, api_key_hash);
     tx.commit();
   });
 }

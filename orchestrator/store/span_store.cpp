@@ -2,10 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/pg/statement.hpp"
 #include "common/trace/otlp.hpp"
 
 namespace orchestrator {
 namespace {
+
+using common::pg::Exec;
 
 using common::trace::AttributeValue;
 using common::trace::SpanData;
@@ -13,7 +16,7 @@ using common::trace::SpanKind;
 using common::trace::SpanStatus;
 
 // The whole batch is one JSON parameter, expanded by jsonb_to_recordset.
-constexpr const char* kInsert = R"sql(
+const common::pg::Statement kInsert{R"sql(
   INSERT INTO spans (trace_id, span_id, parent_span_id, service, name, kind, start_unix_nano,
                      end_unix_nano, status, status_message, attributes)
   SELECT trace_id, span_id, nullif(parent_span_id, ''), service, name, kind, start_unix_nano,
@@ -21,16 +24,16 @@ constexpr const char* kInsert = R"sql(
   FROM jsonb_to_recordset($1::jsonb) AS s(trace_id text, span_id text, parent_span_id text,
        service text, name text, kind smallint, start_unix_nano bigint, end_unix_nano bigint,
        status text, status_message text, attributes jsonb)
-  ON CONFLICT (trace_id, span_id) DO NOTHING)sql";
+  ON CONFLICT (trace_id, span_id) DO NOTHING)sql"};
 
-constexpr const char* kForTrace = R"sql(
+const common::pg::Statement kForTrace{R"sql(
   SELECT trace_id, span_id, coalesce(parent_span_id, ''), service, name, kind, start_unix_nano,
          end_unix_nano, status, status_message, attributes::text
   FROM spans
   -- Every span our services make carries its tenant: a trace id learnt or reused by another
   -- tenant shows nothing of this one's.
   WHERE trace_id = $1 AND attributes->>'tenant' = $2
-  ORDER BY start_unix_nano, span_id)sql";
+  ORDER BY start_unix_nano, span_id)sql"};
 
 const char* StatusName(SpanStatus s) {
   return s == SpanStatus::kError ? "error" : s == SpanStatus::kOk ? "ok" : "unset";
@@ -57,7 +60,7 @@ void SpanStore::Insert(const std::vector<SpanData>& spans) {
   }
   pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    tx.exec_params(kInsert, rows.dump());
+    Exec(tx, kInsert, rows.dump());
     tx.commit();
   });
 }
@@ -67,7 +70,7 @@ std::vector<SpanData> SpanStore::ForTrace(const std::string& tenant_id,
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::read_transaction tx(conn);
     std::vector<SpanData> out;
-    for (const auto& r : tx.exec_params(kForTrace, trace_id, tenant_id)) {
+    for (const auto& r : Exec(tx, kForTrace, trace_id, tenant_id)) {
       SpanData s;
       s.trace_id = r[0].as<std::string>();
       s.span_id = r[1].as<std::string>();

@@ -4,60 +4,63 @@
 
 #include "common/crypto.hpp"
 #include "common/http/server.hpp"
+#include "common/pg/statement.hpp"
 
 namespace steps::guard {
 namespace {
 
+using common::pg::Exec;
+
 // Blocks on the unique index while a concurrent duplicate is uncommitted (bounded by the
 // session's lock_timeout); returns a row only to the request that now owns the key.
-constexpr const char* kClaim = R"sql(
+const common::pg::Statement kClaim{R"sql(
   INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, status, expires_at)
   VALUES ($1, $2, $3, 'started', now() + make_interval(secs => $4))
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING 1)sql";
+  RETURNING 1)sql"};
 
-constexpr const char* kLoad = R"sql(
+const common::pg::Statement kLoad{R"sql(
   SELECT status, request_hash, response_status, response_content_type, response_body,
-         compensated_at IS NOT NULL
-  FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql";
+         compensated_at IS NOT NULL, expires_at < now() + make_interval(secs => $3::float8 / 2)
+  FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
 
-constexpr const char* kStore = R"sql(
+const common::pg::Statement kStore{R"sql(
   UPDATE idempotency_keys
   SET status = 'completed', response_status = $3, response_content_type = $4, response_body = $5
-  WHERE tenant_id = $1 AND idempotency_key = $2)sql";
+  WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
 
-constexpr const char* kTombstone = R"sql(
+const common::pg::Statement kTombstone{R"sql(
   INSERT INTO idempotency_keys
     (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
      response_body, expires_at)
   VALUES ($1, $2, NULL, 'tombstone', 409, 'application/json', $3,
           now() + make_interval(secs => $4))
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING 1)sql";
+  RETURNING 1)sql"};
 
 // A key still in use (a stuck saga re-drives its steps, or retries a compensation, for as long
-// as it takes) is kept a full retention from now. Only keys past half their retention are
-// written, so ordinary replays stay read-only.
-constexpr const char* kKeepAlive = R"sql(
+// as it takes) is kept a full retention from now. Only keys past half their retention (kLoad
+// says which) are written, so ordinary replays stay read-only.
+const common::pg::Statement kKeepAlive{R"sql(
   UPDATE idempotency_keys SET expires_at = now() + make_interval(secs => $3)
   WHERE tenant_id = $1 AND idempotency_key = $2
-    AND expires_at < now() + make_interval(secs => $3 / 2))sql";
+    AND expires_at < now() + make_interval(secs => $3 / 2))sql"};
 
-constexpr const char* kLockAction = R"sql(
+const common::pg::Statement kLockAction{R"sql(
   SELECT status, response_status, response_body, compensated_at IS NOT NULL
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2
-  FOR UPDATE)sql";
+  FOR UPDATE)sql"};
 
 // The undone action is kept a full retention from now: a late retry of its key must keep
 // hearing "compensated", never find the key free again.
-constexpr const char* kMarkCompensated = R"sql(
+const common::pg::Statement kMarkCompensated{R"sql(
   UPDATE idempotency_keys
   SET compensated_at = now(), expires_at = now() + make_interval(secs => $3)
-  WHERE tenant_id = $1 AND idempotency_key = $2)sql";
+  WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
 
-constexpr const char* kDeleteExpired = R"sql(
+const common::pg::Statement kDeleteExpired{R"sql(
   DELETE FROM idempotency_keys
-  WHERE ctid IN (SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1))sql";
+  WHERE ctid IN (SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1))sql"};
 
 // Thrown inside a compensation's transaction to roll it back and answer `action_unknown`.
 struct ActionUnknown {};
@@ -75,10 +78,10 @@ Response Json(int status, const std::string& code, const std::string& message,
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
 std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash,
                                  double retention_s) {
-  auto rows = tx.exec_params(kLoad, req.tenant_id, req.key);
+  auto rows = Exec(tx, kLoad, req.tenant_id, req.key, retention_s);
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
-  tx.exec_params(kKeepAlive, req.tenant_id, req.key, retention_s);
   const auto& row = rows[0];
+  if (row[6].as<bool>()) Exec(tx, kKeepAlive, req.tenant_id, req.key, retention_s);
   auto status = row[0].as<std::string>();
   Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
                   "cancelled"};
@@ -101,7 +104,7 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
 // Claims the key or answers from what is stored; nullopt means the caller owns the key now.
 std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const std::string& hash,
                                       double retention_s) {
-  if (!tx.exec_params(kClaim, req.tenant_id, req.key, hash, retention_s).empty()) {
+  if (!Exec(tx, kClaim, req.tenant_id, req.key, hash, retention_s).empty()) {
     return std::nullopt;
   }
   if (auto existing = Existing(tx, req, hash, retention_s)) return existing;
@@ -110,7 +113,7 @@ std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const 
 }
 
 void Store(pqxx::work& tx, const Request& req, const Response& res) {
-  tx.exec_params(kStore, req.tenant_id, req.key, res.status, res.content_type, res.body);
+  Exec(tx, kStore, req.tenant_id, req.key, res.status, res.content_type, res.body);
 }
 
 bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
@@ -199,19 +202,18 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     nlohmann::json body = {{"action_key", action_key}};
     std::string refusal = common::http::ErrorBody(
         "cancelled", "this step was compensated before it arrived; it will not be applied");
-    tx.exec_params(kKeepAlive, req.tenant_id, action_key, RetentionSeconds());
-    if (action_applied && tx.exec_params(kLoad, req.tenant_id, action_key).empty()) {
+    Exec(tx, kKeepAlive, req.tenant_id, action_key, RetentionSeconds());
+    if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key, RetentionSeconds()).empty()) {
       // The caller saw this action succeed, yet it has no record here (expired, restored from
       // an old backup): nothing can be undone, and a tombstone would make that final. Answer
       // without storing anything, so a retry after the record is restored undoes it.
       throw ActionUnknown();
     }
-    if (!tx.exec_params(kTombstone, req.tenant_id, action_key, refusal, RetentionSeconds())
-             .empty()) {
+    if (!Exec(tx, kTombstone, req.tenant_id, action_key, refusal, RetentionSeconds()).empty()) {
       body["outcome"] = "cancelled";
     } else {
       // The action committed (the tombstone insert waited for it if it was in flight).
-      auto row = tx.exec_params(kLockAction, req.tenant_id, action_key)[0];
+      auto row = Exec(tx, kLockAction, req.tenant_id, action_key)[0];
       auto status = row[0].as<std::string>();
       int action_status = row[1].as<int>(0);
       if (status == "tombstone") {
@@ -224,7 +226,7 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
         ActionRecord action{action_key, action_status,
                             nlohmann::json::parse(row[2].as<std::string>(), nullptr, false)};
         nlohmann::json detail = undo(tx, action);
-        tx.exec_params(kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
+        Exec(tx, kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
         body["outcome"] = "undone";
         if (detail.is_object()) body.update(detail);
       }
@@ -242,7 +244,7 @@ double Guard::RetentionSeconds() const { return static_cast<double>(options_.ret
 long long Guard::DeleteExpired(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);
-    auto r = tx.exec_params(kDeleteExpired, batch);
+    auto r = Exec(tx, kDeleteExpired, batch);
     tx.commit();
     return static_cast<long long>(r.affected_rows());
   });
