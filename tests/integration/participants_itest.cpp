@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <optional>
 #include <thread>
 
 #include "services_mock/service.hpp"
@@ -97,6 +98,42 @@ TEST_F(InventoryTest, ReleaseTwiceRestoresStockExactlyOnce) {
   EXPECT_EQ(Available("gadget"), 10);
   EXPECT_EQ(db_.Count("SELECT reserved FROM stock WHERE sku = 'gadget'"), 0);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM reservations WHERE status = 'released'"), 1);
+  // Three units from three one-unit slots, each given back where it came from.
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM stock_slots WHERE sku = 'gadget' AND reserved <> 0"),
+            0);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM stock_slots WHERE sku = 'gadget' AND available = 1"),
+            10);
+}
+
+// One SKU is many slots: a reservation takes a slot nobody holds instead of queueing behind
+// the reservation holding another (one row per SKU served one reservation per WAL flush).
+TEST_F(InventoryTest, AReservationTakesAFreeSlotAndWaitsOnlyWhenEverySlotIsHeld) {
+  pqxx::connection holder(db_.url());
+  pqxx::work held(holder);
+  held.exec("SELECT 1 FROM stock_slots WHERE sku = 'widget' AND slot <> 7 FOR UPDATE");
+  // Answered while the other slots are still held: it never waited for them (it would have
+  // waited out the lock timeout and answered 409 in progress).
+  auto r = Post(client_, "/v1/reservations",
+                {.key = "S-inventory", .body = R"({"items":[{"sku":"widget","quantity":5}]})"});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201);
+  EXPECT_EQ(db_.Count("SELECT reserved FROM stock_slots WHERE sku = 'widget' AND slot = 7"), 5);
+
+  // Every slot held: the next one waits for them, and completes once they are free.
+  held.exec("SELECT 1 FROM stock_slots WHERE sku = 'widget' AND slot = 7 FOR UPDATE");
+  std::optional<httplib::Result> waited;
+  std::thread waiter([&] {
+    waited = Post(client_, "/v1/reservations",
+                  {.key = "T-inventory", .body = R"({"items":[{"sku":"widget","quantity":5}]})"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Rows("reservations"), 1);
+  held.abort();
+  waiter.join();
+  ASSERT_TRUE(waited && *waited);
+  EXPECT_EQ((*waited)->status, 201);
+  EXPECT_EQ(Available("widget"), 1000000 - 10);
+  EXPECT_EQ(db_.Count("SELECT reserved FROM stock WHERE sku = 'widget'"), 10);
 }
 
 TEST_F(InventoryTest, AReservationArrivingAfterItsReleaseIsRefused) {
