@@ -9,6 +9,11 @@ namespace {
 using common::pg::Exec;
 using common::pg::ExecOne;
 
+// Statements about one key find it by its primary key. They test the status with NOT IN (the
+// status column allows four values) because a positive test makes the index of running
+// sagas, or (tenant_id, status, ...), look usable: a generic plan once picked them and read
+// every dead entry of every finished saga for each update of one row.
+//
 // Every query names the table `k`, so the column list also reads unambiguously in an
 // UPDATE ... FROM (the batch takeover).
 constexpr const char* kColumns = R"sql(
@@ -21,16 +26,24 @@ constexpr const char* kColumns = R"sql(
   coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
   coalesce(k.root_span_id, ''))sql";
 
-// Claims a new key. The conflicting case returns nothing and the row is read next.
+// Claims a new key, or reads the row already under it, in one round trip: a replay runs no
+// INSERT at all (it writes nothing and locks nothing). The first column says which. No row
+// at all means the key was claimed (or deleted) after this statement's snapshot: try again.
 const common::pg::Statement kClaim{std::string(R"sql(
-  INSERT INTO idempotency_keys AS k
-    (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
-          lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at, root_span_id)
-  VALUES ($1, $2, $3, $4::jsonb, $5, 'ord_' || replace(gen_random_uuid()::text, '-', ''),
-          'started', $6, 1, now() + make_interval(secs => $7), $8,
-                    now() + make_interval(secs => $9), $10)
-  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING )sql") + kColumns};
+  WITH found AS (
+    SELECT )sql") + kColumns + R"sql( FROM idempotency_keys k
+    WHERE tenant_id = $1 AND idempotency_key = $2),
+  claimed AS (
+    INSERT INTO idempotency_keys AS k
+      (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
+       lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at, root_span_id)
+    SELECT $1, $2, $3, $4::jsonb, $5, 'ord_' || replace(gen_random_uuid()::text, '-', ''),
+           'started', $6, 1, now() + make_interval(secs => $7), $8,
+           now() + make_interval(secs => $9), $10
+    WHERE NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING )sql" + kColumns + R"sql()
+  SELECT true, * FROM claimed UNION ALL SELECT false, * FROM found)sql"};
 
 const common::pg::Statement kGet{
     std::string("SELECT ") + kColumns +
@@ -42,28 +55,28 @@ const common::pg::Statement kTakeOver{std::string(R"sql(
   SET lease_owner = $3, lease_epoch = lease_epoch + 1, stuck = false,
       lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2
-    AND status IN ('started', 'compensating') AND lease_expires_at < now()
+    AND status NOT IN ('completed', 'failed') AND lease_expires_at < now()
   RETURNING )sql") + kColumns};
 
 const common::pg::Statement kRenew{R"sql(
   UPDATE idempotency_keys
   SET lease_expires_at = now() + make_interval(secs => $5), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status IN ('started', 'compensating'))sql"};
+    AND status NOT IN ('completed', 'failed'))sql"};
 
 const common::pg::Statement kBeginCompensation{R"sql(
   UPDATE idempotency_keys
   SET status = 'compensating', steps = $5::jsonb, failed_step = $6, failure = $7::jsonb,
       updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status = 'started')sql"};
+    AND status NOT IN ('compensating', 'completed', 'failed'))sql"};
 
 const common::pg::Statement kDeferStuck{R"sql(
   UPDATE idempotency_keys
   SET stuck = true, steps = $5::jsonb, updated_at = now(),
       lease_expires_at = now() + make_interval(secs => $6)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status IN ('started', 'compensating'))sql"};
+    AND status NOT IN ('completed', 'failed'))sql"};
 
 // SKIP LOCKED: a row another sweeper is taking over right now is left to it.
 const common::pg::Statement kTakeOverBatch{std::string(R"sql(
@@ -86,7 +99,7 @@ const common::pg::Statement kReleaseLeases{R"sql(
 // right now keeps its lease.
 const common::pg::Statement kRetryNow{R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
-  WHERE tenant_id = $1 AND idempotency_key = $2 AND status IN ('started', 'compensating')
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status NOT IN ('completed', 'failed')
     AND stuck)sql"};
 
 const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
@@ -133,7 +146,7 @@ const common::pg::Statement kFinish{R"sql(
       -- Retention counts from the end: a saga that ran (or was stuck) long keeps its answer.
       expires_at = now() + make_interval(secs => $9)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status IN ('started', 'compensating'))sql"};
+    AND status NOT IN ('completed', 'failed'))sql"};
 
 const common::pg::Statement kTenantForKey{"SELECT tenant_id FROM tenants WHERE api_key_hash = $1"};
 
@@ -141,30 +154,31 @@ const common::pg::Statement kUpsertTenant{R"sql(
   INSERT INTO tenants (tenant_id, api_key_hash) VALUES ($1, $2)
   ON CONFLICT (tenant_id) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash)sql"};
 
-SagaRow ToRow(const pqxx::row& r) {
+SagaRow ToRow(const pqxx::row& row, int first = 0) {
+  auto r = [&](int i) { return row[first + i]; };
   SagaRow s;
-  s.tenant_id = r[0].as<std::string>();
-  s.key = r[1].as<std::string>();
-  s.request_hash = r[2].as<std::string>();
-  s.request_body = nlohmann::json::parse(r[3].as<std::string>());
-  s.saga_name = r[4].as<std::string>();
-  s.order_id = r[5].as<std::string>();
-  s.status = r[6].as<std::string>();
-  s.lease_owner = r[7].as<std::string>();
-  s.lease_epoch = r[8].as<long long>();
-  s.lease_live = r[9].as<bool>();
-  s.lease_seconds_left = r[10].as<double>();
-  s.steps = nlohmann::json::parse(r[11].as<std::string>());
-  s.failed_step = r[12].as<std::string>();
-  s.failure = nlohmann::json::parse(r[13].as<std::string>());
-  s.stuck = r[14].as<bool>();
-  s.response_status = r[15].as<int>();
-  s.response_headers = nlohmann::json::parse(r[16].as<std::string>());
-  s.response_body = r[17].as<std::string>();
-  s.trace_id = r[18].as<std::string>();
-  s.created_at = r[19].as<std::string>();
-  s.updated_at = r[20].as<std::string>();
-  s.root_span_id = r[21].as<std::string>();
+  s.tenant_id = r(0).as<std::string>();
+  s.key = r(1).as<std::string>();
+  s.request_hash = r(2).as<std::string>();
+  s.request_body = nlohmann::json::parse(r(3).as<std::string>());
+  s.saga_name = r(4).as<std::string>();
+  s.order_id = r(5).as<std::string>();
+  s.status = r(6).as<std::string>();
+  s.lease_owner = r(7).as<std::string>();
+  s.lease_epoch = r(8).as<long long>();
+  s.lease_live = r(9).as<bool>();
+  s.lease_seconds_left = r(10).as<double>();
+  s.steps = nlohmann::json::parse(r(11).as<std::string>());
+  s.failed_step = r(12).as<std::string>();
+  s.failure = nlohmann::json::parse(r(13).as<std::string>());
+  s.stuck = r(14).as<bool>();
+  s.response_status = r(15).as<int>();
+  s.response_headers = nlohmann::json::parse(r(16).as<std::string>());
+  s.response_body = r(17).as<std::string>();
+  s.trace_id = r(18).as<std::string>();
+  s.created_at = r(19).as<std::string>();
+  s.updated_at = r(20).as<std::string>();
+  s.root_span_id = r(21).as<std::string>();
   return s;
 }
 
@@ -181,21 +195,17 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   for (int attempt = 0; !outcome; ++attempt) {
     if (attempt == 3) throw pqxx::transaction_rollback("idempotency key claim raced with GC");
     outcome = pool_.With([&](pqxx::connection& conn) -> std::optional<std::pair<bool, SagaRow>> {
-      pqxx::work tx(conn);
-      auto inserted = Exec(
+      pqxx::nontransaction tx(conn);
+      auto rows = Exec(
           tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
           req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
           Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
           req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
-      if (!inserted.empty()) {
-        SagaRow row = ToRow(inserted[0]);
-        tx.commit();
-        return std::pair{true, row};
+      if (rows.empty()) {
+        if (options_.after_conflict_for_test) options_.after_conflict_for_test();
+        return std::nullopt;
       }
-      if (options_.after_conflict_for_test) options_.after_conflict_for_test();
-      auto found = Exec(tx, kGet, req.tenant_id, req.key);
-      if (found.empty()) return std::nullopt;
-      return std::pair{false, ToRow(found[0])};
+      return std::pair{rows[0][0].as<bool>(), ToRow(rows[0], 1)};
     });
   }
   auto [claimed, row] = *outcome;
@@ -219,9 +229,8 @@ std::optional<Claim> ParentStore::TakeOverExpired(const std::string& tenant_id,
                                                   const std::string& key,
                                                   const std::string& owner) {
   return pool_.With([&](pqxx::connection& conn) -> std::optional<Claim> {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto rows = Exec(tx, kTakeOver, tenant_id, key, owner, Seconds(options_.lease));
-    tx.commit();
     if (rows.empty()) return std::nullopt;
     SagaRow row = ToRow(rows[0]);
     common::Log("lease_taken_over", {{"tenant", tenant_id},
@@ -246,9 +255,8 @@ bool ParentStore::Fenced(const Lease& lease, const char* what, bool applied) {
 
 bool ParentStore::Renew(const Lease& l) {
   auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kRenew, l.tenant_id, l.key, l.owner, l.epoch, Seconds(options_.lease));
-    tx.commit();
     return r.affected_rows();
   });
   return !Fenced(l, "renew", n == 1);
@@ -257,10 +265,9 @@ bool ParentStore::Renew(const Lease& l) {
 bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
                                     const std::string& failed_step, const nlohmann::json& failure) {
   auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
                   failed_step, failure.dump());
-    tx.commit();
     return r.affected_rows();
   });
   return !Fenced(l, "begin_compensation", n == 1);
@@ -269,10 +276,9 @@ bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
 bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
                              std::chrono::milliseconds retry_in) {
   auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kDeferStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
                   static_cast<double>(retry_in.count()) / 1000.0);
-    tx.commit();
     return r.affected_rows();
   });
   return !Fenced(l, "defer_stuck", n == 1);
@@ -280,9 +286,8 @@ bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
 
 std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, int limit) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto rows = Exec(tx, kTakeOverBatch, owner, Seconds(options_.lease), limit);
-    tx.commit();
     std::vector<Claim> claims;
     for (const auto& r : rows) {
       SagaRow row = ToRow(r);
@@ -301,18 +306,16 @@ std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, i
 
 long long ParentStore::ReleaseLeases(const std::string& owner) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kReleaseLeases, owner);
-    tx.commit();
     return static_cast<long long>(r.affected_rows());
   });
 }
 
 bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kRetryNow, tenant_id, key);
-    tx.commit();
     return r.affected_rows() == 1;
   });
 }
@@ -320,7 +323,7 @@ bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key)
 std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::string& status,
                                        bool stuck_only, int limit) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::read_transaction tx(conn);
+    pqxx::nontransaction tx(conn);
     std::vector<SagaRow> out;
     for (const auto& r : Exec(tx, kList, tenant_id, status, stuck_only, limit)) {
       out.push_back(ToRow(r));
@@ -331,27 +334,25 @@ std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::
 
 long long ParentStore::DeleteExpired(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto n = ExecOne(tx, kDeleteExpired, batch)[0].as<long long>();
-    tx.commit();
     return n;
   });
 }
 
 long long ParentStore::DeleteUnownedSpans(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r =
         Exec(tx, kDeleteUnownedSpans,
              Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)), batch);
-    tx.commit();
     return static_cast<long long>(r.affected_rows());
   });
 }
 
 ParentStore::Counts ParentStore::CountRunning() {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::read_transaction tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kCounts)[0];
     return Counts{r[0].as<long long>(), r[1].as<long long>()};
   });
@@ -360,12 +361,11 @@ ParentStore::Counts ParentStore::CountRunning() {
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps) {
   auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
                   std::string(completed ? "completed" : "failed"), response_status, response_body,
                   steps.dump(),
                   Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
-    tx.commit();
     return r.affected_rows();
   });
   return !Fenced(l, "finish", n == 1);
@@ -373,7 +373,7 @@ bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
 
 std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std::string& key) {
   return pool_.With([&](pqxx::connection& conn) -> std::optional<SagaRow> {
-    pqxx::read_transaction tx(conn);
+    pqxx::nontransaction tx(conn);
     auto rows = Exec(tx, kGet, tenant_id, key);
     if (rows.empty()) return std::nullopt;
     return ToRow(rows[0]);
@@ -382,7 +382,7 @@ std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std:
 
 std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_key_hash) {
   return pool_.With([&](pqxx::connection& conn) -> std::optional<std::string> {
-    pqxx::read_transaction tx(conn);
+    pqxx::nontransaction tx(conn);
     auto rows = Exec(tx, kTenantForKey, api_key_hash);
     if (rows.empty()) return std::nullopt;
     return rows[0][0].as<std::string>();
@@ -391,9 +391,8 @@ std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_
 
 void ParentStore::UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash) {
   pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     Exec(tx, kUpsertTenant, tenant_id, api_key_hash);
-    tx.commit();
   });
 }
 

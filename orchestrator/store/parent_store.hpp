@@ -84,8 +84,8 @@ struct StoreOptions {
   std::chrono::seconds lease{30};  // how long an owner may go without renewing
   // Finished keys are kept this long after they finish.
   std::chrono::seconds retention{std::chrono::hours(24)};
-  // Tests only: runs between a claim's conflicting insert and its read of the existing row
-  // (to delete the row there, as a concurrent GC can).
+  // Tests only: runs when a claim lost a race (the key was claimed after its snapshot), before
+  // it reads the key again.
   std::function<void()> after_conflict_for_test;
 };
 

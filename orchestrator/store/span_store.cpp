@@ -59,16 +59,15 @@ void SpanStore::Insert(const std::vector<SpanData>& spans) {
                     {"attributes", attrs}});
   }
   pool_.With([&](pqxx::connection& conn) {
-    pqxx::work tx(conn);
+    pqxx::nontransaction tx(conn);
     Exec(tx, kInsert, rows.dump());
-    tx.commit();
   });
 }
 
 std::vector<SpanData> SpanStore::ForTrace(const std::string& tenant_id,
                                           const std::string& trace_id) {
   return pool_.With([&](pqxx::connection& conn) {
-    pqxx::read_transaction tx(conn);
+    pqxx::nontransaction tx(conn);
     std::vector<SpanData> out;
     for (const auto& r : Exec(tx, kForTrace, trace_id, tenant_id)) {
       SpanData s;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -197,21 +198,44 @@ TEST_F(ParentStoreTest, AFinishedSagaIsKeptForTheRetentionCountedFromItsEnd) {
             1);
 }
 
-TEST_F(ParentStoreTest, AClaimWhoseExistingRowIsCollectedMeanwhileClaimsAfresh) {
-  auto first = store_.ClaimKey(Req("gc-race"));
-  ASSERT_TRUE(store_.Finish(first.lease, true, 201, "{}", nlohmann::json::array()));
-  // GC deletes the row between the claim's conflicting insert and its read of that row.
-  common::pg::Pool gc_pool({.url = db_.url(), .size = 1});
-  ParentStore racing(pool_, {.after_conflict_for_test = [&] {
-                       gc_pool.With([](pqxx::connection& conn) {
-                         pqxx::work tx(conn);
-                         tx.exec("DELETE FROM idempotency_keys");
-                         tx.commit();
-                       });
-                     }});
-  auto again = racing.ClaimKey(Req("gc-race"));
-  EXPECT_EQ(again.kind, Claim::kClaimed);
-  EXPECT_EQ(again.row.status, "started");
+// The claim reads and inserts in one statement. A key claimed by another process after that
+// statement's snapshot makes it return nothing; the claim then reads again and answers from
+// the winner's row (here: in progress), never claims a second time.
+TEST_F(ParentStoreTest, AClaimThatLosesARaceAnswersFromTheWinnersRow) {
+  for (bool winner_commits : {true, false}) {
+    std::string key = winner_commits ? "race-commit" : "race-rollback";
+    pqxx::connection winner_conn(db_.url());
+    pqxx::work winner(winner_conn);
+    winner.exec_params(
+        "INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, request_body, "
+        "saga_name, order_id, status, lease_owner, lease_epoch, lease_expires_at, trace_id, "
+        "expires_at) VALUES ('demo', $1, $2, '{\"n\":\"1\"}', 'place_order', $3, 'started', "
+        "'winner', 1, now() + interval '1 minute', $4, now() + interval '1 day')",
+        key, common::Sha256Hex("1"), "ord_" + key, common::Sha256Hex("demo" + key).substr(0, 32));
+    int raced = 0;
+    ParentStore loser(pool_, {.after_conflict_for_test = [&] { ++raced; }});
+    std::optional<Claim> claim;
+    std::thread t([&] { claim = loser.ClaimKey(Req(key)); });  // waits on the uncommitted row
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (winner_commits) {
+      winner.commit();
+    } else {
+      winner.abort();
+    }
+    t.join();
+    ASSERT_TRUE(claim);
+    if (winner_commits) {
+      EXPECT_EQ(raced, 1);
+      EXPECT_EQ(claim->kind, Claim::kInProgress);
+      EXPECT_EQ(claim->row.lease_owner, "winner");
+    } else {
+      EXPECT_EQ(raced, 0);
+      EXPECT_EQ(claim->kind, Claim::kClaimed);
+      EXPECT_EQ(claim->row.lease_owner, "owner-a");
+    }
+    EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1", key),
+              1);
+  }
 }
 
 TEST_F(ParentStoreTest, RetryNowExpiresOnlyAStuckSagasLease) {
