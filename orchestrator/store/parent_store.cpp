@@ -118,7 +118,7 @@ const common::pg::Statement kDeleteExpired{R"sql(
                    LIMIT $1)
     RETURNING tenant_id, idempotency_key, trace_id)
   , spans_gone AS (
-    DELETE FROM spans s WHERE s.trace_id IN (SELECT trace_id FROM gone)
+    DELETE FROM trace_spans s WHERE s.trace_id IN (SELECT trace_id FROM gone)
       -- A caller may have sent one traceparent for several orders: keep a trace in use.
       AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
                       WHERE k.trace_id = s.trace_id
@@ -127,8 +127,8 @@ const common::pg::Statement kDeleteExpired{R"sql(
   SELECT count(*) FROM gone)sql"};
 
 const common::pg::Statement kDeleteUnownedSpans{R"sql(
-  DELETE FROM spans WHERE ctid IN (
-    SELECT s.ctid FROM spans s
+  DELETE FROM trace_spans WHERE ctid IN (
+    SELECT s.ctid FROM trace_spans s
     WHERE s.received_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.trace_id = s.trace_id)
     LIMIT $2))sql"};

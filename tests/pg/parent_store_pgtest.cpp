@@ -15,6 +15,15 @@ using orchestrator::ClaimRequest;
 using orchestrator::ParentStore;
 using test_support::ScratchDatabase;
 
+// A stored batch of one span named `name`, as SQL.
+std::string SpanJson(const std::string& name) {
+  return "'[{\"span_id\":\"3333333333333333\",\"parent_span_id\":\"\",\"service\":"
+         "\"orchestrator\",\"name\":\"" +
+         name +
+         "\",\"kind\":1,\"start_unix_nano\":0,\"end_unix_nano\":1,\"status\":\"ok\","
+         "\"status_message\":\"\",\"attributes\":{}}]'::json";
+}
+
 class ParentStoreTest : public ::testing::Test {
  protected:
   ParentStoreTest() : db_("orchestrator"), pool_({.url = db_.url(), .size = 4}), store_(pool_, {}) {
@@ -267,12 +276,9 @@ TEST_F(ParentStoreTest, GarbageCollectionDeletesOnlyFinishedKeysPastRetention) {
       "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' "
       "WHERE idempotency_key LIKE 'old-%'");
   auto span_of = [&](const std::string& key) {
-    db_.Exec(
-        "INSERT INTO spans (trace_id, span_id, service, name, kind, start_unix_nano, "
-        "end_unix_nano, status) SELECT trace_id, substr(md5(idempotency_key), 1, 16), "
-        "'orchestrator', 'x', 1, 0, 1, 'ok' FROM idempotency_keys "
-        "WHERE idempotency_key = $1",
-        key);
+    db_.Exec("INSERT INTO trace_spans (trace_id, spans) SELECT trace_id, " + SpanJson("x") +
+                 " FROM idempotency_keys WHERE idempotency_key = $1",
+             key);
   };
   span_of("old-done");
   span_of("new-done");
@@ -290,11 +296,8 @@ TEST_F(ParentStoreTest, ATraceSharedWithAnotherKeyKeepsItsSpans) {
   auto c = store_.ClaimKey(shared);
   store_.ClaimKey(other);
   store_.Finish(c.lease, true, 201, "{}", nlohmann::json::array());
-  db_.Exec(
-      "INSERT INTO spans (trace_id, span_id, service, name, kind, start_unix_nano, "
-      "end_unix_nano, status) VALUES ($1, repeat('3', 16), 'orchestrator', 'x', 1, 0, 1, "
-      "'ok')",
-      shared.trace_id);
+  db_.Exec("INSERT INTO trace_spans (trace_id, spans) VALUES ($1, " + SpanJson("x") + ")",
+           shared.trace_id);
   db_.Exec(
       "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' "
       "WHERE idempotency_key = 'old-done'");
@@ -303,12 +306,9 @@ TEST_F(ParentStoreTest, ATraceSharedWithAnotherKeyKeepsItsSpans) {
 }
 
 TEST_F(ParentStoreTest, SpansNoKeyAccountsForAreDeletedAfterTheRetention) {
-  db_.Exec(
-      "INSERT INTO spans (trace_id, span_id, service, name, kind, start_unix_nano, "
-      "end_unix_nano, status, received_at) VALUES "
-      "(repeat('a', 32), repeat('1', 16), 'orchestrator', 'refused', 2, 0, 1, 'error', "
-      " now() - interval '25 hours'), "
-      "(repeat('b', 32), repeat('2', 16), 'orchestrator', 'recent', 2, 0, 1, 'error', now())");
+  db_.Exec("INSERT INTO trace_spans (trace_id, spans, received_at) VALUES (repeat('a', 32), " +
+           SpanJson("refused") + ", now() - interval '25 hours'), (repeat('b', 32), " +
+           SpanJson("recent") + ", now())");
   EXPECT_EQ(store_.DeleteUnownedSpans(1000), 1);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM spans WHERE name = 'recent'"), 1);
 }
