@@ -15,6 +15,8 @@
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/memory.hpp"
+#include "common/periodic.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
@@ -350,6 +352,7 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  common::TuneAllocator();
   idemsaga_cmd::BlockStopSignals();
   CLI::App app{"idemsaga: a saga orchestrator with idempotency keys end to end"};
   app.require_subcommand(1);
@@ -369,6 +372,9 @@ int main(int argc, char** argv) {
   idemsaga_cmd::AddClientCommands(app, client_flags, run);
   try {
     app.parse(argc, argv);
+    // Servers give memory back after a burst; a client command ends before the first run.
+    common::Periodic trim("return_free_memory", std::chrono::seconds(2), common::ReturnFreeMemory);
+    trim.Start();
     if (run) run();
     return idemsaga_cmd::ExitCode();
   } catch (const CLI::ParseError& e) {
