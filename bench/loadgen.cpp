@@ -73,6 +73,7 @@ struct Shared {
 // Per thread: merged at the end.
 struct Results {
   std::vector<double> latencies_ms;
+  std::vector<double> connect_ms;  // each successful connect: SYN to established
   std::map<int, long long> statuses;
   std::map<int, long long> with_retry_after;   // status -> answers that carried Retry-After
   std::map<std::string, long long> no_answer;  // why a request counts as status 0
@@ -276,12 +277,15 @@ class Connection {
       Fail("connect");
       return;
     }
-    socket_.async_connect(endpoint_, [this, g = gen_](boost::system::error_code ec) {
+    auto t = Clock::now();
+    socket_.async_connect(endpoint_, [this, g = gen_, t](boost::system::error_code ec) {
       if (g != gen_) return;
       if (ec) {
         Fail("connect");
         return;
       }
+      results_.connect_ms.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - t).count());
       socket_.set_option(tcp::no_delay(true), ec);
       Write();
     });
@@ -535,6 +539,7 @@ int main(int argc, char** argv) {
   all.last_done = start;
   for (auto& r : results) {
     all.latencies_ms.insert(all.latencies_ms.end(), r.latencies_ms.begin(), r.latencies_ms.end());
+    all.connect_ms.insert(all.connect_ms.end(), r.connect_ms.begin(), r.connect_ms.end());
     for (auto [s, c] : r.statuses) all.statuses[s] += c;
     for (auto [s, c] : r.with_retry_after) all.with_retry_after[s] += c;
     for (auto& [w, c] : r.no_answer) all.no_answer[w] += c;
@@ -544,6 +549,7 @@ int main(int argc, char** argv) {
     all.last_done = std::max(all.last_done, r.last_done);
   }
   std::sort(all.latencies_ms.begin(), all.latencies_ms.end());
+  std::sort(all.connect_ms.begin(), all.connect_ms.end());
   const auto requests = static_cast<long long>(all.latencies_ms.size());
   const double seconds = std::chrono::duration<double>(all.last_done - start).count();
   auto cpu = [](const rusage& r) {
@@ -572,6 +578,9 @@ int main(int argc, char** argv) {
                         {"with_retry_after", nlohmann::json::object()},
                         {"no_answer", nlohmann::json::object()},
                         {"connects", all.connects},
+                        {"connect_p50_ms", Percentile(all.connect_ms, 0.50)},
+                        {"connect_p99_ms", Percentile(all.connect_ms, 0.99)},
+                        {"connect_max_ms", all.connect_ms.empty() ? 0 : all.connect_ms.back()},
                         {"closed_by_server", all.closed_by_server},
                         {"body_bytes", body.size()},
                         {"bytes_sent", all.bytes_sent},
