@@ -8,7 +8,10 @@ postmaster), with the busiest such command. `report.py` sums the lines of each p
   cpuwatch.py ROOT_PID POSTMASTER_PID_FILE OUT   (runs until ROOT_PID exits)
 
 Processes that start and end between two samples are seen through their parent's counters
-of waited-for children (cutime, cstime), so a compiler under make or ninja is counted.
+of waited-for children (cutime, cstime), so a compiler under make or ninja is counted. When a
+parent reaps a child it had already seen, what that child used before the last sample is taken
+off again, so an old process that exits (and its parent, often init) does not show its whole
+lifetime in its last second.
 """
 import os
 import sys
@@ -65,14 +68,26 @@ def main():
                 pass
             mine = ours(cur, [root, postmaster, me])
             foreign, busiest = 0, {}
+            # Gone since the last sample: the nearest living ancestor (through others that are
+            # gone too) now holds all of their time in its cutime, of which what they had used
+            # by the last sample was counted then (or was ours).
+            for pid, (ppid, comm, own, children) in prev.items():
+                if pid in cur:
+                    continue
+                while ppid not in cur and ppid in prev:
+                    ppid = prev[ppid][0]
+                if ppid in cur and ppid not in mine:
+                    parent = cur[ppid][1]
+                    foreign -= own + children
+                    busiest[parent] = busiest.get(parent, 0) - (own + children)
             for pid, (_, comm, own, children) in cur.items():
                 if pid in mine or pid not in prev or prev[pid][1] != comm:
                     continue
                 d = (own - prev[pid][2]) + (children - prev[pid][3])
-                if d > 0:
-                    foreign += d
-                    busiest[comm] = busiest.get(comm, 0) + d
-            top = max(busiest, key=busiest.get) if busiest else "-"
+                foreign += d
+                busiest[comm] = busiest.get(comm, 0) + d
+            foreign = max(foreign, 0)
+            top = max(busiest, key=busiest.get) if foreign > 0 else "-"
             f.write(f"{time.time():.3f} {foreign / TICK:.2f} {top}\n")
             prev = cur
 

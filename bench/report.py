@@ -82,7 +82,8 @@ def phase_line(r, label):
     return (f"{label:<16}: {r['per_second']:8.0f}/s  p50 {r['p50_ms']:7.2f}  p90 {r['p90_ms']:7.2f}"
             f"  p99 {r['p99_ms']:7.2f}  max {r['max_ms']:7.1f} ms  p99/p50 {tail:4.2f}"
             f"  n={r['requests']}  statuses {st}{extra}  (loadgen CPU {r['cpu_percent']:.0f}%,"
-            f" {r['connects']} connects)")
+            f" {r['connects']} connects, connect p99 {r.get('connect_p99_ms', 0):.1f}"
+            f" max {r.get('connect_max_ms', 0):.1f} ms)")
 
 
 def wrk_result(path):
@@ -97,8 +98,9 @@ def wrk_result(path):
 
 
 def instrument(res):
-    lg = [load(os.path.join(res, f"check_lg{i}.json")) for i in (1, 2)]
-    wk = [wrk_result(os.path.join(res, f"wrk{i}.txt")) for i in (1, 2)]
+    n = len([f for f in os.listdir(res) if re.fullmatch(r"check_lg\d+\.json", f)])
+    lg = [load(os.path.join(res, f"check_lg{i}.json")) for i in range(1, n + 1)]
+    wk = [wrk_result(os.path.join(res, f"wrk{i}.txt")) for i in range(1, n + 1)]
     lg_rate = sum(r["requests"] for r in lg) / sum(r["seconds"] for r in lg)
     wrk_rate = sum(r["requests"] for r in wk) / sum(r["seconds"] for r in wk)
     return lg, wk, lg_rate, wrk_rate, lg_rate / wrk_rate
@@ -125,8 +127,14 @@ def commits(res):
     out["writes_per_order"] = num(v, "xids") / n
     wal = {k[4:-8]: int(val) for k, val in v.items() if k.startswith("wal_") and
            k.endswith("_commits") and k != "wal_span_commits"}
-    out["wal_per_db"] = {db: c / n for db, c in sorted(wal.items())}
+    xids = {k[4:-5]: int(val) for k, val in v.items() if k.startswith("wal_") and
+            k.endswith("_xids")}
+    out["wal_per_db"] = {db: c / n for db, c in sorted(wal.items())
+                         if c or db in ("orchestrator", "inventory", "payment")}
     out["wal_total"] = sum(wal.values()) / n
+    # Write transactions of the window that did not commit in it, by database (none expected).
+    out["wal_uncommitted"] = {db: x - wal.get(db, 0) for db, x in sorted(xids.items())
+                              if x != wal.get(db, 0)}
     out["wal_aborts"] = sum(int(val) for k, val in v.items()
                             if k.startswith("wal_") and k.endswith("_aborts"))
     out["wal_spans"] = int(v.get("wal_span_commits", 0)) / n
@@ -151,7 +159,9 @@ def cmd_commits(res):
     print("          from the WAL, committed writes per order: " +
           "  ".join(f"{db} {x:.3f}" for db, x in c["wal_per_db"].items()) +
           f"  total {c['wal_total']:.3f}  (of which span batches {c['wal_spans']:.3f};"
-          f" aborted {c['wal_aborts']})")
+          f" aborted {c['wal_aborts']}" +
+          (f"; not committed in the window {c['wal_uncommitted']}" if c["wal_uncommitted"] else "")
+          + ")")
     print("          pg_stat_database xact_commit per order (reads too): " +
           "  ".join(f"{db} {x:.3f}" for db, x in c["stat_per_db"].items()) +
           f"  total {sum(c['stat_per_db'].values()):.3f}")
@@ -172,7 +182,8 @@ def cmd_final(res, results_md):
     all_completed = bool(states) and all(s.startswith("completed=") for s in states)
     rss = {k: num(v, k, 0) / MIB for k in ("rss16_peak_kb", "rss64_peak_kb", "rss1024_peak_kb",
                                           "rss_flood_peak_kb", "rss_after_flood_kb",
-                                          "rss_before_flood_kb")}
+                                          "rss_before_flood_kb", "rss16_before_kb",
+                                          "rss64_before_kb", "rss1024_before_kb")}
     unanswered = ovl["statuses"].get("0", 0)
     ovl_503 = ovl["statuses"].get("503", 0)
     ovl_503_ra = ovl["with_retry_after"].get("503", 0)
@@ -200,9 +211,9 @@ def cmd_final(res, results_md):
          f"{rep['per_second']:.0f}/s vs {sel:.0f} tps: x{rep['per_second'] / sel:.2f}"),
         ("write commits/order 4.00 +- 0.05", abs(wpo - 4.0) <= 0.05, f"{wpo:.3f}"),
         ("peak RSS <= 64 MiB, c=64", rss["rss64_peak_kb"] <= 64,
-         f"{rss['rss64_peak_kb']:.1f} MiB"),
+         f"{rss['rss64_peak_kb']:.1f} MiB ({rss['rss64_before_kb']:.1f} before the phase)"),
         ("peak RSS <= 128 MiB, c=1024", rss["rss1024_peak_kb"] <= 128,
-         f"{rss['rss1024_peak_kb']:.1f} MiB"),
+         f"{rss['rss1024_peak_kb']:.1f} MiB ({rss['rss1024_before_kb']:.1f} before the phase)"),
         ("RSS <= 64 MiB after the flood", rss["rss_after_flood_kb"] <= 64,
          f"{rss['rss_after_flood_kb']:.1f} MiB (3 s idle; flood peak "
          f"{rss['rss_flood_peak_kb']:.1f} MiB)"),
@@ -231,10 +242,13 @@ def cmd_final(res, results_md):
     print(phase_line(rep, "replays   c=16"))
     print(phase_line(ovl, "overload c=1024"))
     print(phase_line(fld, "flood      c=512"))
-    print(f"memory (dev process, orchestrator + participants): peak c=16 "
-          f"{rss['rss16_peak_kb']:.1f} MiB, peak c=64 {rss['rss64_peak_kb']:.1f} MiB, peak "
-          f"c=1024 {rss['rss1024_peak_kb']:.1f} MiB; flood: before {rss['rss_before_flood_kb']:.1f},"
-          f" peak {rss['rss_flood_peak_kb']:.1f}, after 3 s idle {rss['rss_after_flood_kb']:.1f} MiB")
+    print("memory (dev process: orchestrator + participants; VmRSS before a phase -> VmHWM "
+          "during it):")
+    print(f"  orders c=16 {rss['rss16_before_kb']:.1f} -> {rss['rss16_peak_kb']:.1f} MiB,"
+          f" orders c=64 {rss['rss64_before_kb']:.1f} -> {rss['rss64_peak_kb']:.1f} MiB,"
+          f" overload c=1024 {rss['rss1024_before_kb']:.1f} -> {rss['rss1024_peak_kb']:.1f} MiB,"
+          f" flood {rss['rss_before_flood_kb']:.1f} -> {rss['rss_flood_peak_kb']:.1f} MiB,"
+          f" 3 s after it {rss['rss_after_flood_kb']:.1f} MiB")
     print(f"order states at the end: {' '.join(states_end)}")
     if foreign:
         print("other processes' share of the CPU: " + "  ".join(

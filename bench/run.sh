@@ -40,9 +40,9 @@ for arg in "$@"; do
   esac
 done
 if ((QUICK)); then
-  PGB_S=3 CHECK_S=2 ORDER_S=4 REPLAY_S=3 OVERLOAD_S=4 FLOOD_N=1500
+  PGB_S=3 CHECK_S=1 ORDER_S=4 REPLAY_S=3 OVERLOAD_S=4 FLOOD_N=1500
 else
-  PGB_S=10 CHECK_S=5 ORDER_S=10 REPLAY_S=10 OVERLOAD_S=10 FLOOD_N=6000
+  PGB_S=10 CHECK_S=3 ORDER_S=10 REPLAY_S=10 OVERLOAD_S=10 FLOOD_N=6000
 fi
 PG_PORT=${PG_PORT:-55432} O_PORT=${O_PORT:-18080} I_PORT=${I_PORT:-18081} P_PORT=${P_PORT:-18082}
 WRK_THREADS=${WRK_THREADS:-1}
@@ -219,7 +219,11 @@ done
 lg warm_orders "${ORDER_ARGS[@]}" -n 300 -c 16 --prefix warm-$$
 lg warm_charges "${CHARGE_ARGS[@]}" -n 300 -c 16 --prefix warm-$$
 
-# 2. The instrument check: loadgen, wrk, wrk, loadgen (drift over the four cancels out).
+# The scratch tables as autovacuum would leave them, now rather than during a later phase.
+sql "VACUUM ANALYZE" bench_pgbench
+
+# 2. The instrument check: 8 segments of CHECK_S s, loadgen and wrk in the order L W W L L W W L
+# (a drift of the server's rate over the check weighs the same on both).
 checkpoint
 run_wrk() { # its CPU time (user sys real) too, as loadgen reports its own
   local TIMEFORMAT='wrk-time %U %S %R'
@@ -232,10 +236,12 @@ run_wrk() { # its CPU time (user sys real) too, as loadgen reports its own
 }
 wait_quiet
 mark check_start
-lg check_lg1 "${CHARGE_ARGS[@]}" --duration "$CHECK_S" -c 16 --prefix chk1-$$
-run_wrk 1
-run_wrk 2
-lg check_lg2 "${CHARGE_ARGS[@]}" --duration "$CHECK_S" -c 16 --prefix chk2-$$
+for i in 1 2; do
+  lg check_lg$((2 * i - 1)) "${CHARGE_ARGS[@]}" --duration "$CHECK_S" -c 16 --prefix chk$i-a-$$
+  run_wrk $((2 * i - 1))
+  run_wrk $((2 * i))
+  lg check_lg$((2 * i)) "${CHARGE_ARGS[@]}" --duration "$CHECK_S" -c 16 --prefix chk$i-b-$$
+done
 mark check_end
 python3 "$ROOT/bench/report.py" check "$RES"
 
@@ -246,6 +252,7 @@ sql "SELECT 1 FROM pg_create_physical_replication_slot('idemsaga_bench', true)" 
 commits_before=$(stat_commits) # also waits out the flush of the phases before
 x0=$(xmax) rows0=$(orders_rows) lsn0=$(sql "SELECT pg_current_wal_flush_lsn()")
 wait_quiet
+put rss16_before_kb "$(rss VmRSS)"
 reset_peak
 mark orders16_start
 lg orders16 "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c 16 --prefix o16-$$
@@ -272,6 +279,8 @@ sql "WITH r AS (
               || count(*) FILTER (WHERE committed)
             || ' wal_' || coalesce(replace(d.datname, 'idemsaga_', ''), 'other') || '_aborts='
               || count(*) FILTER (WHERE aborted)
+            || ' wal_' || coalesce(replace(d.datname, 'idemsaga_', ''), 'other') || '_xids='
+              || count(*)
             || CASE WHEN d.datname = 'idemsaga_orchestrator'
                     THEN ' wal_span_commits=' || count(*) FILTER (WHERE committed AND spans)
                     ELSE '' END
@@ -289,6 +298,7 @@ python3 "$ROOT/bench/report.py" commits "$RES"
 # Orders at 64 connections; the peak RSS they cause.
 wait_quiet
 checkpoint
+put rss64_before_kb "$(rss VmRSS)"
 reset_peak
 mark orders64_start
 lg orders64 "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c 64 --prefix o64-$$
@@ -325,6 +335,7 @@ printf 'pgbench   select -S  c=16   : %8.0f tps\n' "$tps"
 # 6. Overload, then a flood of large malformed bodies; RSS of the dev process throughout.
 wait_quiet
 quiesce
+put rss1024_before_kb "$(rss VmRSS)"
 reset_peak
 mark overload_start
 lg overload "${ORDER_ARGS[@]}" --duration "$OVERLOAD_S" -c $OVERLOAD_C --threads 2 \
