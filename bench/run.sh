@@ -123,6 +123,7 @@ grep -q "dev ready" "$WORK/dev.log" || {
 }
 # CPU that other processes take during each phase (a shared machine): see bench/cpuwatch.py.
 PG_DIR=$(sed -n 's|^starting PostgreSQL in \(.*\)$|\1|p' "$WORK/dev.log")
+: >"$RES/cpuwatch.txt"
 python3 "$ROOT/bench/cpuwatch.py" $$ "$PG_DIR/data/postmaster.pid" "$RES/cpuwatch.txt" 9>&- &
 WATCH=$!
 
