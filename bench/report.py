@@ -5,6 +5,7 @@ final report with its targets, which it also appends as one row to bench/RESULTS
   report.py show FILE.json LABEL     one phase's line (loadgen's JSON)
   report.py check RESULTS_DIR        loadgen vs wrk on the participant baseline
   report.py commits RESULTS_DIR      write commits per order in the 16-connection phase
+  report.py other-cpu RESULTS_DIR PHASE   % of the CPU other processes took during PHASE
   report.py final RESULTS_DIR RESULTS.md
 """
 import datetime
@@ -43,7 +44,7 @@ PHASES = ["pgbench_w16", "pgbench_w64", "check", "orders16", "orders64", "replay
           "overload", "flood"]
 
 
-def foreign_cpu(res, v):
+def foreign_cpu(res, v, phases=None):
     """Per phase: the share of the machine's CPU (all cores) other processes used, and the
     busiest of them. None when cpuwatch saw nothing."""
     path = os.path.join(res, "cpuwatch.txt")
@@ -56,7 +57,7 @@ def foreign_cpu(res, v):
             samples.append((float(parts[0]), float(parts[1]), parts[2]))
     cores = os.cpu_count() or 1
     out = {}
-    for phase in PHASES + ["run"]:
+    for phase in phases or PHASES + ["run"]:
         a, b = num(v, f"t_{phase}_start"), num(v, f"t_{phase}_end")
         if a is None or b is None or b <= a:
             continue
@@ -254,6 +255,11 @@ def cmd_final(res, results_md):
         print("other processes' share of the CPU: " + "  ".join(
             f"{p} {f[0]:.0f}%" + (f" ({f[1]})" if f[0] >= 1 else "")
             for p, f in foreign.items()))
+    again = {k[len("attempts_"):]: int(x) for k, x in v.items()
+             if k.startswith("attempts_") and int(x) > 1}
+    if again:
+        print("measured again because other processes took > 5% of the CPU: " + ", ".join(
+            f"{p} ({n} attempts)" for p, n in again.items()))
     if noisy:
         print("NOISE: other processes used > 5% of the CPU during " + ", ".join(
             f"{p} ({f[0]:.0f}%, {f[1]})" for p, f in noisy.items()) +
@@ -323,6 +329,9 @@ def main():
         cmd_check(sys.argv[2])
     elif cmd == "commits":
         cmd_commits(sys.argv[2])
+    elif cmd == "other-cpu":
+        f = (foreign_cpu(sys.argv[2], values(sys.argv[2]), [sys.argv[3]]) or {}).get(sys.argv[3])
+        print(f"{f[0]:.1f}" if f else "0")
     elif cmd == "final":
         cmd_final(sys.argv[2], sys.argv[3])
     else:
