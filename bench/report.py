@@ -273,10 +273,16 @@ def cmd_final(res, results_md):
 
     header = """# Benchmark results
 
-One row per full run of `bench/run.sh` (quick runs are marked `quick` in the mode column),
-appended by the script. Every figure of a row comes from one run on one PostgreSQL cluster (the
-dev stack's, fsync on), so the ratios compare like with like; the absolute numbers move with
-the machine's load (2 shared cores), the ratios much less.
+One row per run of `bench/run.sh`, appended by the script (`quick` runs are smoke tests: their
+figures are rough). Every figure of a row comes from one run on one PostgreSQL cluster (the
+dev stack's, fsync on), so the ratios compare like with like.
+
+How to read a row: compare the ratios (`x bound`, `p99/p50`, `x select`, `writes/order`)
+between rows, not the absolute rates, which move with the machine (2 shared cores). A row
+whose `lg/wrk` is outside 0.90–1.10 measured the instrument, not the server: discard it. A row
+whose `other CPU %` is above 5 had other processes (a compile, someone's test) competing for
+the CPU during a phase that stayed noisy after 3 attempts: its rates are low for that reason.
+`met` counts the 10 targets of the summary that `run.sh` prints.
 
 | column | meaning |
 |---|---|
