@@ -73,6 +73,7 @@ struct Shared {
 // Per thread: merged at the end.
 struct Results {
   std::vector<double> latencies_ms;
+  std::map<int, std::vector<double>> latencies_by_status;  // only when statuses are mixed
   std::vector<double> connect_ms;  // each successful connect: SYN to established
   std::map<int, long long> statuses;
   std::map<int, long long> with_retry_after;   // status -> answers that carried Retry-After
@@ -334,7 +335,9 @@ class Connection {
 
   void Record(int status, bool retry_after) {
     auto now = Clock::now();
-    results_.latencies_ms.push_back(std::chrono::duration<double, std::milli>(now - t0_).count());
+    double ms = std::chrono::duration<double, std::milli>(now - t0_).count();
+    results_.latencies_ms.push_back(ms);
+    results_.latencies_by_status[status].push_back(ms);
     ++results_.statuses[status];
     if (retry_after) ++results_.with_retry_after[status];
     results_.last_done = now;
@@ -539,6 +542,10 @@ int main(int argc, char** argv) {
   all.last_done = start;
   for (auto& r : results) {
     all.latencies_ms.insert(all.latencies_ms.end(), r.latencies_ms.begin(), r.latencies_ms.end());
+    for (auto& [s, l] : r.latencies_by_status) {
+      auto& to = all.latencies_by_status[s];
+      to.insert(to.end(), l.begin(), l.end());
+    }
     all.connect_ms.insert(all.connect_ms.end(), r.connect_ms.begin(), r.connect_ms.end());
     for (auto [s, c] : r.statuses) all.statuses[s] += c;
     for (auto [s, c] : r.with_retry_after) all.with_retry_after[s] += c;
@@ -590,6 +597,14 @@ int main(int argc, char** argv) {
   for (auto [s, c] : all.statuses) out["statuses"][std::to_string(s)] = c;
   for (auto [s, c] : all.with_retry_after) out["with_retry_after"][std::to_string(s)] = c;
   for (auto& [w, c] : all.no_answer) out["no_answer"][w] = c;
+  // Latency per status when answers differ (an overload: fast 503s, slow 2xx).
+  if (all.latencies_by_status.size() > 1) {
+    for (auto& [s, l] : all.latencies_by_status) {
+      std::sort(l.begin(), l.end());
+      out["latency_by_status"][std::to_string(s)] = {
+          {"p50_ms", Percentile(l, 0.50)}, {"p99_ms", Percentile(l, 0.99)}, {"max_ms", l.back()}};
+    }
+  }
   std::cout << out.dump() << std::endl;
   return ok ? 0 : 1;
 }

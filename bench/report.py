@@ -79,6 +79,10 @@ def phase_line(r, label):
     if r.get("with_retry_after"):
         extra += "  Retry-After on " + " ".join(
             f"{k}:{v}" for k, v in r["with_retry_after"].items())
+    if r.get("latency_by_status"):
+        extra += "  latency by status " + "; ".join(
+            f"{k}: p50 {x['p50_ms']:.1f} p99 {x['p99_ms']:.1f} max {x['max_ms']:.1f} ms"
+            for k, x in r["latency_by_status"].items())
     tail = r["p99_ms"] / r["p50_ms"] if r["p50_ms"] else float("nan")
     return (f"{label:<16}: {r['per_second']:8.0f}/s  p50 {r['p50_ms']:7.2f}  p90 {r['p90_ms']:7.2f}"
             f"  p99 {r['p99_ms']:7.2f}  max {r['max_ms']:7.1f} ms  p99/p50 {tail:4.2f}"
