@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Watches for CPU the benchmark does not use: this machine is shared, and a compile or
+another engineer's test during a phase makes its figures meaningless. Every second it reads
+/proc/*/stat and writes one line: the time and the CPU seconds spent in that second by
+processes that are not the benchmark's (not descendants of ROOT_PID nor of the cluster's
+postmaster), with the busiest such command. `report.py` sums the lines of each phase.
+
+  cpuwatch.py ROOT_PID POSTMASTER_PID_FILE OUT   (runs until ROOT_PID exits)
+
+Processes that start and end between two samples are seen through their parent's counters
+of waited-for children (cutime, cstime), so a compiler under make or ninja is counted. When a
+parent reaps a child it had already seen, what that child used before the last sample is taken
+off again, so an old process that exits (and its parent, often init) does not show its whole
+lifetime in its last second.
+"""
+import os
+import sys
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def snapshot():
+    procs = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        comm = s[s.index("(") + 1:s.rindex(")")]
+        fields = s[s.rindex(")") + 2:].split()
+        ppid = int(fields[1])
+        # utime stime cutime cstime: fields 14-17 of stat, 11-14 after the comm
+        own = int(fields[11]) + int(fields[12])
+        children = int(fields[13]) + int(fields[14])
+        procs[int(pid)] = (ppid, comm, own, children)
+    return procs
+
+
+def ours(procs, roots):
+    mine = set(r for r in roots if r)
+    changed = True
+    while changed:
+        changed = False
+        for pid, (ppid, _, _, _) in procs.items():
+            if pid not in mine and ppid in mine:
+                mine.add(pid)
+                changed = True
+    return mine
+
+
+def main():
+    root, pm_file, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    me = os.getpid()
+    prev = snapshot()
+    with open(out, "a", buffering=1) as f:
+        while os.path.exists(f"/proc/{root}"):
+            time.sleep(1)
+            cur = snapshot()
+            postmaster = 0
+            try:
+                with open(pm_file) as pm:
+                    postmaster = int(pm.readline())
+            except (OSError, ValueError):
+                pass
+            mine = ours(cur, [root, postmaster, me])
+            foreign, busiest = 0, {}
+            # Gone since the last sample: the nearest living ancestor (through others that are
+            # gone too) now holds all of their time in its cutime, of which what they had used
+            # by the last sample was counted then (or was ours).
+            for pid, (ppid, comm, own, children) in prev.items():
+                if pid in cur:
+                    continue
+                while ppid not in cur and ppid in prev:
+                    ppid = prev[ppid][0]
+                if ppid in cur and ppid not in mine:
+                    parent = cur[ppid][1]
+                    foreign -= own + children
+                    busiest[parent] = busiest.get(parent, 0) - (own + children)
+            for pid, (_, comm, own, children) in cur.items():
+                if pid in mine or pid not in prev or prev[pid][1] != comm:
+                    continue
+                d = (own - prev[pid][2]) + (children - prev[pid][3])
+                foreign += d
+                busiest[comm] = busiest.get(comm, 0) + d
+            foreign = max(foreign, 0)
+            top = max(busiest, key=busiest.get) if foreign > 0 else "-"
+            f.write(f"{time.time():.3f} {foreign / TICK:.2f} {top}\n")
+            prev = cur
+
+
+if __name__ == "__main__":
+    main()
