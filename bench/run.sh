@@ -298,7 +298,8 @@ orders16() {
   x1=$(xmax) rows1=$(orders_rows) lsn1=$(sql "SELECT pg_current_wal_flush_lsn()")
   # Per database, from the WAL of the window: each write transaction's database is that of
   # the pages it wrote; "spans" are the orchestrator's transactions that stored span batches.
-  spans_rel=$(sql "SELECT pg_relation_filenode('spans')" idemsaga_orchestrator)
+  # trace_spans since V003 (a view named spans remains); spans before it.
+  spans_rel=$(sql "SELECT coalesce(pg_relation_filenode(to_regclass('trace_spans')), pg_relation_filenode('spans'))" idemsaga_orchestrator)
   orch_oid=$(sql "SELECT oid FROM pg_database WHERE datname = 'idemsaga_orchestrator'")
   sql "CREATE EXTENSION IF NOT EXISTS pg_walinspect" bench_pgbench
   sed -i '/^wal_/d' "$VALUES" # an earlier attempt's
