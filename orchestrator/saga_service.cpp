@@ -113,6 +113,7 @@ SagaService::SagaService(ParentStore& store, const saga::Definition& definition,
       runner_(
           definition, policy, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
           [this] { return stopping_.load(); }, tracer),
+      finished_(options_.finished_cache),
       pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {}
 
 SagaService::~SagaService() { Shutdown(); }
@@ -134,10 +135,36 @@ void SagaService::Shutdown() {
   }
 }
 
-Answer SagaService::Replay(const SagaRow& row) const {
-  Answer a{row.response_status, row.response_body, {}};
-  a.headers["Idempotent-Replayed"] = "true";
+namespace {
+
+Answer ReplayOf(const FinishedAnswer& f) {
+  Answer a{f.status, f.body, {{"Idempotent-Replayed", "true"}}};
+  a.outcome = "replayed";
+  a.trace_id = f.trace_id;
+  a.root_span_id = f.root_span_id;
   return a;
+}
+
+Answer Mismatch() {
+  Answer a = Error(422, "idempotency_key_reused",
+                   "this Idempotency-Key was used with a different request body");
+  a.outcome = "mismatch";
+  return a;
+}
+
+}  // namespace
+
+void SagaService::Remember(const SagaRow& row, int status, const std::string& body,
+                           std::chrono::milliseconds row_expires_in) {
+  finished_.Put(row.tenant_id, row.key,
+                {row.request_hash, status, body, row.trace_id, row.root_span_id}, row_expires_in);
+}
+
+Answer SagaService::Replay(const SagaRow& row) {
+  Remember(row, row.response_status, row.response_body,
+           std::chrono::milliseconds(static_cast<long long>(row.expires_in_seconds * 1000)));
+  return ReplayOf(
+      {row.request_hash, row.response_status, row.response_body, row.trace_id, row.root_span_id});
 }
 
 Answer SagaService::Drive(const Claim& claim) {
@@ -183,6 +210,7 @@ Answer SagaService::Drive(const Claim& claim) {
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps))) {
         common::CrashPoint("after_finish");
+        Remember(row, response.status, response.body, store_.options().retention);
         common::Log("saga_finished", {{"tenant", row.tenant_id},
                                       {"key", row.key},
                                       {"status", completed ? "completed" : "failed"},
@@ -227,6 +255,13 @@ int SagaService::FreeCapacity() const {
 
 Answer SagaService::Submit(const Submission& s) {
   if (stopping_) return Error(503, "unavailable", "the service is shutting down");
+  if (auto done = finished_.Get(s.tenant_id, s.key)) {
+    if (done->request_hash == s.request_hash) return ReplayOf(*done);
+    Answer a = Mismatch();
+    a.trace_id = done->trace_id;
+    a.root_span_id = done->root_span_id;
+    return a;
+  }
   Claim claim =
       store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request, runner_.definition().name(),
                        options_.owner, s.trace_id, s.root_span_id});
@@ -239,17 +274,10 @@ Answer SagaService::Submit(const Submission& s) {
 Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   if (claim.kind == Claim::kClaimed) common::CrashPoint("after_claim");
   switch (claim.kind) {
-    case Claim::kMismatch: {
-      Answer a = Error(422, "idempotency_key_reused",
-                       "this Idempotency-Key was used with a different request body");
-      a.outcome = "mismatch";
-      return a;
-    }
-    case Claim::kFinished: {
-      Answer a = Replay(claim.row);
-      a.outcome = "replayed";
-      return a;
-    }
+    case Claim::kMismatch:
+      return Mismatch();
+    case Claim::kFinished:
+      return Replay(claim.row);
     case Claim::kInProgress: {
       Answer a = InProgress(claim.row);
       a.outcome = "in_progress";

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "orchestrator/saga/runner.hpp"
+#include "orchestrator/store/finished_cache.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
 namespace orchestrator {
@@ -44,6 +45,7 @@ struct SagaServiceOptions {
   std::string owner;                                 // this process's lease identity
   size_t threads = 64;                               // sagas block on participant calls
   std::chrono::milliseconds response_budget{10000};  // then 202 and the saga goes on
+  FinishedCache::Options finished_cache;             // replays of finished keys from memory
 };
 
 // The saga's failure as stored in the parent row (for a resumed compensation).
@@ -74,7 +76,10 @@ class SagaService {
 
  private:
   Answer Drive(const Claim& claim);
-  Answer Replay(const SagaRow& row) const;
+  Answer Replay(const SagaRow& row);
+  // Remembers a finished row's answer for replays.
+  void Remember(const SagaRow& row, int status, const std::string& body,
+                std::chrono::milliseconds row_expires_in);
   // The answer for what the key said; starts the saga when this request owns it.
   Answer AnswerClaim(const Claim& claim, const Submission& s);
 
@@ -90,6 +95,7 @@ class SagaService {
   std::atomic<long long> resumed_{0};
   saga::RetryPolicy policy_;
   saga::Runner runner_;
+  FinishedCache finished_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
 };
 

@@ -24,7 +24,7 @@ constexpr const char* kColumns = R"sql(
   k.steps::text, coalesce(k.failed_step, ''), coalesce(k.failure::text, 'null'), k.stuck,
   coalesce(k.response_status, 0), coalesce(k.response_headers::text, 'null'),
   coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
-  coalesce(k.root_span_id, ''))sql";
+  coalesce(k.root_span_id, ''), extract(epoch FROM k.expires_at - now())::float8)sql";
 
 // Claims a new key, or reads the row already under it, in one round trip: a replay runs no
 // INSERT at all (it writes nothing and locks nothing). The first column says which. No row
@@ -179,6 +179,7 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   s.created_at = r(19).as<std::string>();
   s.updated_at = r(20).as<std::string>();
   s.root_span_id = r(21).as<std::string>();
+  s.expires_in_seconds = r(22).as<double>();
   return s;
 }
 

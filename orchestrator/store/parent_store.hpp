@@ -51,7 +51,8 @@ struct SagaRow {
   std::string trace_id;
   std::string created_at;
   std::string updated_at;
-  std::string root_span_id;  // the order request's span
+  std::string root_span_id;       // the order request's span
+  double expires_in_seconds = 0;  // until garbage collection may delete the row
 };
 
 struct ClaimRequest {

@@ -173,6 +173,37 @@ TEST_F(OrdersTest, ARetryReplaysTheStoredResponseByteForByteAndDoesNothingElse) 
   EXPECT_EQ(quoted->body, first->body);
 }
 
+// A finished answer never changes, so this process replays it from memory: with the parent
+// table locked against every reader, the replay and the 422 still come at once, byte for
+// byte; the same key of another tenant is never answered from that memory.
+TEST_F(OrdersTest, AFinishedOrderIsReplayedFromMemoryButNeverToAnotherTenant) {
+  auto first = Submit(Order("cached-1"));
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 201);
+  pqxx::connection locker(orch_db_.url());
+  pqxx::work lock(locker);
+  lock.exec("LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE");
+  auto again = Submit(Order("cached-1"));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 201);
+  EXPECT_EQ(again->body, first->body);
+  EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  auto reused = Submit(Order("cached-1", kDeclinedOrder));
+  ASSERT_TRUE(reused);
+  EXPECT_EQ(reused->status, 422);
+  EXPECT_EQ(ErrorCode(reused), "idempotency_key_reused");
+  // acme's "cached-1" is another key: it must reach the (locked) table and wait there.
+  auto other = Submit(Order("cached-1", kOrder, "dev-key-acme"));
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 503) << other->body;
+  lock.abort();
+  other = Submit(Order("cached-1", kOrder, "dev-key-acme"));
+  EXPECT_EQ(other->status, 201) << other->body;
+  EXPECT_NE(nlohmann::json::parse(other->body)["order_id"],
+            nlohmann::json::parse(first->body)["order_id"]);
+  EXPECT_EQ(Charges(), 2);
+}
+
 TEST_F(OrdersTest, ADeclinedPaymentReleasesTheStockExactlyOnceAndChargesNothing) {
   auto r = Submit(Order("order-3", kDeclinedOrder));
   ASSERT_TRUE(r);
@@ -644,7 +675,11 @@ TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
                      };
                    });
   };
-  Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), factory);
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  // The key's expiry is moved by hand below, behind the back of the in-memory copy of finished
+  // answers (which otherwise never outlives a row's expiry).
+  options.sagas.finished_cache.max_bytes = 0;
+  Start(options, factory);
   auto failed = Submit(Order("late-1"));
   ASSERT_EQ(failed->status, 502) << failed->body;
   EXPECT_EQ(Charges("refunded"), 1);

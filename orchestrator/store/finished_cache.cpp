@@ -1,0 +1,57 @@
+#include "orchestrator/store/finished_cache.hpp"
+
+#include <algorithm>
+
+namespace orchestrator {
+
+std::string FinishedCache::Id(const std::string& tenant_id, const std::string& key) {
+  // A tenant id never contains NUL (tenants table CHECK), so the pair is unambiguous.
+  std::string id;
+  id.reserve(tenant_id.size() + 1 + key.size());
+  id.append(tenant_id).push_back('\0');
+  id.append(key);
+  return id;
+}
+
+void FinishedCache::EraseLocked(std::list<Entry>::iterator it) {
+  bytes_ -= it->bytes;
+  index_.erase(it->id);
+  lru_.erase(it);
+}
+
+void FinishedCache::Put(const std::string& tenant_id, const std::string& key, FinishedAnswer answer,
+                        std::chrono::milliseconds row_expires_in) {
+  auto life = std::min<std::chrono::milliseconds>(options_.ttl, row_expires_in);
+  if (options_.max_bytes == 0 || life <= std::chrono::milliseconds(0)) return;
+  std::string id = Id(tenant_id, key);
+  size_t bytes = 2 * id.size() + answer.request_hash.size() + answer.body.size() +
+                 answer.trace_id.size() + answer.root_span_id.size() + 128;
+  if (bytes > options_.max_bytes / 4) return;  // a few huge answers must not evict the rest
+  std::lock_guard lock(mutex_);
+  if (auto found = index_.find(id); found != index_.end()) EraseLocked(found->second);
+  lru_.push_front({id, std::move(answer), Clock::now() + life, bytes});
+  index_.emplace(std::move(id), lru_.begin());
+  bytes_ += bytes;
+  while (bytes_ > options_.max_bytes) EraseLocked(std::prev(lru_.end()));
+}
+
+std::optional<FinishedAnswer> FinishedCache::Get(const std::string& tenant_id,
+                                                 const std::string& key) {
+  std::lock_guard lock(mutex_);
+  auto found = index_.find(Id(tenant_id, key));
+  if (found == index_.end()) return std::nullopt;
+  auto it = found->second;
+  if (Clock::now() >= it->expires) {
+    EraseLocked(it);
+    return std::nullopt;
+  }
+  lru_.splice(lru_.begin(), lru_, it);
+  return it->answer;
+}
+
+size_t FinishedCache::bytes() const {
+  std::lock_guard lock(mutex_);
+  return bytes_;
+}
+
+}  // namespace orchestrator
