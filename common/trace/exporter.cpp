@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 
 #include "common/log.hpp"
@@ -46,16 +47,25 @@ void Exporter::Flush() { Drain(); }
 
 void Exporter::Drain() {
   std::lock_guard export_lock(export_mutex_);
-  for (;;) {
+  // What was queued when the drain began; spans that arrive meanwhile wait for the next one.
+  // Under steady load a drain that chased the queue never ended, delivering a few spans at a
+  // time: one request and one commit at the intake each, 30 a second.
+  size_t due = 0;
+  {
+    std::lock_guard lock(queue_mutex_);
+    due = queue_.size();
+  }
+  while (due > 0) {
     std::vector<SpanData> batch;
     {
       std::lock_guard lock(queue_mutex_);
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
+      while (!queue_.empty() && batch.size() < std::min(due, options_.max_batch)) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
     if (batch.empty()) return;
+    due -= batch.size();
     bool ok = false;
     try {
       ok = sink_(batch);

@@ -266,6 +266,30 @@ TEST(Exporter, DeliversInBatchesAndCountsFailures) {
   EXPECT_EQ(exporter.failed(), 4);
 }
 
+// A drain delivers what was queued when it began: spans that arrive while it delivers wait for
+// the next interval, so a busy service sends one full batch per interval, not a stream of
+// small ones.
+TEST(Exporter, ADrainDoesNotChaseSpansThatArriveWhileItDelivers) {
+  std::vector<size_t> sizes;
+  Exporter* self = nullptr;
+  Exporter exporter(
+      [&](const std::vector<SpanData>& batch) {
+        sizes.push_back(batch.size());
+        if (sizes.size() == 1) {
+          for (int i = 0; i < 3; ++i) self->Enqueue(Sample("payment", kSpan, ""));
+        }
+        return true;
+      },
+      {.max_queue = 100, .max_batch = 4, .flush_interval = std::chrono::hours(1)});
+  self = &exporter;
+  for (int i = 0; i < 6; ++i) exporter.Enqueue(Sample("payment", kSpan, ""));
+  exporter.Flush();
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 2}));
+  exporter.Flush();
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 2, 3}));
+  EXPECT_EQ(exporter.exported(), 9);
+}
+
 TEST(Waterfall, DrawsTheTreeWithMarkersBarsAndCompensations) {
   nlohmann::json trace = {
       {"trace_id", kTrace},
