@@ -458,8 +458,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ex->head = ex->req.method == "HEAD";
     if (!server_.FindRoute(*ex)) return Respond(*ex);
     auto self = shared_from_this();
-    bool admitted = server_.pool.TryPush([self, ex] {
-      self->server_.Run(*ex);
+    auto queued_at = std::chrono::steady_clock::now();
+    bool admitted = server_.pool.TryPush([self, ex, queued_at] {
+      if (std::chrono::steady_clock::now() - queued_at > self->server_.limits.queue_timeout) {
+        ex->res = ErrorResponse(503, "unavailable",
+                                "the server is at capacity; retrying with the same key is safe");
+      } else {
+        self->server_.Run(*ex);
+      }
       asio::post(self->executor_, [self, ex] { self->OnHandled(*ex); });
     });
     if (!admitted) {

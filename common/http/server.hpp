@@ -7,8 +7,9 @@
 // keep-alive, a response write. A slow or idle client therefore costs a timer and a few hundred
 // bytes, never a thread. Handlers block (PostgreSQL, participants), so a complete request runs
 // on a pool of `Limits::threads` workers behind a queue of `Limits::queue`; when the queue is
-// full the request is refused at once with 503 + Retry-After (admission control), and beyond
-// `Limits::max_connections` a new connection gets a 503 and is closed.
+// full the request is refused at once with 503 + Retry-After (admission control), as is one
+// that waited `Limits::queue_timeout` there, and beyond `Limits::max_connections` a new
+// connection gets a 503 and is closed.
 //
 // What a handler sees, as httplib::Request (a plain value here; cpp-httplib stays for clients):
 //   - `headers`: every field line as sent, in order, duplicates kept. Values are byte for byte
@@ -38,6 +39,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,7 +69,11 @@ struct Limits {
   size_t max_header_fields = 100;      // 431 beyond; we use about 10
   size_t max_target_bytes = 8 * 1024;  // 414 beyond; keys are at most a few hundred bytes
   size_t threads = 32;                 // workers: handlers block on PostgreSQL and participants
-  size_t queue = 256;     // complete requests waiting for a worker; beyond it, 503 at once
+  size_t queue = 256;  // complete requests waiting for a worker; beyond it, 503 at once
+  // A request that waited this long for a worker is answered 503 + Retry-After instead of
+  // run: under overload the queue stays full, and a deep queue would otherwise turn into
+  // seconds of waiting (then a timeout) rather than a quick, retryable refusal.
+  std::chrono::milliseconds queue_timeout{1000};
   size_t io_threads = 1;  // parsing is cheap: one core parses far more than 32 workers serve
   // Open connections; the next one gets a 503 and is closed. Keep it under RLIMIT_NOFILE.
   size_t max_connections = 4096;

@@ -87,7 +87,7 @@ TEST(ServerLoad, IdleAndSlowClientsDoNotDelayOtherRequests) {
 }
 
 TEST(ServerLoad, WithWorkersBusyAndTheQueueFullARequestIs503AtOnce) {
-  EdgeServer server({.threads = 2, .queue = 2});
+  EdgeServer server({.threads = 2, .queue = 2, .queue_timeout = 60s});
   std::vector<Socket> busy;
   for (int i = 0; i < 4; ++i) {  // two run, two wait in the queue
     busy.emplace_back(server.port);
@@ -117,6 +117,34 @@ TEST(ServerLoad, WithWorkersBusyAndTheQueueFullARequestIs503AtOnce) {
     ASSERT_TRUE(a);
     EXPECT_EQ(a->status, 200);
   }
+}
+
+// Under overload the queue is always full: what waited there past the queue timeout is
+// refused (503 + Retry-After) when a worker comes to it, not run seconds late.
+TEST(ServerLoad, ARequestThatWaitedPastTheQueueTimeoutIs503NotRun) {
+  EdgeServer server({.threads = 1, .queue = 4, .queue_timeout = 100ms});
+  Socket blocked(server.port);
+  blocked.Send("GET /block HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto deadline = Clock::now() + 5s;
+  while (server.Blocked() < 1 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server.Blocked(), 1);
+  std::vector<Socket> waiting;
+  for (int i = 0; i < 2; ++i) {
+    waiting.emplace_back(server.port);
+    waiting.back().Send("GET /block HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  std::this_thread::sleep_for(300ms);  // queued, and waiting past the timeout
+  server.Release();
+  for (auto& s : waiting) {
+    auto a = s.Read(5s);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->status, 503);
+    EXPECT_EQ(a->Header("Retry-After"), "1");
+  }
+  auto a = blocked.Read(5s);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200);
+  EXPECT_EQ(server.Blocked(), 1);  // the queued /block requests never ran
 }
 
 TEST(ServerLoad, PhaseDeadlinesCloseSlowAndIdleConnections) {
