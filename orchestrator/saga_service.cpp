@@ -52,8 +52,11 @@ class StoreJournal : public saga::Journal {
   Clock::time_point renewed_at_;
 };
 
+// A 503 is an outage: the client is told when to retry (with the same key, which is safe).
 Answer Error(int status, const std::string& code, const std::string& message) {
-  return Answer{status, common::http::ErrorBody(code, message), {}};
+  Answer a{status, common::http::ErrorBody(code, message), {}};
+  if (status == 503) a.headers["Retry-After"] = "1";
+  return a;
 }
 
 // What the runner needs from a stored row. Throws nlohmann::json::exception on a row whose
