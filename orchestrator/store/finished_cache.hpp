@@ -5,7 +5,7 @@
 // copy is the stored answer, on every replica. An entry lives at most `ttl`, and never past the
 // row's own expiry (after which the key may be claimed afresh). Bounded by bytes; the least
 // recently used entries go first. Thread-safe.
-//   FinishedCache cache({.max_bytes = 8 << 20});
+//   FinishedCache cache({.max_bytes = 4 << 20});
 //   cache.Put(row, std::chrono::seconds(3600));  auto hit = cache.Get(tenant, key);
 #pragma once
 
@@ -29,7 +29,7 @@ struct FinishedAnswer {
 class FinishedCache {
  public:
   struct Options {
-    size_t max_bytes = size_t{8} << 20;  // 0: off
+    size_t max_bytes = size_t{4} << 20;  // ~6,000 answers; 0: off
     std::chrono::seconds ttl{60};
   };
 
