@@ -213,7 +213,9 @@ Answer SagaService::Drive(const Claim& claim) {
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps))) {
         common::CrashPoint("after_finish");
-        Remember(row, response.status, response.body, store_.options().retention);
+        // The row's retention counted from its commit, a moment ago: a second less is safe.
+        Remember(row, response.status, response.body,
+                 store_.options().retention - std::chrono::seconds(1));
         common::Log("saga_finished", {{"tenant", row.tenant_id},
                                       {"key", row.key},
                                       {"status", completed ? "completed" : "failed"},

@@ -68,6 +68,11 @@ void Pool::DiscardIfBroken(Lease& lease) {
     lease.Discard();
   } catch (const pqxx::in_doubt_error&) {
     lease.Discard();
+  } catch (const pqxx::sql_error& e) {
+    // The session lost its prepared statements (DEALLOCATE, DISCARD ALL, a pooler between
+    // us and the server) while libpqxx still counts them as prepared: every later use of the
+    // connection would fail the same way. A new connection prepares afresh.
+    if (e.sqlstate() == "26000") lease.Discard();
   } catch (...) {
   }
   if (!lease->is_open()) lease.Discard();

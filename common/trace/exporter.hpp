@@ -32,9 +32,10 @@ class Exporter {
   struct Options {
     size_t max_queue = 20000;  // spans; several seconds of a busy service's spans
     // Fewer, larger deliveries: each is one request and one commit at the intake (a commit
-    // per order's worth of spans would be a fifth commit per order). 2,000 spans make an
-    // OTLP body of ~1.4 MiB, within the intake's 4 MiB.
-    size_t max_batch = 2000;
+    // per order's worth of spans would be a fifth commit per order); not so large that
+    // encoding and decoding one costs the memory budget. 1,000 spans make an OTLP body of
+    // ~0.7 MiB, within the intake's 4 MiB.
+    size_t max_batch = 1000;
     std::chrono::milliseconds flush_interval{1000};
   };
 

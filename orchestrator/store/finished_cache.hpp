@@ -6,7 +6,7 @@
 // row's own expiry (after which the key may be claimed afresh). Bounded by bytes; the least
 // recently used entries go first. Thread-safe.
 //   FinishedCache cache({.max_bytes = 4 << 20});
-//   cache.Put(row, std::chrono::seconds(3600));  auto hit = cache.Get(tenant, key);
+//   cache.Put(tenant, key, answer, row_expires_in);  auto hit = cache.Get(tenant, key);
 #pragma once
 
 #include <chrono>

@@ -190,11 +190,12 @@ double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); 
 Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   // Phase 1: claim, or read what is there. Its connection goes back to the pool before any
   // further phase borrows one: nested borrows could exhaust the pool under a retry storm.
-  // The row that made the insert do nothing can be deleted (GC) before it is read; the
-  // claim is then simply tried again (a key vanishes only once per retention period).
+  // A key claimed by another process after this statement's snapshot returns no row; the
+  // claim is then tried again and finds that row.
   std::optional<std::pair<bool, SagaRow>> outcome;
   for (int attempt = 0; !outcome; ++attempt) {
-    if (attempt == 3) throw pqxx::transaction_rollback("idempotency key claim raced with GC");
+    if (attempt == 3)
+      throw pqxx::transaction_rollback("idempotency key claim kept racing concurrent claims");
     outcome = pool_.With([&](pqxx::connection& conn) -> std::optional<std::pair<bool, SagaRow>> {
       pqxx::nontransaction tx(conn);
       auto rows = Exec(

@@ -1,6 +1,7 @@
 #include "orchestrator/store/span_store.hpp"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -32,22 +33,33 @@ const char* StatusName(SpanStatus s) {
 
 void SpanStore::Insert(const std::vector<SpanData>& spans) {
   if (spans.empty()) return;
-  nlohmann::json by_trace = nlohmann::json::object();
+  // Built as text, a span at a time: a document of the whole batch would hold every span of
+  // it in memory several times over (the peak RSS of a busy orchestrator).
+  std::map<std::string, std::string> by_trace;  // trace id -> its spans, comma-separated
   for (const auto& s : spans) {
-    by_trace[s.trace_id].push_back({{"span_id", s.span_id},
-                                    {"parent_span_id", s.parent_span_id},
-                                    {"service", s.service},
-                                    {"name", s.name},
-                                    {"kind", static_cast<int>(s.kind)},
-                                    {"start_unix_nano", s.start_unix_nano},
-                                    {"end_unix_nano", s.end_unix_nano},
-                                    {"status", StatusName(s.status)},
-                                    {"status_message", s.status_message},
-                                    {"attributes", common::trace::AttributesJson(s.attributes)}});
+    nlohmann::json span = {{"span_id", s.span_id},
+                           {"parent_span_id", s.parent_span_id},
+                           {"service", s.service},
+                           {"name", s.name},
+                           {"kind", static_cast<int>(s.kind)},
+                           {"start_unix_nano", s.start_unix_nano},
+                           {"end_unix_nano", s.end_unix_nano},
+                           {"status", StatusName(s.status)},
+                           {"status_message", s.status_message},
+                           {"attributes", common::trace::AttributesJson(s.attributes)}};
+    auto& list = by_trace[s.trace_id];
+    if (!list.empty()) list.push_back(',');
+    list.append(span.dump());
   }
+  std::string doc = "{";
+  for (const auto& [trace_id, list] : by_trace) {
+    if (doc.size() > 1) doc.push_back(',');
+    doc.append(nlohmann::json(trace_id).dump()).append(":[").append(list).append("]");
+  }
+  doc.push_back('}');
   pool_.With([&](pqxx::connection& conn) {
     pqxx::nontransaction tx(conn);
-    Exec(tx, kInsert, by_trace.dump());
+    Exec(tx, kInsert, doc);
   });
 }
 

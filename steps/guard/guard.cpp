@@ -21,7 +21,7 @@ const common::pg::Statement kClaim{R"sql(
 
 const common::pg::Statement kLoad{R"sql(
   SELECT status, request_hash, response_status, response_content_type, response_body,
-         compensated_at IS NOT NULL, expires_at < now() + make_interval(secs => $3::float8 / 2)
+         compensated_at IS NOT NULL
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
 
 const common::pg::Statement kStore{R"sql(
@@ -39,8 +39,10 @@ const common::pg::Statement kTombstone{R"sql(
   RETURNING 1)sql"};
 
 // A key still in use (a stuck saga re-drives its steps, or retries a compensation, for as long
-// as it takes) is kept a full retention from now. Only keys past half their retention (kLoad
-// says which) are written, so ordinary replays stay read-only.
+// as it takes) is kept a full retention from now. Only keys past half their retention are
+// written, so ordinary replays stay read-only. It runs before the key is read: its row lock
+// makes a concurrent garbage collection skip the key, where a read first could answer from a
+// row that GC deletes a moment later.
 const common::pg::Statement kKeepAlive{R"sql(
   UPDATE idempotency_keys SET expires_at = now() + make_interval(secs => $3)
   WHERE tenant_id = $1 AND idempotency_key = $2
@@ -78,10 +80,10 @@ Response Json(int status, const std::string& code, const std::string& message,
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
 std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash,
                                  double retention_s) {
-  auto rows = Exec(tx, kLoad, req.tenant_id, req.key, retention_s);
+  Exec(tx, kKeepAlive, req.tenant_id, req.key, retention_s);
+  auto rows = Exec(tx, kLoad, req.tenant_id, req.key);
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
   const auto& row = rows[0];
-  if (row[6].as<bool>()) Exec(tx, kKeepAlive, req.tenant_id, req.key, retention_s);
   auto status = row[0].as<std::string>();
   Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
                   "cancelled"};
@@ -203,7 +205,7 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     std::string refusal = common::http::ErrorBody(
         "cancelled", "this step was compensated before it arrived; it will not be applied");
     Exec(tx, kKeepAlive, req.tenant_id, action_key, RetentionSeconds());
-    if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key, RetentionSeconds()).empty()) {
+    if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key).empty()) {
       // The caller saw this action succeed, yet it has no record here (expired, restored from
       // an old backup): nothing can be undone, and a tombstone would make that final. Answer
       // without storing anything, so a retry after the record is restored undoes it.

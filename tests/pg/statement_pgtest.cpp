@@ -87,4 +87,25 @@ TEST(Statement, AConnectionThePoolReplacesPreparesAgain) {
   EXPECT_EQ(eleven, 11);
 }
 
+// A session whose prepared statements were dropped behind libpqxx's back fails every use;
+// the pool replaces it instead of lending it out again.
+TEST(Statement, AConnectionThatLostItsStatementsIsReplaced) {
+  ScratchDatabase db("payment");
+  common::pg::Pool pool({.url = db.url(), .size = 1});
+  auto run = [&] {
+    return pool.With([&](pqxx::connection& c) {
+      pqxx::nontransaction tx(c);
+      return Exec(tx, kBackendPid, 1)[0][0].as<int>();
+    });
+  };
+  int first = run();
+  pool.With([](pqxx::connection& c) {
+    pqxx::nontransaction tx(c);
+    tx.exec("DEALLOCATE ALL");
+  });
+  EXPECT_THROW(run(), pqxx::sql_error);  // 26000: prepared statement does not exist
+  int second = run();
+  EXPECT_NE(second, first);
+}
+
 }  // namespace
