@@ -36,7 +36,8 @@ class Exporter {
     // encoding and decoding one costs the memory budget. 1,000 spans make an OTLP body of
     // ~0.7 MiB, within the intake's 4 MiB.
     size_t max_batch = 1000;
-    std::chrono::milliseconds flush_interval{1000};
+    // What waits in the queue is memory: half a second of a busy service's spans.
+    std::chrono::milliseconds flush_interval{500};
   };
 
   Exporter(Sink sink, Options options);
