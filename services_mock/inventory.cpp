@@ -97,8 +97,9 @@ steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req)
   // Where the search for a free slot starts: spread by key, so concurrent reservations start
   // apart.
   int start_slot = static_cast<int>(std::hash<std::string>{}(req.key) % kSlots);
+  const auto wanted = BySku(req.body["items"]);
   std::vector<Taken> taken;
-  for (const auto& [sku, quantity] : BySku(req.body["items"])) {
+  for (const auto& [sku, quantity] : wanted) {
     if (auto why = TakeUnits(tx, sku, quantity, start_slot, taken)) {
       // Stored and replayed, in this transaction: give back what the SKUs before took.
       for (const auto& t : taken) Exec(tx, kGiveBack, t.sku, t.slot, t.quantity);
@@ -106,7 +107,7 @@ steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req)
     }
   }
   nlohmann::json items = nlohmann::json::array();
-  for (const auto& [sku, quantity] : BySku(req.body["items"])) {
+  for (const auto& [sku, quantity] : wanted) {
     items.push_back({{"sku", sku}, {"quantity", quantity}});
   }
   nlohmann::json slots = nlohmann::json::array();
