@@ -10,9 +10,9 @@ using common::pg::Exec;
 using common::pg::ExecOne;
 
 // Statements about one key find it by its primary key. They test the status with NOT IN (the
-// status column allows four values) because a positive test makes the index of running
-// sagas, or (tenant_id, status, ...), look usable: a generic plan once picked them and read
-// every dead entry of every finished saga for each update of one row.
+// status column allows four values) because a positive test would make the partial indexes
+// (running sagas, the listing's) look usable: a generic plan once picked one and read every
+// dead entry of every finished saga for each update of one row.
 //
 // Every query names the table `k`, so the column list also reads unambiguously in an
 // UPDATE ... FROM (the batch takeover).
@@ -102,10 +102,21 @@ const common::pg::Statement kRetryNow{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status NOT IN ('completed', 'failed')
     AND stuck)sql"};
 
+// A branch per listing index (V004): each reads its index newest first and stops at the limit;
+// a branch the status filter rules out is skipped before it reads anything.
 const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
-  FROM idempotency_keys k
-  WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND (NOT $3 OR stuck)
-  ORDER BY created_at DESC
+  FROM ((SELECT * FROM idempotency_keys
+         WHERE tenant_id = $1 AND status IN ('started', 'compensating')
+           AND $2 IN ('', 'started', 'compensating') AND ($2 = '' OR status = $2)
+           AND (NOT $3 OR stuck)
+         ORDER BY created_at DESC LIMIT $4)
+        UNION ALL
+        (SELECT * FROM idempotency_keys
+         WHERE tenant_id = $1 AND status IN ('completed', 'failed')
+           AND $2 IN ('', 'completed', 'failed') AND ($2 = '' OR status = $2)
+           AND (NOT $3 OR stuck)
+         ORDER BY created_at DESC LIMIT $4)) k
+  ORDER BY k.created_at DESC
   LIMIT $4)sql"};
 
 // Batched so that a large backlog never holds long locks or a long transaction. A key's
