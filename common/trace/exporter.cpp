@@ -89,7 +89,7 @@ Exporter::Sink Exporter::OtlpHttp(const std::string& url,
   client->set_read_timeout(3);
   httplib::Headers configured(headers.begin(), headers.end());
   return [client, path, configured](const std::vector<SpanData>& spans) {
-    auto r = client->Post(path.c_str(), configured, EncodeOtlp(spans).dump(), "application/json");
+    auto r = client->Post(path.c_str(), configured, EncodeOtlp(spans), "application/json");
     return r && r->status / 100 == 2;
   };
 }

@@ -2,16 +2,11 @@
 
 #include <map>
 
+#include "common/json_text.hpp"
 #include "common/trace/trace_context.hpp"
 
 namespace common::trace {
 namespace {
-
-nlohmann::json EncodeValue(const AttributeValue& v) {
-  if (const auto* s = std::get_if<std::string>(&v)) return {{"stringValue", *s}};
-  if (const auto* i = std::get_if<long long>(&v)) return {{"intValue", std::to_string(*i)}};
-  return {{"boolValue", std::get<bool>(v)}};
-}
 
 // Text a span stores: a JSON string (so valid UTF-8: the JSON parser checks), bounded, and
 // without NUL (PostgreSQL text and jsonb cannot hold it).
@@ -186,32 +181,86 @@ nlohmann::json AttributesJson(const std::map<std::string, AttributeValue>& attri
   return out;
 }
 
-nlohmann::json EncodeOtlp(const std::vector<SpanData>& spans) {
-  std::map<std::string, nlohmann::json> by_service;
-  for (const auto& s : spans) {
-    nlohmann::json attrs = nlohmann::json::array();
-    for (const auto& [k, v] : s.attributes)
-      attrs.push_back({{"key", k}, {"value", EncodeValue(v)}});
-    nlohmann::json span = {{"traceId", s.trace_id},
-                           {"spanId", s.span_id},
-                           {"name", s.name},
-                           {"kind", static_cast<int>(s.kind)},
-                           {"startTimeUnixNano", std::to_string(s.start_unix_nano)},
-                           {"endTimeUnixNano", std::to_string(s.end_unix_nano)},
-                           {"attributes", attrs},
-                           {"status", {{"code", static_cast<int>(s.status)}}}};
-    if (!s.parent_span_id.empty()) span["parentSpanId"] = s.parent_span_id;
-    if (!s.status_message.empty()) span["status"]["message"] = s.status_message;
-    by_service[s.service].push_back(std::move(span));
+void AppendAttributesJson(std::string& out,
+                          const std::map<std::string, AttributeValue>& attributes) {
+  out.push_back('{');
+  bool first = true;
+  for (const auto& [key, value] : attributes) {
+    if (!first) out.push_back(',');
+    first = false;
+    json::AppendString(out, key);
+    out.push_back(':');
+    if (const auto* s = std::get_if<std::string>(&value)) {
+      json::AppendString(out, *s);
+    } else if (const auto* i = std::get_if<long long>(&value)) {
+      out.append(std::to_string(*i));
+    } else {
+      out.append(std::get<bool>(value) ? "true" : "false");
+    }
   }
-  nlohmann::json resource_spans = nlohmann::json::array();
-  for (auto& [service, list] : by_service) {
-    resource_spans.push_back(
-        {{"resource",
-          {{"attributes", {{{"key", "service.name"}, {"value", {{"stringValue", service}}}}}}}},
-         {"scopeSpans", {{{"scope", {{"name", "idemsaga"}}}, {"spans", std::move(list)}}}}});
+  out.push_back('}');
+}
+
+std::string EncodeOtlp(const std::vector<SpanData>& spans) {
+  // Written as text, a span at a time: a document of a batch of 1,000 spans was the largest
+  // thing in the server's heap.
+  std::map<std::string_view, std::vector<const SpanData*>> by_service;
+  for (const auto& s : spans) by_service[s.service].push_back(&s);
+  std::string out = R"({"resourceSpans":[)";
+  out.reserve(spans.size() * 400);
+  bool first_service = true;
+  for (const auto& [service, list] : by_service) {
+    if (!first_service) out.push_back(',');
+    first_service = false;
+    out.append(R"({"resource":{"attributes":[{"key":"service.name","value":{"stringValue":)");
+    json::AppendString(out, service);
+    out.append(R"(}}]},"scopeSpans":[{"scope":{"name":"idemsaga"},"spans":[)");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const SpanData& s = *list[i];
+      if (i > 0) out.push_back(',');
+      out.append(R"({"traceId":)");
+      json::AppendString(out, s.trace_id);
+      out.append(R"(,"spanId":)");
+      json::AppendString(out, s.span_id);
+      if (!s.parent_span_id.empty()) {
+        out.append(R"(,"parentSpanId":)");
+        json::AppendString(out, s.parent_span_id);
+      }
+      out.append(R"(,"name":)");
+      json::AppendString(out, s.name);
+      out.append(R"(,"kind":)").append(std::to_string(static_cast<int>(s.kind)));
+      out.append(R"(,"startTimeUnixNano":")").append(std::to_string(s.start_unix_nano));
+      out.append(R"(","endTimeUnixNano":")").append(std::to_string(s.end_unix_nano));
+      out.append(R"(","attributes":[)");
+      bool first_attribute = true;
+      for (const auto& [key, value] : s.attributes) {
+        if (!first_attribute) out.push_back(',');
+        first_attribute = false;
+        out.append(R"({"key":)");
+        json::AppendString(out, key);
+        if (const auto* text = std::get_if<std::string>(&value)) {
+          out.append(R"(,"value":{"stringValue":)");
+          json::AppendString(out, *text);
+          out.append("}}");
+        } else if (const auto* n = std::get_if<long long>(&value)) {
+          out.append(R"(,"value":{"intValue":")").append(std::to_string(*n)).append("\"}}");
+        } else {
+          out.append(R"(,"value":{"boolValue":)")
+              .append(std::get<bool>(value) ? "true" : "false")
+              .append("}}");
+        }
+      }
+      out.append(R"(],"status":{"code":)").append(std::to_string(static_cast<int>(s.status)));
+      if (!s.status_message.empty()) {
+        out.append(R"(,"message":)");
+        json::AppendString(out, s.status_message);
+      }
+      out.append("}}");
+    }
+    out.append("]}]}");
   }
-  return {{"resourceSpans", resource_spans}};
+  out.append("]}");
+  return out;
 }
 
 std::optional<DecodedOtlp> DecodeOtlp(const nlohmann::json& req, std::string& error) {

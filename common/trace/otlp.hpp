@@ -16,8 +16,12 @@ namespace common::trace {
 // Attributes as a plain JSON object ({"attempt": 2, "replayed": true, ...}).
 nlohmann::json AttributesJson(const std::map<std::string, AttributeValue>& attributes);
 
-// One resourceSpans entry per service.
-nlohmann::json EncodeOtlp(const std::vector<SpanData>& spans);
+// The same object, appended to `out` as text.
+void AppendAttributesJson(std::string& out,
+                          const std::map<std::string, AttributeValue>& attributes);
+
+// An ExportTraceServiceRequest as JSON text: one resourceSpans entry per service.
+std::string EncodeOtlp(const std::vector<SpanData>& spans);
 
 // Limits on what the intake stores (our spans are far below them).
 inline constexpr size_t kMaxOtlpText = 4096;       // bytes of a name, message or string value

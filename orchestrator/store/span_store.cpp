@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/json_text.hpp"
 #include "common/pg/statement.hpp"
 #include "common/trace/otlp.hpp"
 
@@ -37,24 +38,39 @@ void SpanStore::Insert(const std::vector<SpanData>& spans) {
   // it in memory several times over (the peak RSS of a busy orchestrator).
   std::map<std::string, std::string> by_trace;  // trace id -> its spans, comma-separated
   for (const auto& s : spans) {
-    nlohmann::json span = {{"span_id", s.span_id},
-                           {"parent_span_id", s.parent_span_id},
-                           {"service", s.service},
-                           {"name", s.name},
-                           {"kind", static_cast<int>(s.kind)},
-                           {"start_unix_nano", s.start_unix_nano},
-                           {"end_unix_nano", s.end_unix_nano},
-                           {"status", StatusName(s.status)},
-                           {"status_message", s.status_message},
-                           {"attributes", common::trace::AttributesJson(s.attributes)}};
     auto& list = by_trace[s.trace_id];
     if (!list.empty()) list.push_back(',');
-    list.append(span.dump());
+    bool first = true;
+    auto key = [&](const char* name) {
+      list.append(first ? "{\"" : ",\"").append(name).append("\":");
+      first = false;
+    };
+    auto text = [&](const char* name, std::string_view value) {
+      key(name);
+      common::json::AppendString(list, value);
+    };
+    auto number = [&](const char* name, long long value) {
+      key(name);
+      list.append(std::to_string(value));
+    };
+    text("span_id", s.span_id);
+    text("parent_span_id", s.parent_span_id);
+    text("service", s.service);
+    text("name", s.name);
+    number("kind", static_cast<int>(s.kind));
+    number("start_unix_nano", s.start_unix_nano);
+    number("end_unix_nano", s.end_unix_nano);
+    text("status", StatusName(s.status));
+    text("status_message", s.status_message);
+    key("attributes");
+    common::trace::AppendAttributesJson(list, s.attributes);
+    list.push_back('}');
   }
   std::string doc = "{";
   for (const auto& [trace_id, list] : by_trace) {
     if (doc.size() > 1) doc.push_back(',');
-    doc.append(nlohmann::json(trace_id).dump()).append(":[").append(list).append("]");
+    common::json::AppendString(doc, trace_id);
+    doc.append(":[").append(list).append("]");
   }
   doc.push_back('}');
   pool_.With([&](pqxx::connection& conn) {

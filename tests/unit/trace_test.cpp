@@ -80,7 +80,7 @@ SpanData Sample(std::string service, std::string span_id, std::string parent) {
 TEST(Otlp, RoundTripsEveryField) {
   std::vector<SpanData> spans = {Sample("payment", kSpan, ""),
                                  Sample("orchestrator", "1111111111111111", kSpan)};
-  auto json = EncodeOtlp(spans);
+  auto json = nlohmann::json::parse(EncodeOtlp(spans));
   // The OTLP JSON encoding: hex ids, 64-bit integers as strings, one resource per service.
   EXPECT_EQ(json["resourceSpans"].size(), 2u);
   auto first = json["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
@@ -105,6 +105,24 @@ TEST(Otlp, RoundTripsEveryField) {
     EXPECT_EQ(it->status_message, original.status_message);
     EXPECT_EQ(it->attributes, original.attributes);
   }
+}
+
+// Text as our services record it (a participant's message, a caller's key) may hold quotes,
+// control characters or bytes that are not UTF-8: the batch must still parse, and every
+// well-formed character arrive as it was.
+TEST(Otlp, EncodesAnyTextAsJsonThatParses) {
+  SpanData s = Sample("payment", kSpan, "");
+  s.name = "q\"uote \\ tab\t nl\n ctl\x01 é € 😀";
+  s.status_message = std::string("bad \xff\xc0\xaf \xed\xa0\x80 end");
+  s.attributes["weird\"key"] = std::string("\x7f\x1f");
+  auto json = nlohmann::json::parse(EncodeOtlp({s}));
+  std::string error;
+  auto decoded = DecodeOtlp(json, error);
+  ASSERT_TRUE(decoded) << error;
+  ASSERT_EQ(decoded->spans.size(), 1u) << decoded->error;
+  EXPECT_EQ(decoded->spans[0].name, s.name);
+  EXPECT_EQ(decoded->spans[0].status_message, "bad \uFFFD\uFFFD\uFFFD \uFFFD\uFFFD\uFFFD end");
+  EXPECT_EQ(std::get<std::string>(decoded->spans[0].attributes.at("weird\"key")), "\x7f\x1f");
 }
 
 TEST(Otlp, RefusesRequestsThatAreNotOtlp) {
@@ -149,8 +167,8 @@ TEST(Otlp, RefusesEachBadSpanByFieldAndKeepsTheGoodOnes) {
       {"attributes", nlohmann::json::parse(R"([{"key":"k"}])")},
   };
   for (const auto& c : cases) {
-    auto request =
-        EncodeOtlp({Sample("payment", kSpan, ""), Sample("payment", std::string(16, '2'), "")});
+    auto request = nlohmann::json::parse(
+        EncodeOtlp({Sample("payment", kSpan, ""), Sample("payment", std::string(16, '2'), "")}));
     auto& span = request["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
     if (c.value.is_null()) {
       span.erase(c.field);
@@ -169,7 +187,7 @@ TEST(Otlp, RefusesEachBadSpanByFieldAndKeepsTheGoodOnes) {
 }
 
 TEST(Otlp, KeepsTheFullInt64RangeAndSkipsAttributeKindsItDoesNotStore) {
-  auto request = EncodeOtlp({Sample("payment", kSpan, "")});
+  auto request = nlohmann::json::parse(EncodeOtlp({Sample("payment", kSpan, "")}));
   auto& span = request["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
   span["attributes"] = nlohmann::json::parse(
       R"([{"key":"min","value":{"intValue":"-9223372036854775808"}},
@@ -188,9 +206,8 @@ TEST(Otlp, KeepsTheFullInt64RangeAndSkipsAttributeKindsItDoesNotStore) {
 // PostgreSQL could not store.
 TEST(Otlp, SurvivesThousandsOfMutatedRequests) {
   std::mt19937 rng(4242);
-  auto base = EncodeOtlp({Sample("payment", kSpan, ""),
-                          Sample("orchestrator", std::string(16, '3'), kSpan)})
-                  .dump();
+  auto base = EncodeOtlp(
+      {Sample("payment", kSpan, ""), Sample("orchestrator", std::string(16, '3'), kSpan)});
   int decoded_ok = 0;
   for (int i = 0; i < 5000; ++i) {
     std::string body = base;
