@@ -73,7 +73,8 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
-      span_store_(pool_),
+      span_pool_({.url = options_.database_url, .size = 2}),
+      span_store_(span_pool_),
       exporter_(
           options_.otlp_endpoint.empty()
               ? common::trace::Exporter::Sink([this](const auto& spans) {

@@ -92,6 +92,9 @@ class Orchestrator {
   OrchestratorOptions options_;
   common::pg::Pool pool_;
   ParentStore store_;
+  // Span batches (up to a few MB of JSON) on their own two connections: libpq never shrinks a
+  // connection's buffers, and spread over the order pool they held megabytes on every one.
+  common::pg::Pool span_pool_;
   SpanStore span_store_;
   common::trace::Exporter exporter_;
   common::trace::Tracer tracer_;
