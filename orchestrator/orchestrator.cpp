@@ -105,7 +105,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
       recovery_(store_, sagas_, options_.recovery),
       server_([this] {
         auto limits = options_.limits;
-        limits.large_bodies["/v1/traces"] = size_t{4} * 1024 * 1024;  // OTLP batches
+        limits.large_bodies["/v1/traces"] = common::trace::kMaxOtlpBody;
         return limits;
       }()) {
   TraceRoutes();  // first: /v1/orders/{key}/trace must match before /v1/orders/{key}

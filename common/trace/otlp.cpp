@@ -263,6 +263,21 @@ std::string EncodeOtlp(const std::vector<SpanData>& spans) {
   return out;
 }
 
+std::vector<std::string> EncodeOtlpFitting(const std::vector<SpanData>& spans, size_t max_body) {
+  std::vector<std::string> bodies;
+  std::string body = EncodeOtlp(spans);
+  if (body.size() <= max_body || spans.size() <= 1) {
+    bodies.push_back(std::move(body));
+    return bodies;
+  }
+  auto middle = spans.begin() + static_cast<std::ptrdiff_t>(spans.size() / 2);
+  for (auto part :
+       {std::vector<SpanData>(spans.begin(), middle), std::vector<SpanData>(middle, spans.end())}) {
+    for (auto& b : EncodeOtlpFitting(part, max_body)) bodies.push_back(std::move(b));
+  }
+  return bodies;
+}
+
 std::optional<DecodedOtlp> DecodeOtlp(const nlohmann::json& req, std::string& error) {
   if (!req.is_object() || !req.contains("resourceSpans") || !req["resourceSpans"].is_array()) {
     error = "expected an OTLP ExportTraceServiceRequest with a resourceSpans array";

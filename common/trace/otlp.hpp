@@ -23,6 +23,14 @@ void AppendAttributesJson(std::string& out,
 // An ExportTraceServiceRequest as JSON text: one resourceSpans entry per service.
 std::string EncodeOtlp(const std::vector<SpanData>& spans);
 
+// The largest OTLP request the intake (POST /v1/traces) takes.
+inline constexpr size_t kMaxOtlpBody = size_t{4} * 1024 * 1024;
+
+// `spans` as requests of at most `max_body` bytes each, halving a batch until it fits (a span
+// alone over the limit goes on its own: the intake refuses it, and only it).
+std::vector<std::string> EncodeOtlpFitting(const std::vector<SpanData>& spans,
+                                           size_t max_body = kMaxOtlpBody);
+
 // Limits on what the intake stores (our spans are far below them).
 inline constexpr size_t kMaxOtlpText = 4096;       // bytes of a name, message or string value
 inline constexpr size_t kMaxOtlpAttributes = 128;  // per span

@@ -5,6 +5,7 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "common/trace/exporter.hpp"
 #include "common/trace/otlp.hpp"
@@ -123,6 +124,30 @@ TEST(Otlp, EncodesAnyTextAsJsonThatParses) {
   EXPECT_EQ(decoded->spans[0].name, s.name);
   EXPECT_EQ(decoded->spans[0].status_message, "bad \uFFFD\uFFFD\uFFFD \uFFFD\uFFFD\uFFFD end");
   EXPECT_EQ(std::get<std::string>(decoded->spans[0].attributes.at("weird\"key")), "\x7f\x1f");
+}
+
+// A batch whose body would pass the intake's limit goes in parts that fit, every span once.
+TEST(Otlp, SplitsABatchIntoRequestsThatFitTheIntake) {
+  std::vector<SpanData> spans;
+  for (int i = 0; i < 37; ++i) {
+    std::string id = std::to_string(1000000000000000LL + i);
+    spans.push_back(Sample(i % 2 ? "payment" : "inventory", id, ""));
+    spans.back().status_message = std::string(static_cast<size_t>(100 + 50 * i), 'm');
+  }
+  const size_t limit = 8000;
+  auto bodies = EncodeOtlpFitting(spans, limit);
+  EXPECT_GT(bodies.size(), 3u);
+  std::multiset<std::string> seen;
+  for (const auto& body : bodies) {
+    std::string error;
+    auto decoded = DecodeOtlp(nlohmann::json::parse(body), error);
+    ASSERT_TRUE(decoded) << error;
+    EXPECT_TRUE(body.size() <= limit || decoded->spans.size() == 1) << body.size();
+    for (const auto& s : decoded->spans) seen.insert(s.span_id);
+  }
+  ASSERT_EQ(seen.size(), spans.size());
+  for (const auto& s : spans) EXPECT_EQ(seen.count(s.span_id), 1u) << s.span_id;
+  EXPECT_EQ(EncodeOtlpFitting(spans).size(), 1u) << "far below the real limit: one request";
 }
 
 TEST(Otlp, RefusesRequestsThatAreNotOtlp) {
