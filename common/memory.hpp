@@ -1,12 +1,15 @@
 // The allocator of a long-running server: bounded, and giving back what it no longer uses.
 //
-// The server binary links jemalloc (per-thread caches: glibc's arena locks and
-// consolidation took a fifth of the server's CPU under order load). Without it (sanitizer
-// builds) glibc is tuned as below. glibc's defaults suit short programs. Each of up to 8 arenas per
-// core keeps what its threads freed, and the mmap threshold rises after the first large free, so
-// later large buffers (request bodies up to the limit) come from the arenas and stay there: a flood
-// of large malformed requests left a server at 197 MiB for good. TuneAllocator() caps the arenas
-// and fixes the threshold; ReturnFreeMemory(), run every few seconds, hands free pages back.
+// The server binary links jemalloc: its per-thread caches replace glibc's arena locks and
+// consolidation, which took a fifth of the server's CPU under order load. It is configured in
+// memory.cpp (malloc_conf) and gives freed pages back from a thread of its own.
+//
+// Builds without it (the sanitizers', whose runtimes own malloc) tune glibc instead. glibc's
+// defaults suit short programs: each of up to 8 arenas per core keeps what its threads freed,
+// and the mmap threshold rises after the first large free, so later large buffers (request
+// bodies up to the limit) come from the arenas and stay there; a flood of large malformed
+// requests left a server at 197 MiB for good. TuneAllocator() caps the arenas and fixes the
+// threshold; ReturnFreeMemory(), run every few seconds, hands free pages back.
 #pragma once
 
 namespace common {
