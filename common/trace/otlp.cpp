@@ -271,7 +271,7 @@ std::vector<std::string> EncodeOtlpFitting(const std::vector<SpanData>& spans, s
     return bodies;
   }
   auto middle = spans.begin() + static_cast<std::ptrdiff_t>(spans.size() / 2);
-  for (auto part :
+  for (const auto& part :
        {std::vector<SpanData>(spans.begin(), middle), std::vector<SpanData>(middle, spans.end())}) {
     for (auto& b : EncodeOtlpFitting(part, max_body)) bodies.push_back(std::move(b));
   }
