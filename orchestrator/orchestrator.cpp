@@ -55,7 +55,7 @@ nlohmann::json SagaView(const SagaRow& row) {
 }  // namespace
 
 std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res) {
-  std::string key = req.matches[1];
+  std::string key = common::http::DecodeCapture(req.matches[1].str());
   if (common::IsValidKeyBytes(key, kMaxParentKeyLength)) return key;
   SetError(res, 400, "idempotency_key_invalid",
            "the key in the path must be 1-" + std::to_string(kMaxParentKeyLength) +

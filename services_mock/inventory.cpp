@@ -151,7 +151,7 @@ void RegisterInventoryRoutes(common::http::Server& server, Participant& particip
   server.Get(R"(/v1/stock/([a-z0-9_-]{1,64}))",
              [&participant](const httplib::Request& req, httplib::Response& res) {
                if (!participant.Authorized(req, res)) return;
-               std::string sku = req.matches[1];
+               std::string sku = common::http::DecodeCapture(req.matches[1].str());
                auto rows = participant.pool().With([&](pqxx::connection& conn) {
                  pqxx::read_transaction tx(conn);
                  return Exec(tx, kStockOf, sku);

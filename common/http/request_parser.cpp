@@ -46,7 +46,8 @@ bool IEquals(std::string_view a, std::string_view b) {
   return true;
 }
 
-bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
+bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out,
+                   std::string_view keep_encoded) {
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -62,7 +63,15 @@ bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
       int hi = hex(in[i + 1]);
       int lo = hex(in[i + 2]);
       if (hi < 0 || lo < 0) return false;
-      out.push_back(static_cast<char>(hi * 16 + lo));
+      char decoded = static_cast<char>(hi * 16 + lo);
+      if (keep_encoded.find(decoded) == std::string_view::npos) {
+        out.push_back(decoded);
+      } else {
+        static constexpr char kHex[] = "0123456789ABCDEF";
+        out.push_back('%');
+        out.push_back(kHex[hi]);
+        out.push_back(kHex[lo]);
+      }
       i += 2;
     } else if (c == '+' && plus_is_space) {
       out.push_back(' ');

@@ -92,7 +92,9 @@ class RequestParser final : private boost::beast::http::basic_parser<true> {
 
 namespace detail {
 // Decodes %XX escapes (and `+` as a space when `plus_is_space`); false on a malformed escape.
-bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out);
+// The escapes of the characters in `keep_encoded` stay, in upper case.
+bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out,
+                   std::string_view keep_encoded = {});
 
 // ASCII case-insensitive equality (header names, tokens, schemes).
 bool IEquals(std::string_view a, std::string_view b);

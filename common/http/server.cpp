@@ -227,9 +227,10 @@ struct Route {
 };
 
 // One request and its response, on the heap so that `req.matches` (iterators into
-// `req.path`) stay valid while it travels from the loop to a worker and back.
+// `route_path`) stay valid while it travels from the loop to a worker and back.
 struct Exchange {
   httplib::Request req;
+  std::string route_path;  // what routes match: see server.hpp
   httplib::Response res;
   const Route* route = nullptr;
   bool head = false;
@@ -723,11 +724,14 @@ void ServerCore::Unregister(Connection* c) {
 }
 
 bool ServerCore::FindRoute(Exchange& ex) const {
+  // The parser has validated the target's escapes: this cannot fail.
+  std::string_view target = ex.req.target;
+  detail::PercentDecode(target.substr(0, target.find('?')), false, ex.route_path, "/%");
   const std::string& method = ex.head ? std::string("GET") : ex.req.method;
   std::shared_lock lock(routes_mutex);
   try {
     for (const auto& route : routes) {
-      if (route.method == method && std::regex_match(ex.req.path, ex.req.matches, route.regex)) {
+      if (route.method == method && std::regex_match(ex.route_path, ex.req.matches, route.regex)) {
         ex.route = &route;
         return true;
       }
@@ -736,7 +740,7 @@ bool ServerCore::FindRoute(Exchange& ex) const {
     std::smatch ignored;
     for (const auto& route : routes) {
       if (allow.find(route.method) == std::string::npos &&
-          std::regex_match(ex.req.path, ignored, route.regex)) {
+          std::regex_match(ex.route_path, ignored, route.regex)) {
         if (!allow.empty()) allow += ", ";
         allow += route.method == "GET" ? "GET, HEAD" : route.method;
       }
@@ -908,6 +912,23 @@ std::pair<std::string, int> SplitHostPort(const std::string& listen) {
   int port = std::stoi(listen.substr(colon + 1));
   if (port < 0 || port > 65535) throw std::invalid_argument("port out of range: " + listen);
   return {listen.substr(0, colon), port};
+}
+
+std::string DecodeCapture(std::string_view capture) {
+  std::string out;
+  out.reserve(capture.size());
+  for (size_t i = 0; i < capture.size(); ++i) {
+    if (capture.substr(i, 3) == "%2F") {
+      out.push_back('/');
+      i += 2;
+    } else if (capture.substr(i, 3) == "%25") {
+      out.push_back('%');
+      i += 2;
+    } else {
+      out.push_back(capture[i]);
+    }
+  }
+  return out;
 }
 
 }  // namespace common::http

@@ -17,11 +17,14 @@
 //     percent-decoding, no trimming inside. Field lines with control characters, obs-fold,
 //     Content-Length with Transfer-Encoding, a Transfer-Encoding other than `chunked`, or a
 //     bad Content-Length are refused with 400 before any handler runs.
-//   - `target`: the request target as sent. `path`: its path, percent-decoded (`+` stays `+`);
-//     routes match against `path` (std::regex, whole path, first registered route wins), and
-//     `matches` holds the groups. A target that is not origin-form (`/...`), has raw non-ASCII
-//     bytes or a malformed `%` escape, or whose decoded path or query holds a NUL or invalid
-//     UTF-8 is refused with 400: a route never sees a truncated or altered key.
+//   - `target`: the request target as sent. `path`: its path, percent-decoded (`+` stays `+`).
+//     Routes match (std::regex, whole path, first registered route wins) against the path
+//     decoded but for `%2F` and `%25`, which stay encoded: a key in a path segment may hold a
+//     `/`, and `/v1/orders/k%2Ftrace` is the order `k/trace`, never the trace of `k`.
+//     `matches` holds the groups; DecodeCapture() turns one into the bytes sent. A target that is
+//     not origin-form (`/...`), has raw non-ASCII bytes or a malformed `%` escape, or whose decoded
+//     path or query holds a NUL or invalid UTF-8 is refused with 400: a route never sees a
+//     truncated or altered key.
 //   - `params`: the query, decoded (`+` is a space), as httplib does.
 //   - `body`: the body, within the path's limit; `Content-Encoding` other than identity is 415.
 // HEAD runs the GET route and sends no body; a path served under other methods only is 405
@@ -57,6 +60,9 @@ namespace common::http {
 namespace detail {
 class ServerCore;
 }
+
+// A route's captured group as the client meant it: `%2F` and `%25` decoded (see above).
+std::string DecodeCapture(std::string_view capture);
 
 struct Limits {
   size_t max_body_bytes = 64 * 1024;  // orders and step calls are < 2 KiB; 64 KiB is generous

@@ -48,9 +48,17 @@ class EdgeServer {
     };
     server.Get("/echo", echo);
     server.Post("/echo", echo);
+    // Registered first, as the orchestrator's is: it must never take a key that ends in "/trace".
+    server.Get(R"(/v1/orders/(.+)/trace)", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(
+          nlohmann::json{{"trace_of", Hex(common::http::DecodeCapture(req.matches[1].str()))}}
+              .dump(),
+          "application/json");
+    });
     server.Get(R"(/v1/orders/(.+))", [](const httplib::Request& req, httplib::Response& res) {
-      res.set_content(nlohmann::json{{"key", Hex(req.matches[1].str())}}.dump(),
-                      "application/json");
+      res.set_content(
+          nlohmann::json{{"key", Hex(common::http::DecodeCapture(req.matches[1].str()))}}.dump(),
+          "application/json");
     });
     server.Get("/sleep", [](const httplib::Request& req, httplib::Response& res) {
       int ms = req.has_param("ms") ? std::stoi(req.get_param_value("ms")) : 100;

@@ -119,6 +119,11 @@ TEST(ServerInput, APathIsDecodedOnceAndNeverReachesARouteTruncated) {
       {"/v1/orders/a+b", 200, "a+b"},
       {"/v1/orders/q%22a%5C%22b%22", 200, "q\"a\\\"b\""},
       {"/v1/orders/caf%C3%A9", 200, "caf\xC3\xA9"},
+      // An encoded "/" belongs to the key: never a sub-resource of a shorter key.
+      {"/v1/orders/k%2Ftrace", 200, "k/trace"},
+      {"/v1/orders/k%2ftrace", 200, "k/trace"},
+      {"/v1/orders/k%252Ftrace", 200, "k%2Ftrace"},
+      {"/v1/orders/a%2F%2Fb%25", 200, "a//b%"},
       {"/v1/orders/k%00junk", 400, ""},
       {std::string("/v1/orders/k\0junk", 17), 400, ""},
       {"/v1/orders/%FF", 400, ""},
@@ -145,6 +150,10 @@ TEST(ServerInput, APathIsDecodedOnceAndNeverReachesARouteTruncated) {
       EXPECT_EQ(answers[0].Header("Connection"), "close");
     }
   }
+  // A literal "/" does separate: this is the trace of "k/trace".
+  auto trace = Exchange(server.port, "GET /v1/orders/k%2Ftrace/trace HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_EQ(trace.size(), 1u);
+  EXPECT_EQ(Unhex(nlohmann::json::parse(trace[0].body)["trace_of"]), "k/trace");
   // The query is decoded as a form (`+` is a space) for get_param_value.
   auto answers = Exchange(server.port, "GET /echo?a=1+2%2B&b HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_EQ(answers.size(), 1u);

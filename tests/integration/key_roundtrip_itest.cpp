@@ -9,6 +9,7 @@
 
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
+#include "common/percent_encode.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "services_mock/service.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -27,8 +28,10 @@ using test_support::Serving;
 std::string GenerateKey(std::mt19937& rng, int i) {
   static const std::string kNasty = "%+, \"\\;=:/?#&'";
   static const std::vector<std::string> kFixed = {
-      "pct%41-X", "dk%2541-X", "dkA-X",    " lead-X", "lead-X", "trail ",     "a\"b",
-      "a\\\"b",   "x,y",       "plus+key", "%00",     "%FF",    "a-inventory"};
+      "pct%41-X", "dk%2541-X", "dkA-X", " lead-X", "lead-X", "trail ", "a\"b", "a\\\"b", "x,y",
+      "plus+key", "%00", "%FF", "a-inventory",
+      // A key ending like a sub-resource must never reach that sub-resource of another key.
+      "k", "k/trace", "k/trace/trace", "s/retry"};
   if (i < static_cast<int>(kFixed.size())) return kFixed[i];
   size_t len = i % 17 == 0 ? orchestrator::kMaxParentKeyLength : 1 + rng() % 24;
   std::string key;
@@ -49,6 +52,7 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
   options.database_url = orch_db.url();
   options.inventory_url = inventory.Url();
   options.payment_url = payment.Url();
+  options.trace_settle = std::chrono::milliseconds(0);  // the trace's key matters, not its spans
   Serving<orchestrator::Orchestrator> orch(options);
   orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
   auto client = orch.Client();
@@ -78,6 +82,20 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
       ++declined;
       expected_inventory.insert(key + "-inventory-compensate");
     }
+  }
+  // Each order and its trace, read back by its key in the URL path (percent-encoded, so a
+  // key may hold "/"), are that key's and no other's.
+  const httplib::Headers auth = {{"Authorization", "Bearer dev-key-demo"}};
+  for (const auto& key : parents) {
+    const std::string path = "/v1/orders/" + common::PercentEncode(key);
+    auto order = client.Get(path.c_str(), auth);
+    ASSERT_TRUE(order) << key;
+    ASSERT_EQ(order->status, 200) << "key [" << key << "]: " << order->body;
+    EXPECT_EQ(nlohmann::json::parse(order->body)["idempotency_key"], key) << order->body;
+    auto trace = client.Get((path + "/trace").c_str(), auth);
+    ASSERT_TRUE(trace) << key;
+    ASSERT_EQ(trace->status, 200) << "key [" << key << "]: " << trace->body;
+    EXPECT_EQ(nlohmann::json::parse(trace->body)["idempotency_key"], key);
   }
   // Exactly the derived keys, and nothing else, in each participant's table.
   EXPECT_EQ(inv_db.IdempotencyKeys(), expected_inventory);
