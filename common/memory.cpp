@@ -19,8 +19,11 @@ const char* malloc_conf =  // NOLINT: the name and type are jemalloc's
 }
 
 namespace common {
+namespace {
 
 bool UsingJemalloc() { return mallctl != nullptr; }
+
+}  // namespace
 
 void TuneAllocator() {
   if (UsingJemalloc()) return;  // malloc_conf above

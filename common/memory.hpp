@@ -14,9 +14,6 @@
 
 namespace common {
 
-// True when jemalloc is the allocator of this process.
-bool UsingJemalloc();
-
 // Call first thing in main(), before any thread starts.
 void TuneAllocator();
 
