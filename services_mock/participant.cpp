@@ -147,7 +147,9 @@ void Participant::Action(common::http::Server& server, const std::string& path, 
     Guarded(
         req, res, [&](const steps::guard::Request& r) { return validate(r.body); },
         [&](const steps::guard::Request& r) {
-          return guard_.Run(r, [&](pqxx::work& tx) { return effect(tx, r); });
+          return guard_.Run(
+              r, [&](pqxx::work& tx) { return effect(tx, r); },
+              steps::guard::EffectScope::kTransactionOnly);
         });
   });
 }

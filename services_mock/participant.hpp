@@ -36,7 +36,8 @@ struct ParticipantOptions {
 // Returns "" when `body` is acceptable, else a message naming the offending field.
 using Validate = std::function<std::string(const nlohmann::json& body)>;
 
-// The business effect of an action, run by the guard inside its transaction.
+// The business effect of an action, run by the guard inside its transaction. It acts only
+// through `tx` (steps::guard::EffectScope::kTransactionOnly): it may run and be rolled back.
 using Effect =
     std::function<steps::guard::Response(pqxx::work& tx, const steps::guard::Request& req)>;
 // Undoes a successful action inside the guard's transaction; returns details for the answer.

@@ -19,6 +19,15 @@ const common::pg::Statement kClaim{R"sql(
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql"};
 
+// Stores the key and its answer in one row, after the effect: the first writer of the key.
+const common::pg::Statement kInsertAnswered{R"sql(
+  INSERT INTO idempotency_keys
+    (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
+     response_body, expires_at)
+  VALUES ($1, $2, $3, 'completed', $4, $5, $6, now() + make_interval(secs => $7))
+  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+  RETURNING 1)sql"};
+
 const common::pg::Statement kLoad{R"sql(
   SELECT status, request_hash, response_status, response_content_type, response_body,
          compensated_at IS NOT NULL
@@ -120,6 +129,20 @@ void Store(pqxx::work& tx, const Request& req, const Response& res) {
 
 bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
 
+// The business effect, on the transaction that stores its answer; `span` is left open.
+Response ApplyEffect(pqxx::work& tx, const Guard::Effect& effect, common::trace::Span& span) {
+  Response res = effect(tx);
+  res.replayed = false;
+  res.outcome = "applied";
+  span.Set("http.status_code", static_cast<long long>(res.status));
+  if (res.status >= 400) {
+    span.Error("refused (stored and replayed)");
+  } else {
+    span.Ok();
+  }
+  return res;
+}
+
 }  // namespace
 
 std::string Fingerprint(const Request& req) {
@@ -161,8 +184,29 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
   }
 }
 
-Response Guard::Run(const Request& req, const Effect& effect) {
+Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope) {
   const std::string hash = Fingerprint(req);
+  struct KeyTaken {};
+  if (scope == EffectScope::kTransactionOnly) {
+    try {
+      return InTransaction(req, [&](pqxx::work& tx) {
+        auto span = StartSpan("business effect", req);
+        Response res = ApplyEffect(tx, effect, span);
+        if (Exec(tx, kInsertAnswered, req.tenant_id, req.key, hash, res.status, res.content_type,
+                 res.body, RetentionSeconds())
+                .empty()) {
+          span.Set("outcome", std::string("rolled back: the key was taken"));
+          throw KeyTaken{};
+        }
+        return res;
+      });
+    } catch (const KeyTaken&) {
+      // Answered below, from the key.
+    } catch (const pqxx::unique_violation&) {
+      // The effect's own unique index (a charge per key) names a key that is probably taken:
+      // below, the claim finds out, and an effect that trips again throws from there.
+    }
+  }
   return InTransaction(req, [&](pqxx::work& tx) {
     auto claim = StartSpan("guard claim", req);
     if (auto answered = ClaimOrReplay(tx, req, hash, RetentionSeconds())) {
@@ -172,17 +216,9 @@ Response Guard::Run(const Request& req, const Effect& effect) {
     }
     claim.Set("outcome", std::string("claimed")).Ok();
     claim.End();
-    auto effect_span = StartSpan("business effect", req);
-    Response res = effect(tx);
-    res.replayed = false;
-    res.outcome = "applied";
-    effect_span.Set("http.status_code", static_cast<long long>(res.status));
-    if (res.status >= 400) {
-      effect_span.Error("refused (stored and replayed)");
-    } else {
-      effect_span.Ok();
-    }
-    effect_span.End();
+    auto span = StartSpan("business effect", req);
+    Response res = ApplyEffect(tx, effect, span);
+    span.End();
     Store(tx, req, res);
     return res;
   });

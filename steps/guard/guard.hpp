@@ -4,6 +4,8 @@
 // The claim, the business effect and the stored response commit in one transaction, so a
 // crash or a transient error leaves nothing behind and the retry simply runs again. A
 // concurrent duplicate blocks on the key's unique index until the first commits, then replays.
+// An effect that acts only through its transaction may instead run before the key is written
+// (EffectScope::kTransactionOnly): the key's row is then written once, not claimed and updated.
 // Business failures (a 4xx the effect returns) are stored and replayed like successes; an
 // effect that answers non-2xx must therefore change nothing.
 //
@@ -78,6 +80,20 @@ struct GuardOptions {
   std::chrono::seconds retention{std::chrono::hours(24 * 7)};
 };
 
+// What an effect may touch, which decides when the guard calls it.
+enum class EffectScope {
+  // Anything (a metric, a log line, a call out): the effect is called only once the key is
+  // claimed, so at most once per key however many duplicates arrive.
+  kAny,
+  // Only the database, through `tx`. The effect is called first and the key with its answer is
+  // INSERTed after it: one round trip and one row version fewer per request (the participant's
+  // whole transaction is BEGIN, the effect, one INSERT, COMMIT). When the key is taken (a
+  // retry, a duplicate, a tombstone) the INSERT finds it, or the effect trips on a unique index
+  // of its own; the transaction rolls back whole and the request is answered as under kAny. So
+  // the effect may be called, and rolled back, more than once.
+  kTransactionOnly,
+};
+
 class Guard {
  public:
   using Effect = std::function<Response(pqxx::work& tx)>;
@@ -89,9 +105,9 @@ class Guard {
                  GuardOptions options = {})
       : pool_(pool), tracer_(tracer), options_(options) {}
 
-  // Runs `effect` at most once for (tenant, key). Throws on transient failure (database
+  // Commits `effect` at most once for (tenant, key). Throws on transient failure (database
   // unavailable or broken mid-way): nothing is stored and a retry with the key runs again.
-  Response Run(const Request& req, const Effect& effect);
+  Response Run(const Request& req, const Effect& effect, EffectScope scope = EffectScope::kAny);
 
   // Runs `undo` at most once for the action under (tenant, action_key). The compensation's
   // own key makes the compensation itself replayable. Answers 200 with
