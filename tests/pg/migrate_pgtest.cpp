@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -95,6 +96,72 @@ TEST(Migrate, ConcurrentRunnersOnAnEmptyDatabaseApplyEachMigrationOnce) {
     pqxx::nontransaction tx(admin);
     tx.exec("DROP DATABASE " + tx.quote_name(common::pg::DatabaseOf(url)) + " WITH (FORCE)");
   }
+}
+
+// The rules on stored rows (domains since orchestrator V005, guard V002, payment V002,
+// inventory V003): each statement breaks one rule of a row that is otherwise valid.
+TEST(Migrate, TheSchemasRefuseRowsThatBreakTheirRules) {
+  const std::string hash(64, 'a');
+  const std::string key_row =
+      "INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, status, "
+      "response_status, response_content_type, response_body) VALUES ";
+  const std::map<std::string, std::vector<std::string>> bad = {
+      {"inventory",
+       {key_row + "('bad tenant', 'k', '" + hash + "', 'completed', 201, 'a/b', '{}')",
+        key_row + "('t', '', '" + hash + "', 'completed', 201, 'a/b', '{}')",
+        key_row + "('t', 'k', 'ABC', 'completed', 201, 'a/b', '{}')",
+        key_row + "('t', 'k', '" + hash + "', 'done', 201, 'a/b', '{}')",
+        key_row + "('t', 'k', '" + hash + "', 'completed', 99, 'a/b', '{}')",
+        key_row + "('t', 'k', '" + hash + "', 'completed', NULL, 'a/b', '{}')",
+        key_row + "('t', 'k', NULL, 'completed', 201, 'a/b', '{}')",
+        "UPDATE stock_slots SET available = -1 WHERE sku = 'widget' AND slot = 0",
+        "INSERT INTO stock_slots VALUES ('Bad SKU', 0, 1, 0)",
+        "INSERT INTO stock_slots VALUES ('new', 16, 1, 0)",
+        "INSERT INTO reservations (reservation_id, tenant_id, idempotency_key, items, status) "
+        "VALUES ('r', 't', 'k', '[]', 'held')",
+        "INSERT INTO reservations (reservation_id, tenant_id, idempotency_key, items, status) "
+        "VALUES ('r', 't', 'k', '[]', 'released')"}},
+      {"payment",
+       {"INSERT INTO charges (charge_id, tenant_id, idempotency_key, customer_id, amount_cents, "
+        "currency, payment_method, status) VALUES ('c', 't', 'k', 'u', 0, 'EUR', 'pm', 'captured')",
+        "INSERT INTO charges (charge_id, tenant_id, idempotency_key, customer_id, amount_cents, "
+        "currency, payment_method, status) VALUES ('c', 't', 'k', 'u', 1, 'eur', 'pm', 'captured')",
+        "INSERT INTO charges (charge_id, tenant_id, idempotency_key, customer_id, amount_cents, "
+        "currency, payment_method, status) VALUES ('c', 't', 'k', 'u', 1, 'EUR', 'pm', "
+        "'refunded')"}},
+  };
+  for (const auto& [kind, statements] : bad) {
+    ScratchDatabase db(kind);
+    for (const auto& sql : statements) {
+      EXPECT_THROW(db.Exec(sql), pqxx::check_violation) << kind << ": " << sql;
+    }
+  }
+  // The orchestrator's saga rows: a valid running row, then one rule broken at a time.
+  ScratchDatabase db("orchestrator");
+  db.Exec("INSERT INTO tenants (tenant_id, api_key_hash) VALUES ('t', '" + hash + "')");
+  auto row = [&](const std::string& key, const std::string& trace, const std::string& status,
+                 const std::string& lease, const std::string& response) {
+    return "INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, request_body, "
+           "saga_name, order_id, status, lease_expires_at, response_status, trace_id, "
+           "expires_at) VALUES ('t', " +
+           key + ", '" + hash + "', '{}', 's', 'o' || " + key + ", " + status + ", " + lease +
+           ", " + response + ", " + trace + ", now())";
+  };
+  const std::string trace = "'" + std::string(32, 'b') + "'";
+  db.Exec(row("'ok'", trace, "'started'", "now()", "NULL"));
+  for (const auto& sql : {
+           row("''", trace, "'started'", "now()", "NULL"),
+           row("'k1'", "'xyz'", "'started'", "now()", "NULL"),
+           row("'k2'", trace, "'paused'", "now()", "NULL"),
+           row("'k3'", trace, "'started'", "NULL", "NULL"),
+           row("'k4'", trace, "'completed'", "NULL", "201"),  // finished without completed_at
+           row("'k5'", trace, "'started'", "now()", "700"),
+       }) {
+    EXPECT_THROW(db.Exec(sql), pqxx::check_violation) << sql;
+  }
+  EXPECT_THROW(db.Exec("UPDATE idempotency_keys SET lease_epoch = 0"), pqxx::check_violation);
+  EXPECT_THROW(db.Exec("UPDATE idempotency_keys SET root_span_id = 'nothex'"),
+               pqxx::check_violation);
 }
 
 TEST(Migrate, UnknownKindIsRefused) {
