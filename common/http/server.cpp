@@ -915,19 +915,9 @@ std::pair<std::string, int> SplitHostPort(const std::string& listen) {
 }
 
 std::string DecodeCapture(std::string_view capture) {
+  // The route path holds no escape but %2F and %25 (FindRoute): a plain decode is exact.
   std::string out;
-  out.reserve(capture.size());
-  for (size_t i = 0; i < capture.size(); ++i) {
-    if (capture.substr(i, 3) == "%2F") {
-      out.push_back('/');
-      i += 2;
-    } else if (capture.substr(i, 3) == "%25") {
-      out.push_back('%');
-      i += 2;
-    } else {
-      out.push_back(capture[i]);
-    }
-  }
+  detail::PercentDecode(capture, false, out);
   return out;
 }
 
