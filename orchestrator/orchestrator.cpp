@@ -10,8 +10,6 @@
 #include "common/trace/otlp.hpp"
 #include "common/trace/trace_context.hpp"
 #include "steps/guard/guard.hpp"
-#include "steps/order_schema.hpp"
-#include "steps/place_order.hpp"
 
 namespace orchestrator {
 namespace {
@@ -38,10 +36,16 @@ nlohmann::json SagaView(const SagaRow& row) {
                      {"compensation_attempts", s.value("compensation_attempts", 0)},
                      {"replayed", s.value("replayed", false)}});
   }
-  nlohmann::json view = {
-      {"idempotency_key", row.key}, {"order_id", row.order_id},     {"saga", row.saga_name},
-      {"status", row.status},       {"stuck", row.stuck},           {"steps", steps},
-      {"trace_id", row.trace_id},   {"created_at", row.created_at}, {"updated_at", row.updated_at}};
+  nlohmann::json view = {{"idempotency_key", row.key},
+                         {"order_id", row.order_id},
+                         {"saga", row.saga_name},
+                         {"saga_version", row.saga_version},
+                         {"status", row.status},
+                         {"stuck", row.stuck},
+                         {"steps", steps},
+                         {"trace_id", row.trace_id},
+                         {"created_at", row.created_at},
+                         {"updated_at", row.updated_at}};
   if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
   if (row.response_status != 0) {
     view["response"] = {{"status", row.response_status},
@@ -52,10 +56,21 @@ nlohmann::json SagaView(const SagaRow& row) {
   return view;
 }
 
+steps::client::Participants MakeParticipants(const OrchestratorOptions& o) {
+  steps::client::Participants participants;
+  for (auto [name, client] : o.participants) {
+    client.service_token = o.service_token;
+    client.read_timeout = o.participant_timeout;
+    participants.Add(name, std::move(client));
+  }
+  return participants;
+}
+
 }  // namespace
 
-std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res) {
-  std::string key = common::http::DecodeCapture(req.matches[1].str());
+std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res,
+                                   size_t group) {
+  std::string key = common::http::DecodeCapture(req.matches[group].str());
   if (common::IsValidKeyBytes(key, kMaxParentKeyLength)) return key;
   SetError(res, 400, "idempotency_key_invalid",
            "the key in the path must be 1-" + std::to_string(kMaxParentKeyLength) +
@@ -69,7 +84,8 @@ std::string MakeOwnerId() {
   return std::string(host) + ":" + std::to_string(getpid()) + ":" + common::RandomHex(3);
 }
 
-Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory& factory)
+Orchestrator::Orchestrator(OrchestratorOptions options,
+                           const std::vector<steps::SagaFactory>& sagas)
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
@@ -84,18 +100,14 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
               : common::trace::Exporter::OtlpHttp(options_.otlp_endpoint, options_.otlp_headers),
           options_.exporter),
       tracer_("orchestrator", &exporter_),
-      inventory_({.base_url = options_.inventory_url,
-                  .service_token = options_.service_token,
-                  .read_timeout = options_.participant_timeout,
-                  .business_errors = {"insufficient_stock"}}),
-      payment_({.base_url = options_.payment_url,
-                .service_token = options_.service_token,
-                .read_timeout = options_.participant_timeout,
-                .business_errors = {"card_declined"}}),
-      definition_(factory ? factory(inventory_, payment_)
-                          : steps::MakePlaceOrderSaga(inventory_, payment_)),
+      participants_(MakeParticipants(options_)),
+      registry_([&] {
+        saga::Registry registry;
+        for (const auto& make : sagas) registry.Add(make(participants_));
+        return registry;
+      }()),
       sagas_(
-          store_, definition_, options_.retry,
+          store_, registry_, options_.retry,
           [&] {
             auto s = options_.sagas;
             if (s.owner.empty()) s.owner = MakeOwnerId();
@@ -109,21 +121,25 @@ Orchestrator::Orchestrator(OrchestratorOptions options, const DefinitionFactory&
         return limits;
       }()) {
   TraceRoutes();  // first: /v1/orders/{key}/trace must match before /v1/orders/{key}
+  RunRoutes();
   Routes();
 }
 
 Orchestrator::~Orchestrator() { Stop(); }
 
 std::chrono::seconds Orchestrator::RequiredParticipantRetention() const {
-  // Actions and compensations: every step's deadline twice over.
-  auto longest = saga::LongestRun(options_.retry, 2 * definition_.steps().size());
+  // Actions and compensations: every step's deadline twice over, for the longest saga.
+  std::chrono::milliseconds longest{0};
+  for (const auto* def : registry_.All()) {
+    longest = std::max(longest, 2 * saga::LongestRun(options_.retry, *def));
+  }
   return options_.store.retention + std::chrono::ceil<std::chrono::seconds>(longest);
 }
 
 int Orchestrator::CheckParticipantRetention() {
   auto required = RequiredParticipantRetention();
   int checked = 0;
-  for (auto* client : {&inventory_, &payment_}) {
+  for (auto [name, client] : participants_.All()) {
     std::string error;
     int status = 0;
     auto policy = client->GetJson(steps::guard::kPolicyPath, error, status);
@@ -204,51 +220,104 @@ struct ResponseOnSpan {
   }
 };
 
-void Orchestrator::OrderRoute() {
+void Orchestrator::Start(const httplib::Request& req, httplib::Response& res,
+                         const saga::Definition& definition, const std::string& route) {
+  // A caller's trace is continued; otherwise this request starts the saga's trace.
+  auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
+  common::trace::SpanContext parent;
+  if (caller) parent = {caller->trace_id, caller->parent_id};
+  auto span = tracer_.Start("POST " + route, parent, common::trace::SpanKind::kServer);
+  ResponseOnSpan on_span{span, res};
+  auto tenant = Authenticate(req);
+  if (!tenant) {
+    SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+    res.set_header("WWW-Authenticate", "Bearer");
+    return;
+  }
+  span.Set("tenant", *tenant);
+  auto key =
+      common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
+                                  req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
+  if (!key.ok()) return SetError(res, 400, key.error, key.message);
+  span.Set("idempotency_key", key.key);
+  auto body = common::http::ParseJsonBody(req, res, options_.limits);
+  if (!body) return;
+  std::shared_ptr<const std::any> input;
+  try {
+    input = definition.ParseInput(*body);
+  } catch (const saga::InvalidInput& e) {
+    return SetError(res, 400, "invalid_request", e.what());
+  }
+  common::Log("saga_request", {{"tenant", *tenant},
+                               {"key", key.key},
+                               {"saga", definition.name()},
+                               {"trace_id", span.context().trace_id}});
+  // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
+  Submission s{&definition,
+               std::move(input),
+               *tenant,
+               key.key,
+               common::Sha256Hex("POST " + route + "\n" + body->dump()),
+               *body,
+               span.context().trace_id,
+               span.context().span_id};
+  Answer answer = sagas_.Submit(s);
+  span.Set("idempotency.outcome", answer.outcome).Set("replayed", answer.outcome == "replayed");
+  // A retry that did not start the saga joins the saga's trace (unless the caller has a
+  // trace of its own), so the replay shows in its waterfall.
+  bool owns = answer.outcome == "claimed" || answer.outcome == "taken_over";
+  if (!owns && !caller && !answer.trace_id.empty()) {
+    span.Reparent({answer.trace_id, answer.root_span_id});
+  }
+  Send(answer, res);
+  res.set_header("traceparent",
+                 common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id));
+}
+
+void Orchestrator::RunRoutes() {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
-  server_.Post("/v1/orders", [this](const httplib::Request& req, httplib::Response& res) {
-    // A caller's trace is continued; otherwise this request starts the order's trace.
-    auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
-    common::trace::SpanContext parent;
-    if (caller) parent = {caller->trace_id, caller->parent_id};
-    auto span = tracer_.Start("POST /v1/orders", parent, common::trace::SpanKind::kServer);
-    ResponseOnSpan on_span{span, res};
-    auto tenant = Authenticate(req);
-    if (!tenant) {
-      SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
-      res.set_header("WWW-Authenticate", "Bearer");
-      return;
+  if (const auto* order = registry_.Latest(kOrderSaga)) {
+    server_.Post("/v1/orders", [this, order](const httplib::Request& req, httplib::Response& res) {
+      Start(req, res, *order, "/v1/orders");
+    });
+  }
+  // Every registered saga, its latest version: /v1/runs/{saga} starts one under the request's
+  // Idempotency-Key, /v1/runs/{saga}/{key} reads it. Saga names are [a-z0-9_]: no clash with
+  // a key, and none with /v1/sagas (the admin listing of every saga).
+  server_.Post(R"(/v1/runs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto* definition = registry_.Latest(req.matches[1].str());
+    if (definition == nullptr) {
+      return SetError(res, 404, "saga_not_found",
+                      "no saga of this name is served here (GET /v1/runs lists them)");
     }
-    span.Set("tenant", *tenant);
-    auto key =
-        common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
-                                    req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
-    if (!key.ok()) return SetError(res, 400, key.error, key.message);
-    span.Set("idempotency_key", key.key);
-    auto body = common::http::ParseJsonBody(req, res, options_.limits);
-    if (!body) return;
-    if (auto problem = steps::ValidateOrder(*body); !problem.empty()) {
-      return SetError(res, 400, "invalid_request", problem);
+    Start(req, res, *definition, "/v1/runs/" + definition->name());
+  });
+  server_.Get(
+      R"(/v1/runs/([^/]+)/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+        auto tenant = Authenticate(req);
+        if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
+        auto key = PathKey(req, res, 2);
+        if (!key) return;
+        auto row = store_.Get(*tenant, *key);
+        // Another tenant's key, or another saga's, is indistinguishable from no key at all.
+        if (!row || row->saga_name != req.matches[1].str()) {
+          return SetError(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
+        }
+        res.set_content(SagaView(*row).dump(), "application/json");
+      });
+  server_.Get("/v1/runs", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authenticate(req))
+      return SetError(res, 401, "unauthorized", "a valid API key is required");
+    nlohmann::json sagas = nlohmann::json::array();
+    for (const auto* def : registry_.All()) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& step : def->steps()) steps.push_back(step.name);
+      sagas.push_back({{"name", def->name()},
+                       {"version", def->version()},
+                       {"steps", steps},
+                       {"path", "/v1/runs/" + def->name()}});
     }
-    common::Log("order_received",
-                {{"tenant", *tenant}, {"key", key.key}, {"trace_id", span.context().trace_id}});
-    Submission s{*tenant,
-                 key.key,
-                 common::Sha256Hex("POST /v1/orders\n" + body->dump()),
-                 *body,
-                 span.context().trace_id,
-                 span.context().span_id};
-    Answer answer = sagas_.Submit(s);
-    span.Set("idempotency.outcome", answer.outcome).Set("replayed", answer.outcome == "replayed");
-    // A retry that did not start the saga joins the order's trace (unless the caller has a
-    // trace of its own), so the replay shows in the order's waterfall.
-    bool owns = answer.outcome == "claimed" || answer.outcome == "taken_over";
-    if (!owns && !caller && !answer.trace_id.empty()) {
-      span.Reparent({answer.trace_id, answer.root_span_id});
-    }
-    Send(answer, res);
-    res.set_header("traceparent", common::trace::FormatTraceparent(span.context().trace_id,
-                                                                   span.context().span_id));
+    res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");
   });
 }
 
@@ -274,8 +343,6 @@ std::optional<std::string> Orchestrator::Authenticate(const httplib::Request& re
 
 void Orchestrator::Routes() {
   common::http::AddHealthRoutes(server_, pool_);
-
-  OrderRoute();
 
   server_.Get("/v1/sagas", [this](const httplib::Request& req, httplib::Response& res) {
     auto tenant = Authenticate(req);

@@ -1,5 +1,6 @@
-// The coordinator service: the order API over a SagaService, the parent-key store and the
-// participant clients, all in one object that main() or a test can start.
+// The coordinator service: the order API and the runs API of every registered saga over a
+// SagaService, the parent-key store and the participant clients, all in one object that
+// main() or a test can start.
 //
 // Bind() and Serve() from one thread; Stop() from any.
 //   orchestrator::Orchestrator o({.database_url = url});
@@ -17,19 +18,27 @@
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
 #include "orchestrator/recovery.hpp"
-#include "orchestrator/saga/definition.hpp"
-#include "orchestrator/saga/runner.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
-#include "steps/client/participant_client.hpp"
+#include "steps/client/participants.hpp"
+#include "steps/saga/definition.hpp"
+#include "steps/saga/registry.hpp"
+#include "steps/saga/runner.hpp"
+#include "steps/sagas.hpp"
 
 namespace orchestrator {
 
 struct OrchestratorOptions {
   std::string database_url;
-  std::string inventory_url = "http://127.0.0.1:8081";
-  std::string payment_url = "http://127.0.0.1:8082";
+  // Participant name -> its base URL and declared business refusals (the demo participants'
+  // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`.
+  std::map<std::string, steps::client::ParticipantClient::Options> participants = {
+      {"inventory",
+       {.base_url = "http://127.0.0.1:8081", .business_errors = {"insufficient_stock"}}},
+      {"payment", {.base_url = "http://127.0.0.1:8082", .business_errors = {"card_declined"}}},
+      {"shipping",
+       {.base_url = "http://127.0.0.1:8083", .business_errors = {"address_unserviceable"}}}};
   std::string service_token = "dev-service-token";
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
@@ -51,17 +60,16 @@ struct OrchestratorOptions {
   std::chrono::milliseconds trace_settle{1500};
 };
 
-// Makes the saga this orchestrator serves, given its participant clients.
-using DefinitionFactory = std::function<saga::Definition(
-    steps::client::ParticipantClient& inventory, steps::client::ParticipantClient& payment)>;
-
 // Parent keys may be 1..200 printable ASCII (derived keys add up to 45 more, under 255).
 inline constexpr size_t kMaxParentKeyLength = 200;
 
 class Orchestrator {
  public:
-  // Serves the place_order saga unless `factory` says otherwise (tests, examples).
-  explicit Orchestrator(OrchestratorOptions options, const DefinitionFactory& factory = {});
+  // Serves the sagas `sagas` make over the configured participants: the product's by default;
+  // a user's own, or both. Throws std::invalid_argument (a bad or duplicate definition) or
+  // std::out_of_range (a saga that calls a participant that is not configured).
+  explicit Orchestrator(OrchestratorOptions options,
+                        const std::vector<steps::SagaFactory>& sagas = steps::ShippedSagas());
   ~Orchestrator();
 
   int Bind(const std::string& host, int port);
@@ -81,13 +89,18 @@ class Orchestrator {
   std::chrono::seconds RequiredParticipantRetention() const;
 
   ParentStore& store() { return store_; }
+  const saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
 
  private:
   void Routes();
   std::optional<std::string> Authenticate(const httplib::Request& req);
   void TraceRoutes();
-  void OrderRoute();
+  void RunRoutes();
+  // Starts `definition` for the request (auth, key, body, typed input, claim) and answers.
+  // `route` is the path its fingerprint and span name use.
+  void Start(const httplib::Request& req, httplib::Response& res,
+             const saga::Definition& definition, const std::string& route);
 
   OrchestratorOptions options_;
   common::pg::Pool pool_;
@@ -98,9 +111,8 @@ class Orchestrator {
   SpanStore span_store_;
   common::trace::Exporter exporter_;
   common::trace::Tracer tracer_;
-  steps::client::ParticipantClient inventory_;
-  steps::client::ParticipantClient payment_;
-  saga::Definition definition_;
+  steps::client::Participants participants_;
+  saga::Registry registry_;
   SagaService sagas_;
   Recovery recovery_;
   common::http::Server server_;
@@ -111,9 +123,10 @@ class Orchestrator {
       tenant_cache_;
 };
 
-// The Idempotency-Key in a route's first group (the server has percent-decoded it), checked
+// The Idempotency-Key in a route's group `group` (the server has percent-decoded it), checked
 // like a header key; otherwise answers 400 and returns nullopt.
-std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res);
+std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res,
+                                   size_t group = 1);
 
 // "host:pid:random": unique per process, readable in the parent row and the logs.
 std::string MakeOwnerId();

@@ -8,7 +8,7 @@
 #include "common/http/server.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
-#include "orchestrator/saga/response.hpp"
+#include "orchestrator/response.hpp"
 
 namespace orchestrator {
 namespace {
@@ -89,6 +89,11 @@ Answer InProgress(const SagaRow& row) {
 
 }  // namespace
 
+std::string StatusPath(const std::string& saga_name, const std::string& key) {
+  return (saga_name == kOrderSaga ? "/v1/orders/" : "/v1/runs/" + saga_name + "/") +
+         common::PercentEncode(key);
+}
+
 nlohmann::json FailureToJson(const saga::StepResult& r) {
   return {{"outcome", saga::ToString(r.outcome)},
           {"http_status", r.http_status},
@@ -107,15 +112,14 @@ saga::StepResult FailureFromJson(const nlohmann::json& j) {
   return r;
 }
 
-SagaService::SagaService(ParentStore& store, const saga::Definition& definition,
+SagaService::SagaService(ParentStore& store, const saga::Registry& registry,
                          saga::RetryPolicy policy, SagaServiceOptions options,
                          const common::trace::Tracer* tracer)
     : store_(store),
       options_(std::move(options)),
       policy_(policy),
-      runner_(
-          definition, policy, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
-          [this] { return stopping_.load(); }, tracer),
+      registry_(registry),
+      tracer_(tracer),
       finished_(options_.finished_cache),
       pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {}
 
@@ -170,7 +174,7 @@ Answer SagaService::Replay(const SagaRow& row) {
       {row.request_hash, row.response_status, row.response_body, row.trace_id, row.root_span_id});
 }
 
-Answer SagaService::Drive(const Claim& claim) {
+Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed) {
   // running_ was counted when the saga was posted, so queued sagas count as running too.
   struct Done {
     std::atomic<long long>& n;
@@ -179,9 +183,23 @@ Answer SagaService::Drive(const Claim& claim) {
   const SagaRow& row = claim.row;
   StoreJournal journal(store_, claim);
   try {
+    // The definition the saga started with, never a newer one: its steps and compensations
+    // are what ran. A build without it must not guess.
+    const saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
+    if (definition == nullptr) {
+      common::Log("saga_definition_missing", {{"tenant", row.tenant_id},
+                                              {"key", row.key},
+                                              {"saga", row.saga_name},
+                                              {"version", std::to_string(row.saga_version)},
+                                              {"trace_id", row.trace_id}});
+      store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
+      return Error(503, "unavailable",
+                   "this saga's definition is not served by this build; retry later");
+    }
     saga::SagaInput input;
     try {
       input = InputOf(row, claim.kind == Claim::kTakenOver);
+      input.typed = std::move(typed);
     } catch (const nlohmann::json::exception& e) {
       // A row this build cannot read: running anything could undo the wrong thing. Keep it
       // visible (stuck) and let an operator look; recovery retries it at the stuck pace.
@@ -192,7 +210,10 @@ Answer SagaService::Drive(const Claim& claim) {
       store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
       return Error(503, "unavailable", "the order cannot be resumed now; retry later");
     }
-    saga::SagaResult result = runner_.Run(input, journal);
+    saga::Runner runner(
+        *definition, policy_, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
+        [this] { return stopping_.load(); }, tracer_);
+    saga::SagaResult result = runner.Run(std::move(input), journal);
     if (result.end == saga::SagaEnd::kAbandoned) {
       return Error(503, "unavailable", "the service is shutting down; retry with the same key");
     }
@@ -204,11 +225,10 @@ Answer SagaService::Drive(const Claim& claim) {
                              {"order_id", row.order_id},
                              {"idempotency_key", row.key},
                              {"trace_id", row.trace_id}};
-      return Answer{
-          202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(row.key)}}};
+      return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
     }
     if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
-      auto response = saga::BuildResponse(result, {row.order_id, row.key, row.trace_id});
+      auto response = BuildResponse(result, {row.order_id, row.key, row.trace_id});
       bool completed = result.end == saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps))) {
@@ -246,7 +266,7 @@ bool SagaService::ResumeAsync(const Claim& claim) {
   ++running_;
   boost::asio::post(*pool_, [this, claim] {
     try {
-      Drive(claim);
+      Drive(claim, nullptr);
     } catch (const std::exception& e) {
       common::Log("saga_interrupted", {{"key", claim.row.key}, {"error", e.what()}});
     }
@@ -268,8 +288,8 @@ Answer SagaService::Submit(const Submission& s) {
     return a;
   }
   Claim claim =
-      store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request, runner_.definition().name(),
-                       options_.owner, s.trace_id, s.root_span_id});
+      store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request, s.definition->name(),
+                       s.definition->version(), options_.owner, s.trace_id, s.root_span_id});
   Answer answer = AnswerClaim(claim, s);
   answer.trace_id = claim.row.trace_id;
   answer.root_span_id = claim.row.root_span_id;
@@ -300,10 +320,13 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   auto promise = std::make_shared<std::promise<Answer>>();
   auto future = promise->get_future();
   ++running_;
-  boost::asio::post(*pool_, [this, claim, promise] {
+  // A takeover resumes the definition the key started with: the route's typed input is for
+  // the latest one, so the runner parses the stored request itself.
+  auto input = claim.kind == Claim::kClaimed ? s.input : nullptr;
+  boost::asio::post(*pool_, [this, claim, promise, input] {
     // Drive catches what it can; anything else (bad_alloc) must still answer the request.
     try {
-      promise->set_value(Drive(claim));
+      promise->set_value(Drive(claim, input));
     } catch (...) {
       promise->set_exception(std::current_exception());
     }
@@ -318,7 +341,7 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
                          {"order_id", claim.row.order_id},
                          {"idempotency_key", s.key},
                          {"trace_id", claim.row.trace_id}};
-  Answer a{202, body.dump(), {{"Location", "/v1/orders/" + common::PercentEncode(s.key)}}};
+  Answer a{202, body.dump(), {{"Location", StatusPath(s.definition->name(), s.key)}}};
   a.outcome = outcome;
   return a;
 }

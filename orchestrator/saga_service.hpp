@@ -1,11 +1,12 @@
-// Runs submitted sagas end to end: claims the parent key, drives the saga on a thread pool
+// Runs submitted sagas end to end: claims the parent key, drives the saga (the definition the
+// key started with, from the registry) on a thread pool
 // (Boost.Asio) with a store-backed, lease-fenced journal, stores the final response, and
 // answers the HTTP request within the response budget (or 202 while the saga goes on).
 //
 // Thread-safe. Shutdown() stops new work and lets running sagas stop at their next step
 // boundary; their leases expire and recovery resumes them.
-//   SagaService svc(store, definition, policy, {.owner = "host:1234"});
-//   Answer a = svc.Submit({tenant, key, hash, body, trace_id});
+//   SagaService svc(store, registry, policy, {.owner = "host:1234"});
+//   Answer a = svc.Submit({registry.Latest("ship_order"), input, tenant, key, hash, body, ...});
 #pragma once
 
 #include <atomic>
@@ -16,9 +17,10 @@
 #include <memory>
 #include <string>
 
-#include "orchestrator/saga/runner.hpp"
 #include "orchestrator/store/finished_cache.hpp"
 #include "orchestrator/store/parent_store.hpp"
+#include "steps/saga/registry.hpp"
+#include "steps/saga/runner.hpp"
 
 namespace orchestrator {
 
@@ -33,6 +35,8 @@ struct Answer {
 };
 
 struct Submission {
+  const saga::Definition* definition = nullptr;  // what the route starts (a registry entry)
+  std::shared_ptr<const std::any> input;         // its typed input, parsed at the route
   std::string tenant_id;
   std::string key;
   std::string request_hash;
@@ -48,6 +52,12 @@ struct SagaServiceOptions {
   FinishedCache::Options finished_cache;             // replays of finished keys from memory
 };
 
+// The saga POST /v1/orders runs; every registered saga runs under POST /v1/runs/{name}.
+inline constexpr const char* kOrderSaga = "place_order";
+// Where a saga's state is read: /v1/orders/{key} for orders, /v1/runs/{saga}/{key} otherwise
+// (the key percent-encoded).
+std::string StatusPath(const std::string& saga_name, const std::string& key);
+
 // The saga's failure as stored in the parent row (for a resumed compensation).
 nlohmann::json FailureToJson(const saga::StepResult& r);
 saga::StepResult FailureFromJson(const nlohmann::json& j);
@@ -55,7 +65,7 @@ saga::StepResult FailureFromJson(const nlohmann::json& j);
 class SagaService {
  public:
   // `tracer` may be null (no spans).
-  SagaService(ParentStore& store, const saga::Definition& definition, saga::RetryPolicy policy,
+  SagaService(ParentStore& store, const saga::Registry& registry, saga::RetryPolicy policy,
               SagaServiceOptions options, const common::trace::Tracer* tracer = nullptr);
   ~SagaService();
 
@@ -75,7 +85,8 @@ class SagaService {
   const std::string& owner() const { return options_.owner; }
 
  private:
-  Answer Drive(const Claim& claim);
+  // `input`: the typed input when the route parsed it (a new claim); null when resumed.
+  Answer Drive(const Claim& claim, std::shared_ptr<const std::any> input);
   Answer Replay(const SagaRow& row);
   // Remembers a finished row's answer for replays.
   void Remember(const SagaRow& row, int status, const std::string& body,
@@ -94,7 +105,8 @@ class SagaService {
   std::atomic<long long> running_{0};
   std::atomic<long long> resumed_{0};
   saga::RetryPolicy policy_;
-  saga::Runner runner_;
+  const saga::Registry& registry_;
+  const common::trace::Tracer* tracer_;
   FinishedCache finished_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
 };

@@ -5,7 +5,15 @@
 namespace services_mock {
 
 const char* NameOf(ParticipantKind kind) {
-  return kind == ParticipantKind::kInventory ? "inventory" : "payment";
+  switch (kind) {
+    case ParticipantKind::kInventory:
+      return "inventory";
+    case ParticipantKind::kPayment:
+      return "payment";
+    case ParticipantKind::kShipping:
+      return "shipping";
+  }
+  throw std::invalid_argument("unknown participant kind");
 }
 
 ParticipantService::ParticipantService(ParticipantKind kind, const std::string& database_url,
@@ -27,10 +35,16 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
         }
       }) {
   participant_.AdminRoutes(server_);
-  if (kind_ == ParticipantKind::kInventory) {
-    RegisterInventoryRoutes(server_, participant_);
-  } else {
-    RegisterPaymentRoutes(server_, participant_);
+  switch (kind_) {
+    case ParticipantKind::kInventory:
+      RegisterInventoryRoutes(server_, participant_);
+      break;
+    case ParticipantKind::kPayment:
+      RegisterPaymentRoutes(server_, participant_);
+      break;
+    case ParticipantKind::kShipping:
+      RegisterShippingRoutes(server_, participant_);
+      break;
   }
 }
 

@@ -1,6 +1,7 @@
-// A runnable demo participant (inventory or payment): its pool, faults, guard and server.
+// A runnable demo participant (inventory, payment or shipping): its pool, faults, guard and
+// server.
 //
-// Used by `idemsaga inventory|payment|dev` and by tests, which bind port 0 and serve on a
+// Used by `idemsaga inventory|payment|shipping|dev` and by tests, which bind port 0 and serve on a
 // thread. Bind() and Serve() from one thread; Stop() from any.
 //   ParticipantService svc(ParticipantKind::kInventory, url, {});
 //   int port = svc.Bind("127.0.0.1", 0); std::thread t([&] { svc.Serve(); }); ... svc.Stop();
@@ -16,14 +17,15 @@
 
 namespace services_mock {
 
-enum class ParticipantKind { kInventory, kPayment };
+enum class ParticipantKind { kInventory, kPayment, kShipping };
 
-// "inventory" or "payment": the service name and the database kind it migrates.
+// "inventory", "payment" or "shipping": the service name and the database kind it migrates.
 const char* NameOf(ParticipantKind kind);
 
 // Routes of each demo participant (see README "Participants").
 void RegisterInventoryRoutes(common::http::Server& server, Participant& participant);
 void RegisterPaymentRoutes(common::http::Server& server, Participant& participant);
+void RegisterShippingRoutes(common::http::Server& server, Participant& participant);
 
 class ParticipantService {
  public:

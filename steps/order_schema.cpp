@@ -1,6 +1,7 @@
 #include "steps/order_schema.hpp"
 
 #include <set>
+#include <string_view>
 
 namespace steps {
 namespace {
@@ -19,6 +20,13 @@ bool SkuChar(char c) {
 bool UpperChar(char c) { return c >= 'A' && c <= 'Z'; }
 bool VisibleChar(char c) { return c > 0x20 && c < 0x7f; }
 bool MethodChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
+bool HexChar(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+// Any UTF-8 text but control characters (the parser has already refused invalid UTF-8).
+bool TextChar(char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; }
+bool PostalChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == ' ' ||
+         c == '-';
+}
 
 std::string UnknownField(const nlohmann::json& body, const std::set<std::string>& allowed,
                          const std::string& at = "") {
@@ -80,6 +88,19 @@ std::string CheckCharge(const nlohmann::json& body) {
   return "";
 }
 
+// Reservation ids are made by the inventory participant: "res_" and 32 hex digits.
+std::string CheckReservationId(const nlohmann::json& body) {
+  constexpr std::string_view kPrefix = "res_";
+  constexpr size_t kHexDigits = 32;
+  bool ok = body.contains("reservation_id") && body["reservation_id"].is_string();
+  if (ok) {
+    const auto& id = body["reservation_id"].get_ref<const std::string&>();
+    ok = id.size() == kPrefix.size() + kHexDigits && id.starts_with(kPrefix) &&
+         AllOf(id.substr(kPrefix.size()), kHexDigits, HexChar);
+  }
+  return ok ? "" : "reservation_id must be res_ followed by 32 lower-case hex digits";
+}
+
 }  // namespace
 
 std::string ValidateReservation(const nlohmann::json& body) {
@@ -95,6 +116,40 @@ std::string ValidateCharge(const nlohmann::json& body) {
     return e;
   }
   return CheckCharge(body);
+}
+
+std::string ValidateShipment(const nlohmann::json& body) {
+  if (!body.is_object()) return "the body must be a JSON object";
+  if (auto e = UnknownField(body, {"reservation_id", "address"}); !e.empty()) return e;
+  if (auto e = CheckReservationId(body); !e.empty()) return e;
+  if (!body.contains("address")) return "address must be an object";
+  return ValidateAddress(body["address"], "address.");
+}
+
+std::string ValidateAddress(const nlohmann::json& address, const std::string& at) {
+  // "address." names the object "address"; "" names it "the address".
+  const std::string self =
+      at.empty() ? "the address" : at.substr(0, at.size() - (at.back() == '.' ? 1 : 0));
+  if (!address.is_object()) return self + " must be an object";
+  if (auto e = UnknownField(address, {"name", "line1", "city", "postal_code", "country"},
+                            self + " has ");
+      !e.empty()) {
+    return e;
+  }
+  for (const char* field : {"name", "line1", "city"}) {
+    if (!StringOf(address, field, kMaxAddressText, TextChar)) {
+      return at + field + " must be 1-" + std::to_string(kMaxAddressText) +
+             " bytes of text without control characters";
+    }
+  }
+  if (!StringOf(address, "postal_code", kMaxPostalCode, PostalChar)) {
+    return at + "postal_code must be 1-" + std::to_string(kMaxPostalCode) + " of [A-Za-z0-9 -]";
+  }
+  if (!StringOf(address, "country", 2, UpperChar) ||
+      address["country"].get_ref<const std::string&>().size() != 2) {
+    return at + "country must be a two-letter upper-case ISO 3166-1 code";
+  }
+  return "";
 }
 
 std::string ValidateOrder(const nlohmann::json& body) {

@@ -1,21 +1,23 @@
 #include "steps/place_order.hpp"
 
+#include "steps/order_schema.hpp"
+
 namespace steps {
 
 saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
                                     client::ParticipantClient& payment) {
-  // action_applied: the participant must not take a missing record for "never arrived".
-  auto undo = [](saga::StepContext& ctx) {
-    return nlohmann::json{{"action_key", ctx.action_key}, {"action_applied", ctx.action_confirmed}};
-  };
   return saga::Definition("place_order")
+      .Input<nlohmann::json>([](const nlohmann::json& body) {
+        if (auto problem = ValidateOrder(body); !problem.empty()) throw saga::InvalidInput(problem);
+        return body;
+      })
       .Step(
           "inventory",
           [&inventory](saga::StepContext& ctx) {
             return inventory.Post("/v1/reservations", ctx, {{"items", (*ctx.request)["items"]}});
           },
-          [&inventory, undo](saga::StepContext& ctx) {
-            return inventory.Post("/v1/reservations/release", ctx, undo(ctx));
+          [&inventory](saga::StepContext& ctx) {
+            return inventory.Compensate("/v1/reservations/release", ctx);
           })
       .Step(
           "payment",
@@ -27,9 +29,7 @@ saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
                                  {"customer_id", r["customer_id"]},
                                  {"payment_method", r["payment_method"]}});
           },
-          [&payment, undo](saga::StepContext& ctx) {
-            return payment.Post("/v1/refunds", ctx, undo(ctx));
-          });
+          [&payment](saga::StepContext& ctx) { return payment.Compensate("/v1/refunds", ctx); });
 }
 
 }  // namespace steps

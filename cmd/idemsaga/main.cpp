@@ -1,13 +1,15 @@
 // idemsaga: one binary for every service and tool.
 //   idemsaga dev                      the whole stack on a private PostgreSQL (.idemsaga/)
 //   idemsaga orchestrator ...         the coordinator service
-//   idemsaga inventory|payment ...    one demo participant
+//   idemsaga inventory|payment|shipping ...  one demo participant
 //   idemsaga migrate ...              apply the embedded SQL migrations
 //   idemsaga tenant create NAME       a tenant and its API key (printed once)
 //   idemsaga order ... / orders get K submit an order, read a saga
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
 #include <thread>
 
 #include "cmd/idemsaga/client_commands.hpp"
@@ -62,15 +64,29 @@ std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& 
   return out;
 }
 
+// Where `idemsaga <participant>` listens unless told: the ports `idemsaga dev` uses too.
+std::string DefaultListen(ParticipantKind kind) {
+  switch (kind) {
+    case ParticipantKind::kInventory:
+      return "127.0.0.1:8081";
+    case ParticipantKind::kPayment:
+      return "127.0.0.1:8082";
+    case ParticipantKind::kShipping:
+      return "127.0.0.1:8083";
+  }
+  throw std::invalid_argument("unknown participant kind");
+}
+
 void AddParticipantCommand(CLI::App& app, ParticipantKind kind, ParticipantFlags& flags,
                            std::function<void()>& run) {
   const std::string name = services_mock::NameOf(kind);
   auto* cmd = app.add_subcommand(name, "Run the demo " + name + " participant");
-  flags.listen = kind == ParticipantKind::kInventory ? "127.0.0.1:8081" : "127.0.0.1:8082";
+  flags.listen = DefaultListen(kind);
+  std::string upper_name = name;
+  for (char& c : upper_name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
   cmd->add_option("--database-url", flags.database_url, "postgresql:// URL of its database")
-      ->envname("IDEMSAGA_" + std::string(name == "inventory" ? "INVENTORY" : "PAYMENT") +
-                "_DATABASE_URL")
+      ->envname("IDEMSAGA_" + upper_name + "_DATABASE_URL")
       ->required();
   cmd->add_option("--service-token", flags.service_token,
                   "bearer token callers must present (dev default: dev-service-token)")
@@ -126,13 +142,14 @@ struct MigrateFlags {
 
 void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>& run) {
   auto* cmd = app.add_subcommand(
-      "migrate", "Apply pending migrations to one database, or create and migrate all three");
+      "migrate", "Apply pending migrations to one database, or create and migrate all of them");
   cmd->add_option("--database-url", flags.database_url, "the database to migrate");
   cmd->add_option("--kind", flags.kind, "what that database is for")
       ->check(CLI::IsMember(common::pg::DatabaseKinds()));
-  cmd->add_option("--server-url", flags.server_url,
-                  "instead: create idemsaga_orchestrator, _inventory and _payment on this "
-                  "server if missing, and migrate each");
+  cmd->add_option(
+      "--server-url", flags.server_url,
+      "instead: create idemsaga_orchestrator, _inventory, _payment and _shipping on this "
+      "server if missing, and migrate each");
   cmd->callback([&flags, &run] {
     run = [&flags] {
       std::vector<std::pair<std::string, std::string>> targets;  // kind, url
@@ -162,8 +179,19 @@ struct OrchestratorFlags {
   bool migrate = false;
   int retention_hours = 24;
   std::chrono::milliseconds grace{10000};
+  std::vector<std::string> participants;  // NAME=URL
   orchestrator::OrchestratorOptions options;
 };
+
+// --participant NAME=URL: the base URL of the participant sagas call by NAME.
+std::string CheckParticipantFlag(const std::string& value) {
+  auto eq = value.find('=');
+  if (eq == std::string::npos || !saga::IsValidStepName(value.substr(0, eq)) ||
+      value.compare(eq + 1, 7, "http://") != 0) {
+    return "expected NAME=http://HOST:PORT with NAME of [a-z0-9_]";
+  }
+  return "";
+}
 
 void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::function<void()>& run) {
   auto* cmd = app.add_subcommand("orchestrator", "Run the coordinator service (order API)");
@@ -172,8 +200,18 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
   cmd->add_option("--database-url", o.database_url, "postgresql:// URL of its database")
       ->envname("IDEMSAGA_DATABASE_URL")
       ->required();
-  cmd->add_option("--inventory-url", o.inventory_url)->capture_default_str();
-  cmd->add_option("--payment-url", o.payment_url)->capture_default_str();
+  cmd->add_option("--participant", flags.participants,
+                  "NAME=URL: where the participant NAME is (repeatable; defaults: "
+                  "inventory=http://127.0.0.1:8081, payment=...:8082, shipping=...:8083)")
+      ->envname("IDEMSAGA_PARTICIPANTS")
+      ->delimiter(',')
+      ->check(CheckParticipantFlag);
+  for (std::string name : {"inventory", "payment"}) {  // the flags before --participant
+    cmd->add_option_function<std::string>(
+        "--" + name + "-url",
+        [&o, name](const std::string& url) { o.participants[name].base_url = url; },
+        "same as --participant " + name + "=URL");
+  }
   cmd->add_option("--service-token", o.service_token, "token presented to participants")
       ->envname("IDEMSAGA_SERVICE_TOKEN");
   cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
@@ -222,6 +260,10 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
       auto [host, port] = common::http::SplitHostPort(flags.listen);
       flags.options.store.retention = std::chrono::hours(flags.retention_hours);
       flags.options.otlp_headers = ParseHeaders(flags.otlp_headers);
+      for (const auto& p : flags.participants) {
+        auto eq = p.find('=');
+        flags.options.participants[p.substr(0, eq)].base_url = p.substr(eq + 1);
+      }
       orchestrator::Orchestrator o(flags.options);
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
@@ -268,6 +310,7 @@ struct DevFlags {
   int orchestrator_port = 8080;
   int inventory_port = 8081;
   int payment_port = 8082;
+  int shipping_port = 8083;
 };
 
 // Fixed, dev-only API keys so the README's examples work as written. Never use them elsewhere.
@@ -282,6 +325,7 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
   cmd->add_option("--orchestrator-port", flags.orchestrator_port)->capture_default_str();
   cmd->add_option("--inventory-port", flags.inventory_port)->capture_default_str();
   cmd->add_option("--payment-port", flags.payment_port)->capture_default_str();
+  cmd->add_option("--shipping-port", flags.shipping_port)->capture_default_str();
   cmd->callback([&flags, &run] {
     run = [&flags] {
       auto dir =
@@ -304,23 +348,29 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
           .otlp_endpoint = intake, .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
       ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], participant);
       ParticipantService payment(ParticipantKind::kPayment, urls["payment"], participant);
+      ParticipantService shipping(ParticipantKind::kShipping, urls["shipping"], participant);
       inventory.Bind("127.0.0.1", flags.inventory_port);
       payment.Bind("127.0.0.1", flags.payment_port);
-      orchestrator::Orchestrator orch(
-          {.database_url = urls["orchestrator"],
-           .inventory_url = local + std::to_string(flags.inventory_port),
-           .payment_url = local + std::to_string(flags.payment_port)});
+      shipping.Bind("127.0.0.1", flags.shipping_port);
+      orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"]};
+      options.participants["inventory"].base_url = local + std::to_string(flags.inventory_port);
+      options.participants["payment"].base_url = local + std::to_string(flags.payment_port);
+      options.participants["shipping"].base_url = local + std::to_string(flags.shipping_port);
+      orchestrator::Orchestrator orch(options);
       for (const auto& [tenant, key] : kDevTenants) {
         orch.store().UpsertTenant(tenant, common::Sha256Hex(key));
       }
       orch.Bind("127.0.0.1", flags.orchestrator_port);
       std::thread t1([&] { inventory.Serve(); });
       std::thread t2([&] { payment.Serve(); });
+      std::thread t4([&] { shipping.Serve(); });
       auto stop_participants = [&] {
         inventory.Stop();
         payment.Stop();
+        shipping.Stop();
         t1.join();
         t2.join();
+        t4.join();
       };
       try {
         orch.CheckParticipantRetention();  // before the orchestrator serves or recovers
@@ -338,6 +388,7 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
       std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
                 << "  inventory http://127.0.0.1:" << flags.inventory_port
                 << ", payment http://127.0.0.1:" << flags.payment_port
+                << ", shipping http://127.0.0.1:" << flags.shipping_port
                 << " (service token: dev-service-token)\n"
                 << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
                 << " (Ctrl-C stops everything)" << std::endl;
@@ -357,7 +408,7 @@ int main(int argc, char** argv) {
   CLI::App app{"idemsaga: a saga orchestrator with idempotency keys end to end"};
   app.require_subcommand(1);
   std::function<void()> run;
-  ParticipantFlags inventory_flags, payment_flags;
+  ParticipantFlags inventory_flags, payment_flags, shipping_flags;
   MigrateFlags migrate_flags;
   DevFlags dev_flags;
   OrchestratorFlags orchestrator_flags;
@@ -367,6 +418,7 @@ int main(int argc, char** argv) {
   AddOrchestratorCommand(app, orchestrator_flags, run);
   AddParticipantCommand(app, ParticipantKind::kInventory, inventory_flags, run);
   AddParticipantCommand(app, ParticipantKind::kPayment, payment_flags, run);
+  AddParticipantCommand(app, ParticipantKind::kShipping, shipping_flags, run);
   AddMigrateCommand(app, migrate_flags, run);
   AddTenantCommand(app, tenant_flags, run);
   idemsaga_cmd::AddClientCommands(app, client_flags, run);

@@ -38,7 +38,8 @@ constexpr const char* kDatabaseExists = "SELECT 1 FROM pg_database WHERE datname
 }  // namespace
 
 const std::vector<std::string>& DatabaseKinds() {
-  static const std::vector<std::string> kinds = {"orchestrator", "inventory", "payment"};
+  static const std::vector<std::string> kinds = {"orchestrator", "inventory", "payment",
+                                                 "shipping"};
   return kinds;
 }
 
@@ -46,8 +47,9 @@ std::vector<std::string> SetsFor(std::string_view kind) {
   if (kind == "orchestrator") return {"orchestrator"};
   if (kind == "inventory") return {"guard", "inventory"};
   if (kind == "payment") return {"guard", "payment"};
+  if (kind == "shipping") return {"guard", "shipping"};
   throw std::invalid_argument("unknown database kind '" + std::string(kind) +
-                              "' (orchestrator, inventory, payment)");
+                              "' (orchestrator, inventory, payment, shipping)");
 }
 
 int Migrate(pqxx::connection& conn, std::string_view kind) {

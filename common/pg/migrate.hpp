@@ -2,7 +2,8 @@
 //
 // Migrations are the files sql/<set>/V<nnn>__<name>.sql, compiled into the binary. A database
 // of a kind gets its sets in order: orchestrator = {orchestrator}; inventory = {guard,
-// inventory}; payment = {guard, payment} (the guard's key table is shared by participants).
+// inventory}; payment = {guard, payment}; shipping = {guard, shipping} (the guard's key table
+// is shared by participants).
 // All pending migrations apply in one transaction under pg_advisory_xact_lock, so concurrent
 // runners serialise; an applied migration whose text changed is refused (append-only).
 //   common::pg::Migrate(conn, "inventory");
@@ -25,7 +26,7 @@ struct Migration {
 // Every embedded migration, by set then version.
 const std::vector<Migration>& AllMigrations();
 
-// The database kinds: "orchestrator", "inventory", "payment".
+// The database kinds: "orchestrator", "inventory", "payment", "shipping".
 const std::vector<std::string>& DatabaseKinds();
 
 // The migration sets of a database kind; throws std::invalid_argument for an unknown kind.

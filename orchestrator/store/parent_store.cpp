@@ -24,7 +24,8 @@ constexpr const char* kColumns = R"sql(
   k.steps::text, coalesce(k.failed_step, ''), coalesce(k.failure::text, 'null'), k.stuck,
   coalesce(k.response_status, 0), coalesce(k.response_headers::text, 'null'),
   coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
-  coalesce(k.root_span_id, ''), extract(epoch FROM k.expires_at - now())::float8)sql";
+  coalesce(k.root_span_id, ''), extract(epoch FROM k.expires_at - now())::float8,
+  k.saga_version)sql";
 
 // Claims a new key, or reads the row already under it, in one round trip: a replay runs no
 // INSERT at all (it writes nothing and locks nothing). The first column says which. No row
@@ -36,10 +37,11 @@ const common::pg::Statement kClaim{std::string(R"sql(
   claimed AS (
     INSERT INTO idempotency_keys AS k
       (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
-       lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at, root_span_id)
+       lease_owner, lease_epoch, lease_expires_at, trace_id, expires_at, root_span_id,
+       saga_version)
     SELECT $1, $2, $3, $4::jsonb, $5, 'ord_' || replace(gen_random_uuid()::text, '-', ''),
            'started', $6, 1, now() + make_interval(secs => $7), $8,
-           now() + make_interval(secs => $9), $10
+           now() + make_interval(secs => $9), $10, $11
     WHERE NOT EXISTS (SELECT 1 FROM found)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING )sql" + kColumns + R"sql()
@@ -191,6 +193,7 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   s.updated_at = r(20).as<std::string>();
   s.root_span_id = r(21).as<std::string>();
   s.expires_in_seconds = r(22).as<double>();
+  s.saga_version = r(23).as<int>();
   return s;
 }
 
@@ -213,7 +216,8 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
           tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
           req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
           Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
-          req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id));
+          req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id),
+          req.saga_version);
       if (rows.empty()) {
         if (options_.after_conflict_for_test) options_.after_conflict_for_test();
         return std::nullopt;

@@ -35,6 +35,7 @@ struct SagaRow {
   std::string request_hash;
   nlohmann::json request_body;
   std::string saga_name;
+  int saga_version = 1;
   std::string order_id;
   std::string status;
   std::string lease_owner;
@@ -61,6 +62,7 @@ struct ClaimRequest {
   std::string request_hash;
   nlohmann::json request_body;
   std::string saga_name;
+  int saga_version = 1;
   std::string owner;
   std::string trace_id;
   std::string root_span_id;

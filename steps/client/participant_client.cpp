@@ -109,7 +109,10 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
   // Never wait past the step's deadline, but give a call at least 100 ms.
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       ctx.deadline - std::chrono::steady_clock::now());
-  auto read_timeout = std::clamp(left, std::chrono::milliseconds(100), options_.read_timeout);
+  auto limit = ctx.call_timeout.count() > 0 ? std::min(ctx.call_timeout, options_.read_timeout)
+                                            : options_.read_timeout;
+  auto read_timeout = std::clamp(left, std::chrono::milliseconds(100),
+                                 std::max(limit, std::chrono::milliseconds(100)));
   client->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(read_timeout));
   httplib::Headers headers = {{"Authorization", "Bearer " + options_.service_token},
                               {"X-Tenant-ID", ctx.tenant_id},
@@ -142,6 +145,13 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
                       " (expired?); nothing was undone");
   }
   return result;
+}
+
+saga::StepResult ParticipantClient::Compensate(const std::string& path,
+                                               const saga::StepContext& ctx) {
+  // action_applied: the participant must not take a missing record for "never arrived".
+  return Post(path, ctx,
+              {{"action_key", ctx.action_key}, {"action_applied", ctx.action_confirmed}});
 }
 
 std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path,

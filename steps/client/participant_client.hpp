@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "orchestrator/saga/step.hpp"
+#include "steps/saga/step.hpp"
 
 namespace httplib {
 class Client;
@@ -78,6 +78,10 @@ class ParticipantClient {
   // POSTs `body` to `path` under the context's derived key.
   saga::StepResult Post(const std::string& path, const saga::StepContext& ctx,
                         const nlohmann::json& body);
+
+  // POSTs the compensation of the context's action to `path`: {"action_key", "action_applied"},
+  // what every guarded compensation route takes (steps/guard).
+  saga::StepResult Compensate(const std::string& path, const saga::StepContext& ctx);
 
   // GETs `path` with the service token: the JSON body of a 200, else nullopt with `error`;
   // `status` is the HTTP status, 0 when no answer came.

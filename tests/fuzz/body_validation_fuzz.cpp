@@ -1,8 +1,9 @@
 // libFuzzer harness for the request bodies every service validates once at its edge: the
-// order (POST /v1/orders), the reservation and the charge (the participants' actions), once
-// the route has parsed them as JSON. Beyond "no crash, no leak, no UB": a body a validator
-// accepts has exactly the shape the saga relies on (items an array of 1..kMaxItems with
-// bounded positive quantities, an amount within bounds), so nothing downstream can throw.
+// order (POST /v1/orders), the reservation, the charge and the shipment (the participants'
+// actions), once the route has parsed them as JSON. Beyond "no crash, no leak, no UB": a body
+// a validator accepts has exactly the shape the saga relies on (items an array of
+// 1..kMaxItems with bounded positive quantities, an amount within bounds, an address with
+// every field), so nothing downstream can throw.
 // Built only with -DIDEMSAGA_FUZZ=ON and clang (tests/fuzz/CMakeLists.txt has the commands).
 #include <cstdint>
 #include <cstdlib>
@@ -32,6 +33,16 @@ void CheckCharge(const nlohmann::json& body) {
   Check(body.at("currency").is_string() && body.at("payment_method").is_string());
 }
 
+// What the shipping participant reads without checking again.
+void CheckShipment(const nlohmann::json& body) {
+  Check(body.at("reservation_id").is_string());
+  const auto& address = body.at("address");
+  for (const char* field : {"name", "line1", "city", "postal_code"}) {
+    Check(address.at(field).is_string() && !address.at(field).get<std::string>().empty());
+  }
+  Check(address.at("country").get<std::string>().size() == 2);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -45,5 +56,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (steps::ValidateReservation(body).empty()) CheckItems(body);
   if (steps::ValidateCharge(body).empty()) CheckCharge(body);
+  if (steps::ValidateShipment(body).empty()) CheckShipment(body);
   return 0;
 }

@@ -231,12 +231,13 @@ class DevScriptTest : public ::testing::Test {
     fs::permissions(work_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                fs::perms::others_read | fs::perms::others_exec);
     std::set<int> ports;
-    while (ports.size() < 4) ports.insert(common::FreeLoopbackPort());
+    while (ports.size() < 5) ports.insert(common::FreeLoopbackPort());
     auto it = ports.begin();
     pg_port_ = *it++;
     orchestrator_port_ = *it++;
     inventory_port_ = *it++;
     payment_port_ = *it++;
+    shipping_port_ = *it++;
   }
 
   void TearDown() override {
@@ -248,7 +249,8 @@ class DevScriptTest : public ::testing::Test {
   }
 
   fs::path work_, cluster_dir_;
-  int pg_port_ = 0, orchestrator_port_ = 0, inventory_port_ = 0, payment_port_ = 0;
+  int pg_port_ = 0, orchestrator_port_ = 0, inventory_port_ = 0, payment_port_ = 0,
+      shipping_port_ = 0;
   pid_t postmaster_ = -1;
   std::unique_ptr<Script> script_;
 };
@@ -261,7 +263,8 @@ TEST_F(DevScriptTest, TheReadmesFirstCommandServesAnOrderAndCtrlCStopsEverything
   script_ = std::make_unique<Script>(std::vector<std::string>{
       "--dir", (work_ / "data").string(), "--pg-port", std::to_string(pg_port_),
       "--orchestrator-port", std::to_string(orchestrator_port_), "--inventory-port",
-      std::to_string(inventory_port_), "--payment-port", std::to_string(payment_port_)});
+      std::to_string(inventory_port_), "--payment-port", std::to_string(payment_port_),
+      "--shipping-port", std::to_string(shipping_port_)});
   std::string pg_line = script_->WaitForLine("starting PostgreSQL in ", started + kReadyDeadline);
   ASSERT_FALSE(pg_line.empty()) << script_->output();
   cluster_dir_ = pg_line.substr(pg_line.find(" in ") + 4);
@@ -293,6 +296,17 @@ TEST_F(DevScriptTest, TheReadmesFirstCommandServesAnOrderAndCtrlCStopsEverything
   EXPECT_EQ(again->status, 201);
   EXPECT_EQ(again->body, first->body);
   EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  // The second shipped saga, through the runs API: its three participants all run under dev.
+  headers = {{"Authorization", "Bearer dev-key-demo"}, {"Idempotency-Key", "ship-1"}};
+  auto shipped = client.Post(
+      "/v1/runs/ship_order", headers,
+      R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,)"
+      R"("currency":"USD","payment_method":"pm_card_visa","address":{"name":"Ada Lovelace",)"
+      R"("line1":"12 St James's Square","city":"London","postal_code":"SW1Y 4JH","country":"GB"}})",
+      "application/json");
+  ASSERT_TRUE(shipped) << httplib::to_string(shipped.error());
+  EXPECT_EQ(shipped->status, 201) << shipped->body;
+  EXPECT_NE(shipped->body.find("\"shipment_id\":\"shp_"), std::string::npos) << shipped->body;
   client.stop();
 
   // The README's next line, `$B order --api-key dev-key-demo --key order-1`: the CLI's
@@ -321,7 +335,7 @@ TEST_F(DevScriptTest, TheReadmesFirstCommandServesAnOrderAndCtrlCStopsEverything
   }
   EXPECT_NE(kill(postmaster_, 0), 0) << "the postmaster " << postmaster_ << " still runs";
   EXPECT_FALSE(fs::exists(cluster_dir_ / "data" / "postmaster.pid"));
-  for (int port : {pg_port_, orchestrator_port_, inventory_port_, payment_port_}) {
+  for (int port : {pg_port_, orchestrator_port_, inventory_port_, payment_port_, shipping_port_}) {
     EXPECT_FALSE(PortAcceptsConnections(port)) << "port " << port << " still accepts";
   }
 

@@ -82,8 +82,9 @@ std::string Mutate(const std::string& valid, std::mt19937& rng) {
 }
 
 // Header variants for Idempotency-Key: invalid ones must be refused before anything is stored.
-httplib::Headers KeyHeaders(std::mt19937& rng, int i, std::string& key_out) {
-  std::string key = "h-" + std::to_string(i);
+httplib::Headers KeyHeaders(std::mt19937& rng, const std::string& prefix, int i,
+                            std::string& key_out) {
+  std::string key = prefix + std::to_string(i);
   key_out = key;
   switch (rng() % 8) {
     case 0:
@@ -121,13 +122,16 @@ class HostileInput : public ::testing::Test {
       : orch_db_("orchestrator"),
         inv_db_("inventory"),
         pay_db_("payment"),
+        ship_db_("shipping"),
         inventory_(ParticipantKind::kInventory, inv_db_.url(), services_mock::ParticipantOptions{}),
         payment_(ParticipantKind::kPayment, pay_db_.url(), services_mock::ParticipantOptions{}),
+        shipping_(ParticipantKind::kShipping, ship_db_.url(), services_mock::ParticipantOptions{}),
         orch_([&] {
           orchestrator::OrchestratorOptions o;
           o.database_url = orch_db_.url();
-          o.inventory_url = inventory_.Url();
-          o.payment_url = payment_.Url();
+          o.participants["inventory"].base_url = inventory_.Url();
+          o.participants["payment"].base_url = payment_.Url();
+          o.participants["shipping"].base_url = shipping_.Url();
           return o;
         }()) {
     orch_.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
@@ -135,12 +139,13 @@ class HostileInput : public ::testing::Test {
 
   // Sends `n` generated requests to `path` on `client`, each with `auth` headers.
   Tally Storm(httplib::Client& client, const std::string& path, const std::string& valid,
-              const httplib::Headers& auth, int n, unsigned seed) {
+              const httplib::Headers& auth, int n, unsigned seed,
+              const std::string& key_prefix = "h-") {
     std::mt19937 rng(seed);
     Tally t;
     for (int i = 0; i < n; ++i) {
       std::string key;
-      auto headers = KeyHeaders(rng, i, key);
+      auto headers = KeyHeaders(rng, key_prefix, i, key);
       headers.insert(auth.begin(), auth.end());
       std::string body = rng() % 8 == 0 ? valid : Mutate(valid, rng);
       const char* type = rng() % 16 == 0 ? "text/plain" : "application/json";
@@ -169,8 +174,8 @@ class HostileInput : public ::testing::Test {
     return t;
   }
 
-  ScratchDatabase orch_db_, inv_db_, pay_db_;
-  Serving<ParticipantService> inventory_, payment_;
+  ScratchDatabase orch_db_, inv_db_, pay_db_, ship_db_;
+  Serving<ParticipantService> inventory_, payment_, shipping_;
   Serving<orchestrator::Orchestrator> orch_;
 };
 
@@ -189,28 +194,48 @@ TEST_F(HostileInput, ThousandsOfMalformedRequestsPerServiceGetA4xxAndStoreNothin
                        R"("payment_method":"pm_card_visa"})",
                        service_auth, 1000, 3);
   auto refunds = Storm(pay, "/v1/refunds", R"({"action_key":"zz-payment"})", service_auth, 500, 4);
+  // A saga of the runs API (typed input, a nested address) and its third participant.
+  auto ship = shipping_.Client();
+  auto runs = Storm(orch, "/v1/runs/ship_order",
+                    R"({"customer_id":"c","items":[{"sku":"widget","quantity":1}],)"
+                    R"("amount_cents":100,"currency":"USD","payment_method":"pm_card_visa",)"
+                    R"("address":{"name":"A","line1":"1 St","city":"X","postal_code":"1",)"
+                    R"("country":"GB"}})",
+                    tenant_auth, 800, 5, "r-");
+  auto shipments = Storm(ship, "/v1/shipments",
+                         R"({"reservation_id":"res_0123456789abcdef0123456789abcdef",)"
+                         R"("address":{"name":"A","line1":"1 St","city":"X","postal_code":"1",)"
+                         R"("country":"GB"}})",
+                         service_auth, 800, 6, "s-");
 
   EXPECT_EQ(orders.server_errors + reservations.server_errors + charges.server_errors +
-                refunds.server_errors,
+                refunds.server_errors + runs.server_errors + shipments.server_errors,
             0);
   // Nothing stored for a refused request: each database holds exactly the accepted keys (and,
   // for the orchestrator's, the derived keys they sent on).
-  EXPECT_EQ(orch_db_.IdempotencyKeys(), orders.accepted_keys);
+  std::set<std::string> orchestrator_keys = orders.accepted_keys;
+  orchestrator_keys.insert(runs.accepted_keys.begin(), runs.accepted_keys.end());
+  EXPECT_EQ(orch_db_.IdempotencyKeys(), orchestrator_keys);
   std::set<std::string> inventory_keys = reservations.accepted_keys;
   std::set<std::string> payment_keys = charges.accepted_keys;
+  std::set<std::string> shipping_keys = shipments.accepted_keys;
   payment_keys.insert(refunds.accepted_keys.begin(), refunds.accepted_keys.end());
-  for (const auto& k : orders.accepted_keys) {
+  for (const auto& k : orchestrator_keys) {
     inventory_keys.insert(k + "-inventory");
     payment_keys.insert(k + "-payment");
   }
+  for (const auto& k : runs.accepted_keys) shipping_keys.insert(k + "-shipping");
   payment_keys.insert(refunds.action_keys.begin(), refunds.action_keys.end());  // tombstones
   EXPECT_EQ(inv_db_.IdempotencyKeys(), inventory_keys);
   EXPECT_EQ(pay_db_.IdempotencyKeys(), payment_keys);
-  int sent = orders.sent + reservations.sent + charges.sent + refunds.sent;
+  EXPECT_EQ(ship_db_.IdempotencyKeys(), shipping_keys);
+  int sent =
+      orders.sent + reservations.sent + charges.sent + refunds.sent + runs.sent + shipments.sent;
   std::cout << "hostile_input: requests=" << sent << " status_5xx="
             << orders.server_errors + reservations.server_errors + charges.server_errors +
-                   refunds.server_errors
-            << " accepted_orders=" << orders.accepted_keys.size() << std::endl;
+                   refunds.server_errors + runs.server_errors + shipments.server_errors
+            << " accepted_orders=" << orders.accepted_keys.size()
+            << " accepted_runs=" << runs.accepted_keys.size() << std::endl;
 }
 
 }  // namespace

@@ -50,8 +50,8 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
                                       services_mock::ParticipantOptions{});
   orchestrator::OrchestratorOptions options;
   options.database_url = orch_db.url();
-  options.inventory_url = inventory.Url();
-  options.payment_url = payment.Url();
+  options.participants["inventory"].base_url = inventory.Url();
+  options.participants["payment"].base_url = payment.Url();
   options.trace_settle = std::chrono::milliseconds(0);  // the trace's key matters, not its spans
   Serving<orchestrator::Orchestrator> orch(options);
   orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));

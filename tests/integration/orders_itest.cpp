@@ -40,8 +40,8 @@ OrchestratorOptions TestOptions(const std::string& db, const std::string& invent
                                 const std::string& payment) {
   OrchestratorOptions o;
   o.database_url = db;
-  o.inventory_url = inventory;
-  o.payment_url = payment;
+  o.participants["inventory"].base_url = inventory;
+  o.participants["payment"].base_url = payment;
   o.retry = {.max_attempts = 4,
              .initial_backoff = std::chrono::milliseconds(5),
              .max_backoff = std::chrono::milliseconds(40),
@@ -64,6 +64,16 @@ saga::Definition Wrapped(const saga::Definition& real, const std::string& step, 
   return d;
 }
 
+// `factory` replaces the order saga (wrapped steps, a step more); the shipped sagas otherwise.
+using OrderSagaFactory = std::function<saga::Definition(steps::client::ParticipantClient&,
+                                                        steps::client::ParticipantClient&)>;
+std::vector<steps::SagaFactory> OrderSagas(const OrderSagaFactory& factory) {
+  if (!factory) return steps::ShippedSagas();
+  return {[factory](steps::client::Participants& p) {
+    return factory(p.Get("inventory"), p.Get("payment"));
+  }};
+}
+
 class OrdersTest : public ::testing::Test {
  protected:
   OrdersTest()
@@ -75,9 +85,9 @@ class OrdersTest : public ::testing::Test {
 
   void SetUp() override { Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url())); }
 
-  void Start(OrchestratorOptions options, orchestrator::DefinitionFactory factory = {}) {
+  void Start(OrchestratorOptions options, OrderSagaFactory factory = {}) {
     orch_.reset();
-    orch_ = std::make_unique<Serving<Orchestrator>>(std::move(options), std::move(factory));
+    orch_ = std::make_unique<Serving<Orchestrator>>(std::move(options), OrderSagas(factory));
     orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
     orch_->service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
     client_ = std::make_unique<httplib::Client>(orch_->Client());
@@ -476,69 +486,6 @@ TEST(OrdersWithoutDatabase, AnUnreachableDatabaseAnswers503AndTheClientMayRetry)
   EXPECT_EQ(client.Get("/healthz")->status, 200);
 }
 
-// A third step declared in code against a test participant built on the same guard: the
-// README's "Declare your own saga" example.
-TEST_F(OrdersTest, AThirdStepDeclaredInCodeRunsAndIsCompensatedInReverse) {
-  ScratchDatabase ship_db("payment");  // any participant database: it has the guard's table
-  ship_db.Exec("CREATE TABLE shipments (key text PRIMARY KEY, status text NOT NULL)");
-  common::pg::Pool pool({.url = ship_db.url(), .size = 4});
-  services_mock::Faults faults;
-  services_mock::Participant shipping("shipping", pool, faults, {});
-  Serving<common::http::Server> server;
-  shipping.Action(
-      server.service, "/v1/shipments",
-      [](const nlohmann::json& b) { return b.contains("address") ? "" : "address is required"; },
-      [](pqxx::work& tx, const steps::guard::Request& req) -> steps::guard::Response {
-        if (req.body["address"] == "nowhere") {
-          return {422, R"({"error":{"code":"undeliverable","message":"no such address"}})"};
-        }
-        tx.exec_params("INSERT INTO shipments VALUES ($1, 'booked')", req.key);
-        return {201, nlohmann::json{{"shipment_id", "shp_" + req.key}}.dump()};
-      });
-  shipping.Compensation(
-      server.service, "/v1/shipments/cancel",
-      [](pqxx::work& tx, const steps::guard::Request&, const steps::guard::ActionRecord& action) {
-        tx.exec_params("UPDATE shipments SET status = 'cancelled' WHERE key = $1", action.key);
-        return nlohmann::json::object();
-      });
-  // Only the declared business refusals fail a saga; any other 4xx is a configuration fault.
-  steps::client::ParticipantClient ship_client(
-      {.base_url = server.Url(), .business_errors = {"undeliverable"}});
-
-  // --- the saga, as a user would declare it ---
-  auto factory = [&](steps::client::ParticipantClient& inventory,
-                     steps::client::ParticipantClient& payment) {
-    return steps::MakePlaceOrderSaga(inventory, payment)
-        .Step(
-            "shipping",
-            [&](saga::StepContext& ctx) {
-              return ship_client.Post(
-                  "/v1/shipments", ctx,
-                  {{"address",
-                    (*ctx.request)["customer_id"] == "cust_far" ? "nowhere" : "1 Main St"}});
-            },
-            [&](saga::StepContext& ctx) {
-              return ship_client.Post("/v1/shipments/cancel", ctx,
-                                      {{"action_key", ctx.action_key}});
-            });
-  };
-  Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), factory);
-
-  auto ok = Submit(Order("ship-1"));
-  ASSERT_EQ(ok->status, 201) << ok->body;
-  EXPECT_EQ(nlohmann::json::parse(ok->body)["shipment_id"], "shp_ship-1-shipping");
-  EXPECT_EQ(ship_db.Count("SELECT count(*) FROM shipments WHERE status = 'booked'"), 1);
-
-  auto far = nlohmann::json::parse(kOrder);
-  far["customer_id"] = "cust_far";
-  auto refused = Submit(Order("ship-2", far.dump()));
-  EXPECT_EQ(refused->status, 422);
-  EXPECT_EQ(nlohmann::json::parse(refused->body)["compensated"],
-            nlohmann::json::array({"payment", "inventory"}));
-  EXPECT_EQ(Charges("refunded"), 1);
-  EXPECT_EQ(Reservations("released"), 1);
-}
-
 // --- Issue 8: promises at the edges ----------------------------------------------------------
 
 // §2: a rolling deploy during a participant blip must not fail orders that would complete.
@@ -584,8 +531,8 @@ TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone)
                                                            services_mock::ParticipantOptions{});
   OrchestratorOptions options;
   options.database_url = orch_db_.url();
-  options.inventory_url = inventory_.Url();
-  options.payment_url = pay->Url();
+  options.participants["inventory"].base_url = inventory_.Url();
+  options.participants["payment"].base_url = pay->Url();
   options.sagas.response_budget = 500ms;
   Start(options);  // the default RetryPolicy: what a user gets
   ASSERT_EQ(Submit(Order("before"))->status, 201);
@@ -822,7 +769,7 @@ TEST_F(OrdersTest, ACompensationResumedByAnotherOwnerSeesTheOutputsOfTheStepsItU
   // Its lease runs out; a second replica takes the saga over from the stored records.
   auto second_options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
   second_options.recovery.sweep_interval = 50ms;
-  Serving<Orchestrator> second(second_options, factory);
+  Serving<Orchestrator> second(second_options, OrderSagas(factory));
   // However the test ends: free the first owner, then stop it, while the locals its steps
   // refer to still exist (the fixture would stop it only after this body has returned).
   struct Release {

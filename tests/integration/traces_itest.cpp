@@ -43,8 +43,8 @@ class TracesTest : public ::testing::Test {
     int inventory_port = common::FreeLoopbackPort(), payment_port = common::FreeLoopbackPort();
     orchestrator::OrchestratorOptions o;
     o.database_url = orch_db_.url();
-    o.inventory_url = "http://127.0.0.1:" + std::to_string(inventory_port);
-    o.payment_url = "http://127.0.0.1:" + std::to_string(payment_port);
+    o.participants["inventory"].base_url = "http://127.0.0.1:" + std::to_string(inventory_port);
+    o.participants["payment"].base_url = "http://127.0.0.1:" + std::to_string(payment_port);
     o.retry = {.max_attempts = 4,
                .initial_backoff = std::chrono::milliseconds(5),
                .max_backoff = std::chrono::milliseconds(20)};
@@ -280,7 +280,7 @@ TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServic
   o.service_token = "secret-service-token";
   o.otlp_endpoint = collector.Url() + "/v1/traces";
   o.otlp_headers = {{"X-Collector-Key", "ck-1"}};
-  o.inventory_url = o.payment_url = "http://127.0.0.1:1";  // nothing listens: spans all the same
+  o.participants["inventory"].base_url = o.participants["payment"].base_url = "http://127.0.0.1:1";  // nothing listens: spans all the same
   o.sagas.response_budget = std::chrono::milliseconds(100);
   {
     Serving<Orchestrator> exporting(o);

@@ -63,6 +63,21 @@ TEST(Migrate, ParticipantsGetTheGuardTableAndTheirOwnTablesOnly) {
   ScratchDatabase inventory("inventory");
   EXPECT_EQ(inventory.Count("SELECT available FROM stock WHERE sku = 'widget'"), 1000000);
   EXPECT_EQ(inventory.Count("SELECT available FROM stock WHERE sku = 'gadget'"), 10);
+  ScratchDatabase shipping("shipping");
+  EXPECT_EQ(shipping.Count("SELECT count(*) FROM idempotency_keys"), 0);
+  EXPECT_EQ(shipping.Count("SELECT count(*) FROM shipments"), 0);
+  EXPECT_EQ(shipping.Count("SELECT count(*) FROM pg_tables WHERE tablename IN "
+                           "('charges', 'reservations', 'stock_slots')"),
+            0);
+  EXPECT_EQ(shipping.Count("SELECT count(*) FROM schema_migrations "
+                           "WHERE set_name NOT IN ('guard', 'shipping')"),
+            0);
+  // The row the shipping participant writes passes every rule of its table.
+  shipping.Exec(
+      "INSERT INTO shipments (shipment_id, tenant_id, idempotency_key, reservation_id, address, "
+      "status) VALUES ('shp_' || replace(gen_random_uuid()::text, '-', ''), 't', 'k', 'res_' || "
+      "repeat('0', 32), '{\"name\":\"A\",\"country\":\"FR\"}', 'created')");
+  EXPECT_EQ(shipping.Count("SELECT count(*) FROM shipments"), 1);
 }
 
 TEST(Migrate, RefusesADatabaseWhoseAppliedMigrationWasEdited) {
@@ -99,9 +114,18 @@ TEST(Migrate, ConcurrentRunnersOnAnEmptyDatabaseApplyEachMigrationOnce) {
 }
 
 // The rules on stored rows (domains since orchestrator V005, guard V002, payment V002,
-// inventory V003): each statement breaks one rule of a row that is otherwise valid.
+// inventory V003, shipping V001): each statement breaks one rule of a row that is otherwise
+// valid.
 TEST(Migrate, TheSchemasRefuseRowsThatBreakTheirRules) {
   const std::string hash(64, 'a');
+  const std::string hex(32, 'c');
+  // A shipment row valid but for the one value given wrong.
+  auto shipment = [](const std::string& id, const std::string& reservation,
+                     const std::string& address, const std::string& status) {
+    return "INSERT INTO shipments (shipment_id, tenant_id, idempotency_key, reservation_id, "
+           "address, status) VALUES (" +
+           id + ", 't', 'k', " + reservation + ", " + address + ", " + status + ")";
+  };
   const std::string key_row =
       "INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, status, "
       "response_status, response_content_type, response_body) VALUES ";
@@ -129,6 +153,14 @@ TEST(Migrate, TheSchemasRefuseRowsThatBreakTheirRules) {
         "INSERT INTO charges (charge_id, tenant_id, idempotency_key, customer_id, amount_cents, "
         "currency, payment_method, status) VALUES ('c', 't', 'k', 'u', 1, 'EUR', 'pm', "
         "'refunded')"}},
+      {"shipping",
+       {shipment("'shp_1'", "'res_" + hex + "'", "'{\"country\":\"FR\"}'", "'created'"),
+        shipment("'shp_" + hex + "'", "'res_1'", "'{\"country\":\"FR\"}'", "'created'"),
+        shipment("'shp_" + hex + "'", "'res_" + hex + "'", "'[]'", "'created'"),
+        shipment("'shp_" + hex + "'", "'res_" + hex + "'", "'{\"country\":\"fr\"}'", "'created'"),
+        shipment("'shp_" + hex + "'", "'res_" + hex + "'", "'{\"country\":\"FR\"}'", "'shipped'"),
+        shipment("'shp_" + hex + "'", "'res_" + hex + "'", "'{\"country\":\"FR\"}'",
+                 "'cancelled'")}},
   };
   for (const auto& [kind, statements] : bad) {
     ScratchDatabase db(kind);

@@ -38,6 +38,7 @@ class ParentStoreTest : public ::testing::Test {
             common::Sha256Hex(body),
             {{"n", body}},
             "place_order",
+            1,
             owner,
             common::Sha256Hex(tenant + key).substr(0, 32)};
   }

@@ -34,6 +34,14 @@ class ScratchDatabase {
     pqxx::nontransaction tx(conn);
     return tx.exec_params1(sql, std::forward<Args>(args)...)[0].template as<long long>();
   }
+  // One text value from a fixed query ("" for no row or NULL).
+  template <typename... Args>
+  std::string Text(const std::string& sql, Args&&... args) const {
+    pqxx::connection conn(url_);
+    pqxx::nontransaction tx(conn);
+    auto rows = tx.exec_params(sql, std::forward<Args>(args)...);
+    return rows.empty() ? "" : rows[0][0].template as<std::string>("");
+  }
   // Every idempotency key in the database's key table (each service has one).
   std::set<std::string> IdempotencyKeys() const {
     pqxx::connection conn(url_);

@@ -6,8 +6,10 @@
 #include <map>
 #include <set>
 
-#include "orchestrator/saga/response.hpp"
-#include "orchestrator/saga/runner.hpp"
+#include "orchestrator/response.hpp"
+#include "steps/saga/fields.hpp"
+#include "steps/saga/registry.hpp"
+#include "steps/saga/runner.hpp"
 
 namespace {
 
@@ -165,7 +167,7 @@ TEST_F(RunnerTest, RetriesExhaustedOnATransientFailureCompensateThatStepToo) {
   auto r = Run(def);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"payment", "inventory"}));
-  auto response = saga::BuildResponse(r, {"ord_1", "A", std::string(32, 'a')});
+  auto response = orchestrator::BuildResponse(r, {"ord_1", "A", std::string(32, 'a')});
   // Final, and says so: a 503 would invite retries of a key that only replays this.
   EXPECT_EQ(response.status, 502);
   auto body = nlohmann::json::parse(response.body);
@@ -236,7 +238,7 @@ TEST_F(RunnerTest, ResumingACompensatingSagaOnlyCompensatesWhatWasRecorded) {
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(fake_.calls, (std::vector<std::string>{"B-inventory-compensate"}));
   EXPECT_TRUE(journal_.events.empty());  // the decision was already durable
-  EXPECT_EQ(saga::BuildResponse(r, {"ord", "B", std::string(32, 'a')}).status, 402);
+  EXPECT_EQ(orchestrator::BuildResponse(r, {"ord", "B", std::string(32, 'a')}).status, 402);
 }
 
 TEST_F(RunnerTest, AStepThatThrowsIsTreatedAsInDoubt) {
@@ -451,7 +453,7 @@ TEST(Response, ACompletedSagaAnswers201WithEveryStepsIds) {
   r.end = SagaEnd::kCompleted;
   r.outputs = {{"inventory", {{"reservation_id", "res_1"}, {"items", nlohmann::json::array()}}},
                {"payment", {{"charge_id", "ch_1"}, {"status", "captured"}}}};
-  auto res = saga::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
+  auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   EXPECT_EQ(res.status, 201);
   EXPECT_EQ(nlohmann::json::parse(res.body),
             nlohmann::json::parse(R"({"status":"completed","order_id":"ord_1","idempotency_key":"K",
@@ -465,13 +467,126 @@ TEST(Response, ADeclinedSagaAnswersTheParticipantsStatusAndWhatWasCompensated) {
   r.failure = StepResult::Terminal(402, "card_declined", "the card was declined");
   r.failed_step = "payment";
   r.compensated = {"inventory"};
-  auto res = saga::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
+  auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   EXPECT_EQ(res.status, 402);
   auto body = nlohmann::json::parse(res.body);
   EXPECT_EQ(body["status"], "failed");
   EXPECT_EQ(body["error"]["code"], "card_declined");
   EXPECT_EQ(body["compensated"], nlohmann::json::array({"inventory"}));
   EXPECT_EQ(body["retryable"], false);
+}
+
+// --- your own sagas: per-step policy, typed input, the registry, the field reader ----------
+
+TEST_F(RunnerTest, AStepsOwnPolicyOverridesTheRunnersForThatStepOnly) {
+  Definition d("test_saga");
+  d.Step("inventory", fake_.Step(), fake_.Step());
+  d.Step("payment", fake_.Step(), fake_.Step(), {.max_attempts = 2});
+  fake_.Script("A-inventory", {StepResult::Retryable("busy"), StepResult::Retryable("busy"),
+                               StepResult::Succeeded({})});
+  fake_.Script("A-payment", {StepResult::Retryable("busy")});
+  auto r = Run(d);
+  // inventory took 3 of its 4 attempts; payment gave up after its own 2.
+  EXPECT_EQ(r.steps[0].attempts, 3);
+  EXPECT_EQ(r.steps[1].attempts, 2);
+  EXPECT_EQ(r.failed_step, "payment");
+}
+
+struct Typed {
+  std::string who;
+  long long n;
+};
+
+TEST_F(RunnerTest, StepsReadTheTypedInputAndEarlierOutputs) {
+  Definition d("typed");
+  std::vector<std::string> seen;
+  d.Input<Typed>([](const nlohmann::json& j) {
+     saga::Fields f(j);
+     Typed t{f.Text("who", 8), f.Integer("n", 1, 9)};
+     f.Done();
+     return t;
+   })
+      .Step("first", fake_.Step(), fake_.Step())
+      .Step(
+          "second",
+          [&](StepContext& ctx) {
+            seen.push_back(ctx.Input<Typed>().who + std::to_string(ctx.Input<Typed>().n));
+            seen.push_back(ctx.Output("first")["first_id"].get<std::string>());
+            EXPECT_TRUE(ctx.Output("second").is_null());
+            return StepResult::Succeeded({{"second_id", "s"}});
+          },
+          fake_.Step());
+  saga::SagaInput input;
+  input.request = {{"who", "ada"}, {"n", 3}};
+  auto r = Run(d, input);
+  EXPECT_EQ(r.end, SagaEnd::kCompleted);
+  EXPECT_EQ(seen, (std::vector<std::string>{"ada3", "first-1"}));
+}
+
+TEST_F(RunnerTest, AStoredInputThatNoLongerParsesIsDeferredAndNothingRuns) {
+  Definition d("typed");
+  d.Input<Typed>([](const nlohmann::json&) -> Typed {
+     throw saga::InvalidInput("who is required");
+   }).Step("first", fake_.Step(), fake_.Step());
+  auto r = Run(d);
+  EXPECT_EQ(r.end, SagaEnd::kDeferred);
+  EXPECT_TRUE(fake_.calls.empty());
+  EXPECT_GT(journal_.deferred_for.count(), 0);
+}
+
+TEST(Registry, FindsEachVersionAndServesTheLatestToNewRequests) {
+  saga::Registry registry;
+  registry.Add(Definition("ship", 1).Step(
+      "a", [](StepContext&) { return StepResult::Retryable(""); },
+      [](StepContext&) { return StepResult::Retryable(""); }));
+  registry.Add(Definition("ship", 2));
+  registry.Add(Definition("other"));
+  EXPECT_EQ(registry.Latest("ship")->version(), 2);
+  EXPECT_EQ(registry.Find("ship", 1)->steps().size(), 1u);
+  EXPECT_EQ(registry.Find("ship", 3), nullptr);
+  EXPECT_EQ(registry.Latest("none"), nullptr);
+  EXPECT_EQ(registry.All().size(), 3u);
+  EXPECT_EQ(registry.MaxSteps(), 1u);
+  EXPECT_THROW(registry.Add(Definition("ship", 2)), std::invalid_argument);
+  EXPECT_THROW(Definition("Ship"), std::invalid_argument);
+  EXPECT_THROW(Definition("ship", 0), std::invalid_argument);
+}
+
+TEST(Fields, EveryBrokenRuleNamesItsField) {
+  auto error = [](const nlohmann::json& j) -> std::string {
+    try {
+      saga::Fields f(j);
+      f.Text("name", 4);
+      f.Integer("n", 1, 10);
+      auto to = f.Object("to");
+      to.Text("country", 2);
+      to.Done();
+      f.Done();
+      return "";
+    } catch (const saga::InvalidInput& e) {
+      return e.what();
+    }
+  };
+  auto ok = nlohmann::json{{"name", "ada"}, {"n", 2}, {"to", {{"country", "GB"}}}};
+  EXPECT_EQ(error(ok), "");
+  auto with = [&](const char* field, nlohmann::json v) {
+    auto j = ok;
+    j[field] = std::move(v);
+    return error(j);
+  };
+  EXPECT_EQ(error(nlohmann::json::array()), "the body must be a JSON object");
+  EXPECT_EQ(with("name", ""), "name must be a string of 1-4 printable characters");
+  EXPECT_EQ(with("name", "toolong"), "name must be a string of 1-4 printable characters");
+  EXPECT_EQ(with("name", "a\nb"), "name must be a string of 1-4 printable characters");
+  EXPECT_EQ(with("n", 2.5), "n must be an integer from 1 to 10");
+  EXPECT_EQ(with("n", 1e3), "n must be an integer from 1 to 10");
+  EXPECT_EQ(with("n", 18446744073709551615ull), "n must be an integer from 1 to 10");
+  EXPECT_EQ(with("to", 1), "to must be an object");
+  EXPECT_EQ(with("to", {{"country", "GB"}, {"city", "x"}}), "to has unknown field 'city'");
+  EXPECT_EQ(with("extra", 1), "unknown field 'extra'");
+  auto missing = ok;
+  missing.erase("n");
+  EXPECT_EQ(error(missing), "n is required");
 }
 
 }  // namespace

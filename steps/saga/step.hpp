@@ -6,9 +6,12 @@
 // Plain values; not shared between threads.
 #pragma once
 
+#include <any>
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace saga {
 
@@ -51,6 +54,7 @@ struct TraceContext {
 
 struct StepContext {
   std::string saga_name;
+  int saga_version = 1;
   std::string step_name;
   std::string tenant_id;
   std::string parent_key;
@@ -59,11 +63,24 @@ struct StepContext {
   // For a compensation: the action answered 2xx, so it certainly happened (a participant
   // that says it never saw it has lost its record, which must not count as undone).
   bool action_confirmed = false;
-  const nlohmann::json* request;  // the parent request body
-  const nlohmann::json* outputs;  // earlier steps' outputs, by step name
+  const nlohmann::json* request = nullptr;  // the parent request body, as stored
+  const nlohmann::json* outputs = nullptr;  // earlier steps' outputs, by step name
+  // The typed input (Definition::Input): parsed once per run, from the stored request.
+  std::shared_ptr<const std::any> input;
   TraceContext trace;
   std::chrono::steady_clock::time_point deadline;  // of this attempt's step
+  // This call's own limit (StepPolicy::call_timeout); zero: the participant client's.
+  std::chrono::milliseconds call_timeout{0};
   int attempt = 1;
+
+  // The saga's input as its definition typed it; std::bad_any_cast for another type (a bug).
+  template <typename T>
+  const T& Input() const {
+    return std::any_cast<const T&>(*input);
+  }
+  // What step `name` answered (its output, the same after a crash or a takeover), or null
+  // when it has not succeeded.
+  const nlohmann::json& Output(std::string_view name) const;
 };
 
 }  // namespace saga

@@ -14,9 +14,9 @@
 
 #include <string>
 
-#include "orchestrator/saga/runner.hpp"
+#include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace orchestrator {
 
 struct StoredResponse {
   int status = 0;
@@ -29,6 +29,6 @@ struct ResponseContext {
   std::string trace_id;
 };
 
-StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ctx);
+StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx);
 
-}  // namespace saga
+}  // namespace orchestrator

@@ -1,4 +1,4 @@
-#include "orchestrator/saga/runner.hpp"
+#include "steps/saga/runner.hpp"
 
 #include <algorithm>
 #include <random>
@@ -36,6 +36,16 @@ StepResult Call(const StepFn& fn, StepContext& ctx) {
 }
 
 }  // namespace
+
+RetryPolicy RetryPolicy::For(const StepPolicy& step) const {
+  RetryPolicy p = *this;
+  p.max_attempts = step.max_attempts.value_or(p.max_attempts);
+  p.initial_backoff = step.initial_backoff.value_or(p.initial_backoff);
+  p.max_backoff = step.max_backoff.value_or(p.max_backoff);
+  p.step_deadline = step.step_deadline.value_or(p.step_deadline);
+  p.compensation_stuck_after = step.compensation_stuck_after.value_or(p.compensation_stuck_after);
+  return p;
+}
 
 nlohmann::json StepRecord::ToJson() const {
   nlohmann::json j = {{"name", name},
@@ -117,6 +127,7 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
                             const nlohmann::json& outputs, const std::string& key) const {
   StepContext ctx;
   ctx.saga_name = definition_.name();
+  ctx.saga_version = definition_.version();
   ctx.step_name = step.name;
   ctx.tenant_id = input.tenant_id;
   ctx.parent_key = input.parent_key;
@@ -124,14 +135,17 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
   ctx.action_key = ActionKey(input.parent_key, step.name);
   ctx.request = &input.request;
   ctx.outputs = &outputs;
+  ctx.input = input.typed;
+  ctx.call_timeout = step.policy.call_timeout.value_or(std::chrono::milliseconds(0));
   ctx.trace = {input.trace_id, common::RandomHex(8)};
   return ctx;
 }
 
-bool Runner::Backoff(int attempt, std::chrono::milliseconds at_least, Journal& journal) const {
+bool Runner::Backoff(const RetryPolicy& policy, int attempt, std::chrono::milliseconds at_least,
+                     Journal& journal) const {
   // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
-  auto cap = std::min<long long>(policy_.max_backoff.count(), policy_.initial_backoff.count()
-                                                                  << std::min(attempt, 20));
+  auto cap = std::min<long long>(policy.max_backoff.count(), policy.initial_backoff.count()
+                                                                 << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto jitter = std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
   // A long wait (a participant's Retry-After) is slept in slices that keep the lease: another
@@ -163,14 +177,15 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
                        std::vector<StepRecord>& all, Journal& journal,
                        std::optional<SagaEnd>& interrupted,
                        const common::trace::SpanContext& saga_span) const {
-  auto deadline = Clock::now() + policy_.step_deadline;
+  const RetryPolicy policy = policy_.For(step.policy);
+  auto deadline = Clock::now() + policy.step_deadline;
   StepContext ctx = Context(step, input, outputs, record.action_key);
   auto step_span = StartSpan("step " + step.name, saga_span, input);
   step_span.Set("step", step.name).Set("derived_key", record.action_key);
   ctx.deadline = deadline;
   bool in_doubt = false;
   StepResult last = StepResult::Retryable("not attempted");
-  for (int attempt = 1; attempt <= policy_.max_attempts; ++attempt) {
+  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
     if (!journal.KeepLease()) {
       interrupted = SagaEnd::kFenced;
       return last;
@@ -201,9 +216,9 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
       interrupted = SagaEnd::kAbandoned;
       return last;
     }
-    if (attempt == policy_.max_attempts || Clock::now() >= deadline) break;
+    if (attempt == policy.max_attempts || Clock::now() >= deadline) break;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (!Backoff(attempt, std::min(last.retry_after, left), journal)) {
+    if (!Backoff(policy, attempt, std::min(last.retry_after, left), journal)) {
       interrupted = SagaEnd::kFenced;
       return last;
     }
@@ -222,6 +237,7 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
                            const nlohmann::json& outputs, StepRecord& record,
                            std::vector<StepRecord>& all, Journal& journal,
                            const common::trace::SpanContext& saga_span) const {
+  const RetryPolicy policy = policy_.For(step.policy);
   StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
   // "succeeded" is kept beside "compensating" (see RunSteps) for exactly this.
   ctx.action_confirmed = record.action_confirmed;
@@ -232,7 +248,7 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
     if (!journal.KeepLease()) return SagaEnd::kFenced;
     ctx.attempt = ++record.compensation_attempts;
     ctx.trace.parent_span_id = common::RandomHex(8);
-    ctx.deadline = Clock::now() + policy_.step_deadline;
+    ctx.deadline = Clock::now() + policy.step_deadline;
     auto attempt_span =
         StartAttemptSpan(step.name + " compensation attempt", step_span.context(), ctx);
     attempt_span.Set("compensation", true);
@@ -248,8 +264,10 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
     }
     record.detail = r.detail;
     if (r.outcome != Outcome::kBlocked &&
-        record.compensation_attempts < policy_.compensation_stuck_after) {
-      if (!Backoff(record.compensation_attempts, r.retry_after, journal)) return SagaEnd::kFenced;
+        record.compensation_attempts < policy.compensation_stuck_after) {
+      if (!Backoff(policy, record.compensation_attempts, r.retry_after, journal)) {
+        return SagaEnd::kFenced;
+      }
       continue;
     }
     step_span.Error("stuck after " + std::to_string(record.compensation_attempts) + " attempts")
@@ -278,11 +296,30 @@ std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps) {
   return policy.step_deadline * static_cast<long long>(steps);
 }
 
-SagaResult Runner::Run(const SagaInput& input, Journal& journal) const {
+std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition) {
+  std::chrono::milliseconds total{0};
+  for (const auto& step : definition.steps()) total += policy.For(step.policy).step_deadline;
+  return total;
+}
+
+SagaResult Runner::Run(SagaInput input, Journal& journal) const {
   auto saga_span =
       StartSpan("saga " + definition_.name(), {input.trace_id, input.root_span_id}, input);
-  saga_span.Set("saga", definition_.name()).Set("resumed", input.resumed);
-  SagaResult result = RunSteps(input, journal, saga_span.context());
+  saga_span.Set("saga", definition_.name())
+      .Set("saga.version", static_cast<long long>(definition_.version()))
+      .Set("resumed", input.resumed);
+  SagaResult result;
+  try {
+    if (!input.typed) input.typed = definition_.ParseInput(input.request);
+  } catch (const std::exception& e) {
+    // Validated at the route when it started: a stored request this build reads otherwise.
+    // Running anything could undo the wrong thing; it waits, visibly, for an operator.
+    std::vector<StepRecord> none;
+    result.end = Defer(input, "", std::string("the stored input does not parse: ") + e.what(),
+                       input.compensating ? *input.compensating : none, journal);
+    return result;
+  }
+  result = RunSteps(input, journal, saga_span.context());
   saga_span.Set("outcome", std::string(ToString(result.end)));
   if (result.end == SagaEnd::kCompleted) {
     saga_span.Ok();

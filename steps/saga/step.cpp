@@ -1,4 +1,4 @@
-#include "orchestrator/saga/step.hpp"
+#include "steps/saga/step.hpp"
 
 namespace saga {
 
@@ -56,6 +56,13 @@ StepResult StepResult::Blocked(int http_status, std::string detail) {
   r.http_status = http_status;
   r.detail = std::move(detail);
   return r;
+}
+
+const nlohmann::json& StepContext::Output(std::string_view name) const {
+  static const nlohmann::json kNone;
+  if (outputs == nullptr) return kNone;
+  auto it = outputs->find(name);
+  return it == outputs->end() ? kNone : *it;
 }
 
 std::string TraceContext::Traceparent() const {

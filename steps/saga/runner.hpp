@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/trace/span.hpp"
-#include "orchestrator/saga/definition.hpp"
+#include "steps/saga/definition.hpp"
 
 namespace saga {
 
@@ -34,12 +34,17 @@ struct RetryPolicy {
   std::chrono::milliseconds step_deadline{120000};       // no new action attempt after this
   int compensation_stuck_after = 8;                      // attempts before the saga shows as stuck
   std::chrono::milliseconds stuck_retry_interval{5000};  // pace once stuck
+
+  // This policy with a step's overrides.
+  RetryPolicy For(const StepPolicy& step) const;
 };
 
 // The longest a saga is expected to run before it ends or shows as stuck: every step's
 // deadline end to end (participants must keep their keys longer than the orchestrator's
 // retention plus this).
 std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps);
+// The same for one definition, with its steps' own deadlines.
+std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition);
 
 // What happened to one step; persisted with the saga (JSON) and shown by the API.
 struct StepRecord {
@@ -106,6 +111,8 @@ struct SagaInput {
   std::optional<std::vector<StepRecord>> compensating;
   std::optional<StepResult> failure;
   std::string failed_step;
+  // The typed input (Definition::ParseInput of `request`); parsed by the runner when null.
+  std::shared_ptr<const std::any> typed;
 };
 
 class Runner {
@@ -117,7 +124,9 @@ class Runner {
   Runner(const Definition& definition, RetryPolicy policy, Sleep sleep = {},
          ShouldStop should_stop = {}, const common::trace::Tracer* tracer = nullptr);
 
-  SagaResult Run(const SagaInput& input, Journal& journal) const;
+  // Parses `input.request` into the definition's typed input when `input.typed` is null; a
+  // stored request that no longer parses is deferred (stuck), never run.
+  SagaResult Run(SagaInput input, Journal& journal) const;
 
   // Longest sleep between two lease checks while waiting to retry: well under a third of any
   // sensible lease, so a saga that waits (a long Retry-After) keeps its lease.
@@ -145,7 +154,8 @@ class Runner {
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
   // Sleeps before the next attempt; false when the lease was lost meanwhile.
-  bool Backoff(int attempt, std::chrono::milliseconds at_least, Journal& journal) const;
+  bool Backoff(const RetryPolicy& policy, int attempt, std::chrono::milliseconds at_least,
+               Journal& journal) const;
   common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
                                 const SagaInput& input) const;
   common::trace::Span StartAttemptSpan(const std::string& name,

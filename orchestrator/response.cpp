@@ -1,9 +1,9 @@
-#include "orchestrator/saga/response.hpp"
+#include "orchestrator/response.hpp"
 
-namespace saga {
+namespace orchestrator {
 
-StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ctx) {
-  if (result.end == SagaEnd::kCompleted) {
+StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx) {
+  if (result.end == saga::SagaEnd::kCompleted) {
     nlohmann::json body = {{"status", "completed"},
                            {"order_id", ctx.order_id},
                            {"idempotency_key", ctx.idempotency_key}};
@@ -16,8 +16,9 @@ StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ct
     body["trace_id"] = ctx.trace_id;
     return {201, body.dump()};
   }
-  const StepResult& f = result.failure;
-  bool business = f.outcome == Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
+  const saga::StepResult& f = result.failure;
+  bool business =
+      f.outcome == saga::Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
   // 502, not 503: a 503 tells a client to retry, and a retry of this key only replays this.
   int status = business ? f.http_status : 502;
   std::string code =
@@ -36,4 +37,4 @@ StoredResponse BuildResponse(const SagaResult& result, const ResponseContext& ct
   return {status, body.dump()};
 }
 
-}  // namespace saga
+}  // namespace orchestrator
