@@ -1,6 +1,6 @@
-// The coordinator service: the order API and the runs API of every registered saga over a
-// SagaService, the parent-key store and the participant clients, all in one object that
-// main() or a test can start.
+// The coordinator service's composition root: builds the parent-key store, the participant
+// clients, the saga registry, the saga service, recovery and the server, adds the routes
+// (orchestrator/http/), and starts and stops them, as one object that main() or a test runs.
 //
 // Bind() and Serve() from one thread; Stop() from any.
 //   orchestrator::Orchestrator o({.database_url = url});
@@ -13,10 +13,12 @@
 #include <optional>
 #include <string>
 
+#include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
+#include "orchestrator/http/routes.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -35,11 +37,15 @@ struct OrchestratorOptions {
   // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`.
   std::map<std::string, steps::client::ParticipantClient::Options> participants = {
       {"inventory",
-       {.base_url = "http://127.0.0.1:8081", .business_errors = {"insufficient_stock"}}},
-      {"payment", {.base_url = "http://127.0.0.1:8082", .business_errors = {"card_declined"}}},
+       {.base_url = common::defaults::LocalUrl(common::defaults::kInventoryPort),
+        .business_errors = {"insufficient_stock"}}},
+      {"payment",
+       {.base_url = common::defaults::LocalUrl(common::defaults::kPaymentPort),
+        .business_errors = {"card_declined"}}},
       {"shipping",
-       {.base_url = "http://127.0.0.1:8083", .business_errors = {"address_unserviceable"}}}};
-  std::string service_token = "dev-service-token";
+       {.base_url = common::defaults::LocalUrl(common::defaults::kShippingPort),
+        .business_errors = {"address_unserviceable"}}}};
+  std::string service_token = common::defaults::kServiceToken;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
   saga::RetryPolicy retry;
@@ -59,9 +65,6 @@ struct OrchestratorOptions {
   // How long GET .../trace waits for spans still on their way from participants.
   std::chrono::milliseconds trace_settle{1500};
 };
-
-// Parent keys may be 1..200 printable ASCII (derived keys add up to 45 more, under 255).
-inline constexpr size_t kMaxParentKeyLength = 200;
 
 class Orchestrator {
  public:
@@ -93,15 +96,6 @@ class Orchestrator {
   common::trace::Exporter& exporter() { return exporter_; }
 
  private:
-  void Routes();
-  std::optional<std::string> Authenticate(const httplib::Request& req);
-  void TraceRoutes();
-  void RunRoutes();
-  // Starts `definition` for the request (auth, key, body, typed input, claim) and answers.
-  // `route` is the path its fingerprint and span name use.
-  void Start(const httplib::Request& req, httplib::Response& res,
-             const saga::Definition& definition, const std::string& route);
-
   OrchestratorOptions options_;
   common::pg::Pool pool_;
   ParentStore store_;
@@ -115,18 +109,10 @@ class Orchestrator {
   saga::Registry registry_;
   SagaService sagas_;
   Recovery recovery_;
+  http::TenantAuth auth_;
   common::http::Server server_;
   std::once_flag shutdown_once_;
-
-  std::mutex tenant_cache_mutex_;
-  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>>
-      tenant_cache_;
 };
-
-// The Idempotency-Key in a route's group `group` (the server has percent-decoded it), checked
-// like a header key; otherwise answers 400 and returns nullopt.
-std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res,
-                                   size_t group = 1);
 
 // "host:pid:random": unique per process, readable in the parent row and the logs.
 std::string MakeOwnerId();

@@ -89,6 +89,24 @@ Answer InProgress(const SagaRow& row) {
 
 }  // namespace
 
+const char* ToString(KeyOutcome outcome) {
+  switch (outcome) {
+    case KeyOutcome::kNone:
+      return "";
+    case KeyOutcome::kClaimed:
+      return "claimed";
+    case KeyOutcome::kTakenOver:
+      return "taken_over";
+    case KeyOutcome::kReplayed:
+      return "replayed";
+    case KeyOutcome::kInProgress:
+      return "in_progress";
+    case KeyOutcome::kMismatch:
+      return "mismatch";
+  }
+  return "";
+}
+
 std::string StatusPath(const std::string& saga_name, const std::string& key) {
   return (saga_name == kOrderSaga ? "/v1/orders/" : "/v1/runs/" + saga_name + "/") +
          common::PercentEncode(key);
@@ -146,7 +164,7 @@ namespace {
 
 Answer ReplayOf(const FinishedAnswer& f) {
   Answer a{f.status, f.body, {{"Idempotent-Replayed", "true"}}};
-  a.outcome = "replayed";
+  a.outcome = KeyOutcome::kReplayed;
   a.trace_id = f.trace_id;
   a.root_span_id = f.root_span_id;
   return a;
@@ -155,7 +173,7 @@ Answer ReplayOf(const FinishedAnswer& f) {
 Answer Mismatch() {
   Answer a = Error(422, "idempotency_key_reused",
                    "this Idempotency-Key was used with a different request body");
-  a.outcome = "mismatch";
+  a.outcome = KeyOutcome::kMismatch;
   return a;
 }
 
@@ -305,7 +323,7 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
       return Replay(claim.row);
     case Claim::kInProgress: {
       Answer a = InProgress(claim.row);
-      a.outcome = "in_progress";
+      a.outcome = KeyOutcome::kInProgress;
       return a;
     }
     case Claim::kClaimed:
@@ -331,7 +349,7 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
       promise->set_exception(std::current_exception());
     }
   });
-  std::string outcome = claim.kind == Claim::kClaimed ? "claimed" : "taken_over";
+  auto outcome = claim.kind == Claim::kClaimed ? KeyOutcome::kClaimed : KeyOutcome::kTakenOver;
   if (future.wait_for(options_.response_budget) == std::future_status::ready) {
     Answer a = future.get();
     a.outcome = outcome;

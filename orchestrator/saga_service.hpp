@@ -24,12 +24,26 @@
 
 namespace orchestrator {
 
+// What the parent key said about a request.
+enum class KeyOutcome {
+  kNone,        // answered before the key was consulted (shutting down)
+  kClaimed,     // a new key: this request started the saga
+  kTakenOver,   // its owner had died: this request resumed the saga
+  kReplayed,    // finished: the stored answer
+  kInProgress,  // another owner runs it (409)
+  kMismatch,    // the key was used with another request (422)
+};
+// "claimed", "taken_over", ... ("" for kNone): the span attribute idempotency.outcome.
+const char* ToString(KeyOutcome outcome);
+
 struct Answer {
   int status = 0;
   std::string body;
   std::map<std::string, std::string> headers;
-  // For the request's span: what the key said, and the order's trace (when there is one).
-  std::string outcome;  // claimed | taken_over | replayed | in_progress | mismatch | ...
+  // For the request's span: what the key said, and the saga's trace (when there is one).
+  KeyOutcome outcome = KeyOutcome::kNone;
+  // The request started or resumed the saga (its span is the saga's root).
+  bool Owns() const { return outcome == KeyOutcome::kClaimed || outcome == KeyOutcome::kTakenOver; }
   std::string trace_id;
   std::string root_span_id;
 };

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
 #include "services_mock/faults.hpp"
@@ -21,7 +22,7 @@
 namespace services_mock {
 
 struct ParticipantOptions {
-  std::string service_token = "dev-service-token";
+  std::string service_token = common::defaults::kServiceToken;
   // OTLP/HTTP endpoint for this service's spans ("" sends none): the orchestrator's intake
   // (http://127.0.0.1:8080/v1/traces) or a collector of yours.
   std::string otlp_endpoint;

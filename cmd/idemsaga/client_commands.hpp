@@ -5,10 +5,12 @@
 #include <functional>
 #include <string>
 
+#include "common/defaults.hpp"
+
 namespace idemsaga_cmd {
 
 struct ClientFlags {
-  std::string url = "http://127.0.0.1:8080";
+  std::string url = common::defaults::LocalUrl(common::defaults::kOrchestratorPort);
   std::string api_key;
   std::string key;
   // The order defaults are the body of the README's curl example, so that `idemsaga order`

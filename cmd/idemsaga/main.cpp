@@ -15,6 +15,7 @@
 #include "cmd/idemsaga/client_commands.hpp"
 #include "cmd/idemsaga/signals.hpp"
 #include "common/crypto.hpp"
+#include "common/defaults.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/memory.hpp"
@@ -33,7 +34,7 @@ using services_mock::ParticipantService;
 struct ParticipantFlags {
   std::string listen;
   std::string database_url;
-  std::string service_token = "dev-service-token";
+  std::string service_token = common::defaults::kServiceToken;
   std::string otlp_endpoint;
   std::vector<std::string> otlp_headers;
   bool migrate = false;
@@ -68,11 +69,11 @@ std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& 
 std::string DefaultListen(ParticipantKind kind) {
   switch (kind) {
     case ParticipantKind::kInventory:
-      return "127.0.0.1:8081";
+      return common::defaults::LocalListen(common::defaults::kInventoryPort);
     case ParticipantKind::kPayment:
-      return "127.0.0.1:8082";
+      return common::defaults::LocalListen(common::defaults::kPaymentPort);
     case ParticipantKind::kShipping:
-      return "127.0.0.1:8083";
+      return common::defaults::LocalListen(common::defaults::kShippingPort);
   }
   throw std::invalid_argument("unknown participant kind");
 }
@@ -174,7 +175,7 @@ void AddMigrateCommand(CLI::App& app, MigrateFlags& flags, std::function<void()>
 }
 
 struct OrchestratorFlags {
-  std::string listen = "127.0.0.1:8080";
+  std::string listen = common::defaults::LocalListen(common::defaults::kOrchestratorPort);
   std::vector<std::string> otlp_headers;
   bool migrate = false;
   int retention_hours = 24;
@@ -306,11 +307,11 @@ void AddTenantCommand(CLI::App& app, TenantFlags& flags, std::function<void()>& 
 
 struct DevFlags {
   std::string dir = ".idemsaga";
-  int pg_port = 54329;
-  int orchestrator_port = 8080;
-  int inventory_port = 8081;
-  int payment_port = 8082;
-  int shipping_port = 8083;
+  int pg_port = common::defaults::kPostgresPort;
+  int orchestrator_port = common::defaults::kOrchestratorPort;
+  int inventory_port = common::defaults::kInventoryPort;
+  int payment_port = common::defaults::kPaymentPort;
+  int shipping_port = common::defaults::kShippingPort;
 };
 
 // Fixed, dev-only API keys so the README's examples work as written. Never use them elsewhere.
@@ -341,11 +342,13 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
         common::pg::Migrate(conn, kind);
         std::cout << "  " << kind << " database: " << urls[kind] << std::endl;
       }
-      std::string local = "http://127.0.0.1:";
-      std::string intake = local + std::to_string(flags.orchestrator_port) + "/v1/traces";
+      using common::defaults::LocalUrl;
+      std::string intake = LocalUrl(flags.orchestrator_port) + "/v1/traces";
       // The orchestrator's own intake takes the service token; a collector never gets it.
       services_mock::ParticipantOptions participant{
-          .otlp_endpoint = intake, .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
+          .otlp_endpoint = intake,
+          .otlp_headers = {
+              {"Authorization", std::string("Bearer ") + common::defaults::kServiceToken}}};
       ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], participant);
       ParticipantService payment(ParticipantKind::kPayment, urls["payment"], participant);
       ParticipantService shipping(ParticipantKind::kShipping, urls["shipping"], participant);
@@ -353,9 +356,9 @@ void AddDevCommand(CLI::App& app, DevFlags& flags, std::function<void()>& run) {
       payment.Bind("127.0.0.1", flags.payment_port);
       shipping.Bind("127.0.0.1", flags.shipping_port);
       orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"]};
-      options.participants["inventory"].base_url = local + std::to_string(flags.inventory_port);
-      options.participants["payment"].base_url = local + std::to_string(flags.payment_port);
-      options.participants["shipping"].base_url = local + std::to_string(flags.shipping_port);
+      options.participants["inventory"].base_url = LocalUrl(flags.inventory_port);
+      options.participants["payment"].base_url = LocalUrl(flags.payment_port);
+      options.participants["shipping"].base_url = LocalUrl(flags.shipping_port);
       orchestrator::Orchestrator orch(options);
       for (const auto& [tenant, key] : kDevTenants) {
         orch.store().UpsertTenant(tenant, common::Sha256Hex(key));

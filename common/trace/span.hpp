@@ -79,7 +79,6 @@ class Tracer {
   // before the attempt's span ends).
   Span StartWithId(const std::string& name, const SpanContext& parent, std::string span_id,
                    SpanKind kind = SpanKind::kInternal) const;
-  const std::string& service() const { return service_; }
 
  private:
   std::string service_;

@@ -5,19 +5,19 @@
 #include "common/crypto.hpp"
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
+#include "orchestrator/http/routes.hpp"
 #include "orchestrator/http/trace_view.hpp"
-#include "orchestrator/orchestrator.hpp"
 
-namespace orchestrator {
+namespace orchestrator::http {
 
-void Orchestrator::TraceRoutes() {
+void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
   using common::http::SetError;
 
-  server_.Post("/v1/traces", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!common::ConstantTimeEquals(common::http::BearerToken(req), options_.service_token)) {
+  server.Post("/v1/traces", [d, &server](const httplib::Request& req, httplib::Response& res) {
+    if (!common::ConstantTimeEquals(common::http::BearerToken(req), d.service_token)) {
       return SetError(res, 401, "unauthorized", "the service token is required");
     }
-    auto body = common::http::ParseJsonBody(req, res, server_.limits());
+    auto body = common::http::ParseJsonBody(req, res, server.limits());
     if (!body) return;
     std::string error;
     auto decoded = common::trace::DecodeOtlp(*body, error);
@@ -26,7 +26,7 @@ void Orchestrator::TraceRoutes() {
     if (decoded->spans.empty() && decoded->rejected > 0) {
       return SetError(res, 400, "invalid_request", decoded->error);
     }
-    if (!decoded->spans.empty()) span_store_.Insert(decoded->spans);  // one commit per batch
+    if (!decoded->spans.empty()) d.spans.Insert(decoded->spans);  // one commit per batch
     // OTLP partial success: the good spans are kept, the refused ones counted and named.
     nlohmann::json partial = nlohmann::json::object();
     if (decoded->rejected > 0) {
@@ -36,39 +36,35 @@ void Orchestrator::TraceRoutes() {
     res.set_content(nlohmann::json{{"partialSuccess", partial}}.dump(), "application/json");
   });
 
-  server_.Get(
-      R"(/v1/orders/(.+)/trace)", [this](const httplib::Request& req, httplib::Response& res) {
-        auto tenant = Authenticate(req);
-        if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
-        auto key = PathKey(req, res);
-        if (!key) return;
-        auto row = store_.Get(*tenant, *key);
-        if (!row) return SetError(res, 404, "not_found", "no order with this Idempotency-Key");
-        bool ended = row->status == "completed" || row->status == "failed";
-        // Our own spans are in the exporter's queue for up to one interval; participants' may be
-        // in flight a little longer. Wait briefly for an ended order's trace to be whole.
-        exporter_.Flush();
-        auto spans = span_store_.ForTrace(*tenant, row->trace_id);
-        auto pending = PendingSpans(spans);
-        auto deadline = std::chrono::steady_clock::now() + options_.trace_settle;
-        while (ended && !pending.empty() && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          exporter_.Flush();
-          spans = span_store_.ForTrace(*tenant, row->trace_id);
-          pending = PendingSpans(spans);
-        }
-        nlohmann::json out = {{"trace_id", row->trace_id},   {"idempotency_key", row->key},
-                              {"order_status", row->status}, {"complete", ended && pending.empty()},
-                              {"pending_span_ids", pending}, {"spans", nlohmann::json::array()}};
-        for (const auto& s : spans) out["spans"].push_back(SpanJson(s));
-        res.set_content(out.dump(), "application/json");
-      });
+  server.Get(R"(/v1/orders/(.+)/trace)", [d](const httplib::Request& req, httplib::Response& res) {
+    auto row = PathSaga(req, res, d.auth, d.store);
+    if (!row) return;
+    const std::string& tenant = row->tenant_id;
+    bool ended = row->status == "completed" || row->status == "failed";
+    // Our own spans are in the exporter's queue for up to one interval; participants' may be
+    // in flight a little longer. Wait briefly for an ended order's trace to be whole.
+    d.exporter.Flush();
+    auto spans = d.spans.ForTrace(tenant, row->trace_id);
+    auto pending = PendingSpans(spans);
+    auto deadline = std::chrono::steady_clock::now() + d.settle;
+    while (ended && !pending.empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      d.exporter.Flush();
+      spans = d.spans.ForTrace(tenant, row->trace_id);
+      pending = PendingSpans(spans);
+    }
+    nlohmann::json out = {{"trace_id", row->trace_id},   {"idempotency_key", row->key},
+                          {"order_status", row->status}, {"complete", ended && pending.empty()},
+                          {"pending_span_ids", pending}, {"spans", nlohmann::json::array()}};
+    for (const auto& s : spans) out["spans"].push_back(SpanJson(s));
+    res.set_content(out.dump(), "application/json");
+  });
 
-  server_.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
+  server.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
     res.status = 301;
     res.set_header("Location", "/ui/");
   });
-  server_.Get("/ui/", [](const httplib::Request&, httplib::Response& res) {
+  server.Get("/ui/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(TracePageHtml(), "text/html; charset=utf-8");
     // The page talks only to this origin.
     res.set_header("Content-Security-Policy",
@@ -76,4 +72,4 @@ void Orchestrator::TraceRoutes() {
   });
 }
 
-}  // namespace orchestrator
+}  // namespace orchestrator::http

@@ -5,8 +5,9 @@
 // that lost its lease (paused, partitioned, too slow) writes nothing, and the write reports it
 // as fenced. Times (lease expiry) come from the database clock.
 // Thread-safe (the pool hands each call its own connection).
-//   auto claim = store.Claim({...});
-//   if (claim.kind == Claim::kClaimed) { ...run...; store.Finish(lease, response, steps); }
+//   Claim claim = store.ClaimKey({tenant, key, hash, body, "place_order", 1, owner, trace_id});
+//   if (claim.kind == Claim::kClaimed) { ...run...; store.Finish(claim.lease, true, 201, body,
+//   steps); }
 #pragma once
 
 #include <atomic>

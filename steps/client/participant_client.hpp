@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/defaults.hpp"
 #include "steps/saga/step.hpp"
 
 namespace httplib {
@@ -56,7 +57,7 @@ class ParticipantClient {
  public:
   struct Options {
     std::string base_url;  // http://host:port
-    std::string service_token = "dev-service-token";
+    std::string service_token = common::defaults::kServiceToken;
     // cpp-httplib's default connect timeout is 300 s; a participant on loopback or in the
     // same zone connects in well under a second.
     std::chrono::milliseconds connect_timeout{1000};

@@ -1,0 +1,92 @@
+// Every route of the orchestrator, each group over the narrow set of objects it needs; the
+// Orchestrator (the composition root) builds those objects and adds the groups to its server.
+//
+// Thread-safe once added (handlers run on the server's workers).
+//   orchestrator::http::TenantAuth auth(store, std::chrono::seconds(30));
+//   orchestrator::http::AddRunRoutes(server, {sagas, registry, store, tracer, auth, limits});
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/http/server.hpp"
+#include "common/trace/exporter.hpp"
+#include "common/trace/span.hpp"
+#include "orchestrator/recovery.hpp"
+#include "orchestrator/saga_service.hpp"
+#include "orchestrator/store/parent_store.hpp"
+#include "orchestrator/store/span_store.hpp"
+#include "steps/saga/registry.hpp"
+
+namespace orchestrator {
+
+// Parent keys may be 1..200 printable ASCII (derived keys add up to 45 more, under 255).
+inline constexpr size_t kMaxParentKeyLength = 200;
+
+namespace http {
+
+// The tenant whose API key is the request's bearer token, cached for `ttl` so that an order
+// costs no query for it. Thread-safe.
+class TenantAuth {
+ public:
+  TenantAuth(ParentStore& store, std::chrono::seconds ttl) : store_(store), ttl_(ttl) {}
+  std::optional<std::string> operator()(const httplib::Request& req);
+
+ private:
+  ParentStore& store_;
+  std::chrono::seconds ttl_;
+  std::mutex mutex_;
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
+};
+
+// One saga's state as the API shows it (GET /v1/orders/{key}, /v1/runs/{saga}/{key}, /v1/sagas).
+nlohmann::json SagaView(const SagaRow& row);
+
+// The Idempotency-Key in a route's group `group` (the server has percent-decoded it), checked
+// like a header key; otherwise answers 400 and returns nullopt.
+std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res,
+                                   size_t group = 1);
+
+// The calling tenant's saga under the path's key (group `group`); otherwise answers 401, 400
+// or 404 and returns nullopt. Another tenant's key is indistinguishable from no key at all.
+std::optional<SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
+                                TenantAuth& auth, ParentStore& store, size_t group = 1);
+
+struct RunRoutes {
+  SagaService& sagas;
+  const saga::Registry& registry;
+  ParentStore& store;
+  const common::trace::Tracer& tracer;
+  TenantAuth& auth;
+  const common::http::Limits& limits;
+};
+// POST /v1/orders (place_order), POST /v1/runs/{saga}, GET /v1/runs, GET /v1/runs/{saga}/{key},
+// GET /v1/orders/{key}.
+void AddRunRoutes(common::http::Server& server, const RunRoutes& deps);
+
+struct AdminRoutes {
+  ParentStore& store;
+  SagaService& sagas;
+  Recovery& recovery;
+  TenantAuth& auth;
+};
+// GET /v1/sagas, POST /v1/sagas/{key}/retry, GET /metrics.
+void AddAdminRoutes(common::http::Server& server, const AdminRoutes& deps);
+
+struct TraceRoutes {
+  SpanStore& spans;
+  ParentStore& store;
+  common::trace::Exporter& exporter;
+  TenantAuth& auth;
+  std::string service_token;         // what the OTLP intake requires
+  std::chrono::milliseconds settle;  // how long a trace read waits for spans on their way
+};
+// POST /v1/traces (the OTLP intake), GET /v1/orders/{key}/trace, the trace page at /ui/. Add
+// these first: /v1/orders/{key}/trace must match before /v1/orders/{key}.
+void AddTraceRoutes(common::http::Server& server, const TraceRoutes& deps);
+
+}  // namespace http
+}  // namespace orchestrator

@@ -1,0 +1,198 @@
+// The runs API: POST /v1/orders and /v1/runs/{saga} start a saga under an Idempotency-Key;
+// GET reads one.
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+#include "common/log.hpp"
+#include "common/trace/trace_context.hpp"
+#include "orchestrator/http/routes.hpp"
+
+namespace orchestrator::http {
+namespace {
+
+using common::http::SetError;
+
+void Send(const Answer& a, httplib::Response& res) {
+  res.status = a.status;
+  res.set_content(a.body, "application/json");
+  for (const auto& [k, v] : a.headers) res.set_header(k.c_str(), v);
+}
+
+// Records the response's status on the request's span, however the handler returns.
+struct ResponseOnSpan {
+  common::trace::Span& span;
+  const httplib::Response& res;
+  ~ResponseOnSpan() {
+    span.Set("http.status_code", static_cast<long long>(res.status));
+    if (res.status >= 400) {
+      span.Error("HTTP " + std::to_string(res.status));
+    } else {
+      span.Ok();
+    }
+  }
+};
+
+// Starts `definition` for the request (auth, key, body, typed input, claim) and answers.
+// `route` is the path its fingerprint and span name use.
+void Start(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+           const saga::Definition& definition, const std::string& route) {
+  // A caller's trace is continued; otherwise this request starts the saga's trace.
+  auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
+  common::trace::SpanContext parent;
+  if (caller) parent = {caller->trace_id, caller->parent_id};
+  auto span = d.tracer.Start("POST " + route, parent, common::trace::SpanKind::kServer);
+  ResponseOnSpan on_span{span, res};
+  auto tenant = d.auth(req);
+  if (!tenant) {
+    SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+    res.set_header("WWW-Authenticate", "Bearer");
+    return;
+  }
+  span.Set("tenant", *tenant);
+  auto key =
+      common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
+                                  req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
+  if (!key.ok()) return SetError(res, 400, key.error, key.message);
+  span.Set("idempotency_key", key.key);
+  auto body = common::http::ParseJsonBody(req, res, d.limits);
+  if (!body) return;
+  std::shared_ptr<const std::any> input;
+  try {
+    input = definition.ParseInput(*body);
+  } catch (const saga::InvalidInput& e) {
+    return SetError(res, 400, "invalid_request", e.what());
+  }
+  common::Log("saga_request", {{"tenant", *tenant},
+                               {"key", key.key},
+                               {"saga", definition.name()},
+                               {"trace_id", span.context().trace_id}});
+  // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
+  Submission s{&definition,
+               std::move(input),
+               *tenant,
+               key.key,
+               common::Sha256Hex("POST " + route + "\n" + body->dump()),
+               *body,
+               span.context().trace_id,
+               span.context().span_id};
+  Answer answer = d.sagas.Submit(s);
+  span.Set("idempotency.outcome", std::string(ToString(answer.outcome)))
+      .Set("replayed", answer.outcome == KeyOutcome::kReplayed);
+  // A retry that did not start the saga joins the saga's trace (unless the caller has a
+  // trace of its own), so the replay shows in its waterfall.
+  if (!answer.Owns() && !caller && !answer.trace_id.empty()) {
+    span.Reparent({answer.trace_id, answer.root_span_id});
+  }
+  Send(answer, res);
+  res.set_header("traceparent",
+                 common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id));
+}
+
+}  // namespace
+
+nlohmann::json SagaView(const SagaRow& row) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : row.steps) {
+    if (!s.is_object()) {  // a row this build cannot read: show it as it is
+      steps.push_back({{"unreadable", s}});
+      continue;
+    }
+    steps.push_back({{"name", s.value("name", "")},
+                     {"derived_key", s.value("action_key", "")},
+                     {"status", s.value("status", "")},
+                     {"attempts", s.value("attempts", 0)},
+                     {"compensation_attempts", s.value("compensation_attempts", 0)},
+                     {"replayed", s.value("replayed", false)}});
+  }
+  nlohmann::json view = {{"idempotency_key", row.key},
+                         {"order_id", row.order_id},
+                         {"saga", row.saga_name},
+                         {"saga_version", row.saga_version},
+                         {"status", row.status},
+                         {"stuck", row.stuck},
+                         {"steps", steps},
+                         {"trace_id", row.trace_id},
+                         {"created_at", row.created_at},
+                         {"updated_at", row.updated_at}};
+  if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
+  if (row.response_status != 0) {
+    view["response"] = {{"status", row.response_status},
+                        {"body", nlohmann::json::parse(row.response_body, nullptr, false)}};
+  } else {
+    view["response"] = nullptr;
+  }
+  return view;
+}
+
+std::optional<SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
+                                TenantAuth& auth, ParentStore& store, size_t group) {
+  auto tenant = auth(req);
+  if (!tenant) {
+    SetError(res, 401, "unauthorized", "a valid API key is required");
+    return std::nullopt;
+  }
+  auto key = PathKey(req, res, group);
+  if (!key) return std::nullopt;
+  auto row = store.Get(*tenant, *key);
+  if (!row) SetError(res, 404, "not_found", "no saga with this Idempotency-Key");
+  return row;
+}
+
+std::optional<std::string> PathKey(const httplib::Request& req, httplib::Response& res,
+                                   size_t group) {
+  std::string key = common::http::DecodeCapture(req.matches[group].str());
+  if (common::IsValidKeyBytes(key, kMaxParentKeyLength)) return key;
+  SetError(res, 400, "idempotency_key_invalid",
+           "the key in the path must be 1-" + std::to_string(kMaxParentKeyLength) +
+               " printable ASCII characters (percent-encoded in the URL)");
+  return std::nullopt;
+}
+
+void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
+  // Database failures surface as exceptions and become 503 at the server's one catch point.
+  if (const auto* order = d.registry.Latest(kOrderSaga)) {
+    server.Post("/v1/orders", [d, order](const httplib::Request& req, httplib::Response& res) {
+      Start(d, req, res, *order, "/v1/orders");
+    });
+  }
+  // Every registered saga, its latest version: /v1/runs/{saga} starts one under the request's
+  // Idempotency-Key, /v1/runs/{saga}/{key} reads it. Saga names are [a-z0-9_]: no clash with
+  // a key, and none with /v1/sagas (the admin listing of every saga).
+  server.Post(R"(/v1/runs/([^/]+))", [d](const httplib::Request& req, httplib::Response& res) {
+    const auto* definition = d.registry.Latest(req.matches[1].str());
+    if (definition == nullptr) {
+      return SetError(res, 404, "saga_not_found",
+                      "no saga of this name is served here (GET /v1/runs lists them)");
+    }
+    Start(d, req, res, *definition, "/v1/runs/" + definition->name());
+  });
+  server.Get(R"(/v1/runs/([^/]+)/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
+    auto row = PathSaga(req, res, d.auth, d.store, 2);
+    if (!row) return;
+    // Another saga's key is indistinguishable from no key at all, as another tenant's is.
+    if (row->saga_name != req.matches[1].str()) {
+      return SetError(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
+    }
+    res.set_content(SagaView(*row).dump(), "application/json");
+  });
+  server.Get("/v1/runs", [d](const httplib::Request& req, httplib::Response& res) {
+    if (!d.auth(req)) return SetError(res, 401, "unauthorized", "a valid API key is required");
+    nlohmann::json sagas = nlohmann::json::array();
+    for (const auto* def : d.registry.All()) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& step : def->steps()) steps.push_back(step.name);
+      sagas.push_back({{"name", def->name()},
+                       {"version", def->version()},
+                       {"steps", steps},
+                       {"path", "/v1/runs/" + def->name()}});
+    }
+    res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");
+  });
+
+  server.Get(R"(/v1/orders/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
+    auto row = PathSaga(req, res, d.auth, d.store);
+    if (!row) return;
+    res.set_content(SagaView(*row).dump(), "application/json");
+  });
+}
+
+}  // namespace orchestrator::http
