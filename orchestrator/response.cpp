@@ -4,15 +4,18 @@ namespace orchestrator {
 
 StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx) {
   if (result.end == saga::SagaEnd::kCompleted) {
-    nlohmann::json body = {{"status", "completed"},
-                           {"order_id", ctx.order_id},
-                           {"idempotency_key", ctx.idempotency_key}};
+    nlohmann::json body = nlohmann::json::object();
     for (const auto& [step, output] : result.outputs.items()) {
       if (!output.is_object()) continue;
       for (const auto& [field, value] : output.items()) {
         if (field.size() > 3 && field.compare(field.size() - 3, 3, "_id") == 0) body[field] = value;
       }
     }
+    // Set last: a participant's own "order_id" (any saga's step may answer one) never
+    // replaces the orchestrator's in the answer replayed for ever.
+    body["status"] = "completed";
+    body["order_id"] = ctx.order_id;
+    body["idempotency_key"] = ctx.idempotency_key;
     body["trace_id"] = ctx.trace_id;
     return {201, body.dump()};
   }

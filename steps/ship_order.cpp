@@ -46,7 +46,7 @@ saga::Definition MakeShipOrderSaga(client::Participants& participants) {
           "shipping",
           [&](Ctx& ctx) {
             return shipping.Post("/v1/shipments", ctx,
-                                 {{"reservation_id", ctx.Output("inventory")["reservation_id"]},
+                                 {{"reservation_id", ctx.Output("inventory").at("reservation_id")},
                                   {"address", ctx.Input<ShipOrder>().address}});
           },
           [&](Ctx& ctx) { return shipping.Compensate("/v1/shipments/cancel", ctx); },

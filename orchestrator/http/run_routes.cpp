@@ -158,6 +158,12 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Idempotency-Key, /v1/runs/{saga}/{key} reads it. Saga names are [a-z0-9_]: no clash with
   // a key, and none with /v1/sagas (the admin listing of every saga).
   server.Post(R"(/v1/runs/([^/]+))", [d](const httplib::Request& req, httplib::Response& res) {
+    // Who asks first: which sagas are served is not for anyone without a key.
+    if (!d.auth(req)) {
+      SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+      res.set_header("WWW-Authenticate", "Bearer");
+      return;
+    }
     const auto* definition = d.registry.Latest(req.matches[1].str());
     if (definition == nullptr) {
       return SetError(res, 404, "saga_not_found",

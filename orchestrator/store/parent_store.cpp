@@ -210,20 +210,21 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   for (int attempt = 0; !outcome; ++attempt) {
     if (attempt == 3)
       throw pqxx::transaction_rollback("idempotency key claim kept racing concurrent claims");
-    outcome = pool_.With([&](pqxx::connection& conn) -> std::optional<std::pair<bool, SagaRow>> {
-      pqxx::nontransaction tx(conn);
-      auto rows = Exec(
-          tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
-          req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
-          Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
-          req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id),
-          req.saga_version);
-      if (rows.empty()) {
-        if (options_.after_conflict_for_test) options_.after_conflict_for_test();
-        return std::nullopt;
-      }
-      return std::pair{rows[0][0].as<bool>(), ToRow(rows[0], 1)};
-    });
+    outcome =
+        OneStatement([&](pqxx::nontransaction& tx) -> std::optional<std::pair<bool, SagaRow>> {
+          auto rows =
+              Exec(tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
+                   req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
+                   Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
+                   req.root_span_id.empty() ? std::nullopt
+                                            : std::optional<std::string>(req.root_span_id),
+                   req.saga_version);
+          if (rows.empty()) {
+            if (options_.after_conflict_for_test) options_.after_conflict_for_test();
+            return std::nullopt;
+          }
+          return std::pair{rows[0][0].as<bool>(), ToRow(rows[0], 1)};
+        });
   }
   auto [claimed, row] = *outcome;
   if (claimed) {
@@ -245,8 +246,7 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
 std::optional<Claim> ParentStore::TakeOverExpired(const std::string& tenant_id,
                                                   const std::string& key,
                                                   const std::string& owner) {
-  return pool_.With([&](pqxx::connection& conn) -> std::optional<Claim> {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) -> std::optional<Claim> {
     auto rows = Exec(tx, kTakeOver, tenant_id, key, owner, Seconds(options_.lease));
     if (rows.empty()) return std::nullopt;
     SagaRow row = ToRow(rows[0]);
@@ -271,8 +271,7 @@ bool ParentStore::Fenced(const Lease& lease, const char* what, bool applied) {
 }
 
 bool ParentStore::Renew(const Lease& l) {
-  auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kRenew, l.tenant_id, l.key, l.owner, l.epoch, Seconds(options_.lease));
     return r.affected_rows();
   });
@@ -281,8 +280,7 @@ bool ParentStore::Renew(const Lease& l) {
 
 bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
                                     const std::string& failed_step, const nlohmann::json& failure) {
-  auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kBeginCompensation, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
                   failed_step, failure.dump());
     return r.affected_rows();
@@ -292,8 +290,7 @@ bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
 
 bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
                              std::chrono::milliseconds retry_in) {
-  auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kDeferStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
                   static_cast<double>(retry_in.count()) / 1000.0);
     return r.affected_rows();
@@ -302,8 +299,7 @@ bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
 }
 
 std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, int limit) {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     auto rows = Exec(tx, kTakeOverBatch, owner, Seconds(options_.lease), limit);
     std::vector<Claim> claims;
     for (const auto& r : rows) {
@@ -322,16 +318,14 @@ std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, i
 }
 
 long long ParentStore::ReleaseLeases(const std::string& owner) {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kReleaseLeases, owner);
     return static_cast<long long>(r.affected_rows());
   });
 }
 
 bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key) {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kRetryNow, tenant_id, key);
     return r.affected_rows() == 1;
   });
@@ -339,8 +333,7 @@ bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key)
 
 std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::string& status,
                                        bool stuck_only, int limit) {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     std::vector<SagaRow> out;
     for (const auto& r : Exec(tx, kList, tenant_id, status, stuck_only, limit)) {
       out.push_back(ToRow(r));
@@ -350,16 +343,14 @@ std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::
 }
 
 long long ParentStore::DeleteExpired(int batch) {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     auto n = ExecOne(tx, kDeleteExpired, batch)[0].as<long long>();
     return n;
   });
 }
 
 long long ParentStore::DeleteUnownedSpans(int batch) {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     auto r =
         Exec(tx, kDeleteUnownedSpans,
              Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)), batch);
@@ -368,8 +359,7 @@ long long ParentStore::DeleteUnownedSpans(int batch) {
 }
 
 ParentStore::Counts ParentStore::CountRunning() {
-  return pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kCounts)[0];
     return Counts{r[0].as<long long>(), r[1].as<long long>()};
   });
@@ -377,8 +367,7 @@ ParentStore::Counts ParentStore::CountRunning() {
 
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps) {
-  auto n = pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
+  auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
                   std::string(completed ? "completed" : "failed"), response_status, response_body,
                   steps.dump(),
@@ -389,8 +378,7 @@ bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
 }
 
 std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std::string& key) {
-  return pool_.With([&](pqxx::connection& conn) -> std::optional<SagaRow> {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) -> std::optional<SagaRow> {
     auto rows = Exec(tx, kGet, tenant_id, key);
     if (rows.empty()) return std::nullopt;
     return ToRow(rows[0]);
@@ -398,8 +386,7 @@ std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std:
 }
 
 std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_key_hash) {
-  return pool_.With([&](pqxx::connection& conn) -> std::optional<std::string> {
-    pqxx::nontransaction tx(conn);
+  return OneStatement([&](pqxx::nontransaction& tx) -> std::optional<std::string> {
     auto rows = Exec(tx, kTenantForKey, api_key_hash);
     if (rows.empty()) return std::nullopt;
     return rows[0][0].as<std::string>();
@@ -407,10 +394,7 @@ std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_
 }
 
 void ParentStore::UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash) {
-  pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
-    Exec(tx, kUpsertTenant, tenant_id, api_key_hash);
-  });
+  OneStatement([&](pqxx::nontransaction& tx) { Exec(tx, kUpsertTenant, tenant_id, api_key_hash); });
 }
 
 }  // namespace orchestrator

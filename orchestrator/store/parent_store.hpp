@@ -154,6 +154,16 @@ class ParentStore {
 
  private:
   bool Fenced(const Lease& lease, const char* what, bool applied);
+  // Runs `fn(tx)` on a borrowed connection: each phase here is one statement, committed on its
+  // own (autocommit), so it needs no BEGIN and COMMIT round trips. A broken connection is
+  // discarded (Pool::With).
+  template <typename Fn>
+  auto OneStatement(Fn&& fn) {
+    return pool_.With([&](pqxx::connection& conn) {
+      pqxx::nontransaction tx(conn);
+      return fn(tx);
+    });
+  }
 
   common::pg::Pool& pool_;
   StoreOptions options_;

@@ -22,7 +22,7 @@ class Fields {
   // messages ("address.").
   explicit Fields(const nlohmann::json& object, std::string at = "");
 
-  // A string of 1..max_length bytes of printable ASCII (no control characters).
+  // A string of 1..max_length bytes without control characters (UTF-8 is kept as sent).
   std::string Text(const char* name, size_t max_length);
   // An integer (not 2.5, not 1e3) from lo to hi.
   long long Integer(const char* name, long long lo, long long hi);

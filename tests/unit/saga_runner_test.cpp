@@ -589,4 +589,15 @@ TEST(Fields, EveryBrokenRuleNamesItsField) {
   EXPECT_EQ(error(missing), "n is required");
 }
 
+TEST(Response, AStepsOwnOrderIdNeverReplacesTheOrchestrators) {
+  saga::SagaResult r;
+  r.end = SagaEnd::kCompleted;
+  r.outputs["loyalty"] = {{"order_id", "theirs"}, {"points_id", "pts_1"}, {"status", "x"}};
+  auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
+  auto body = nlohmann::json::parse(res.body);
+  EXPECT_EQ(body["order_id"], "ord_1");
+  EXPECT_EQ(body["status"], "completed");
+  EXPECT_EQ(body["points_id"], "pts_1");
+}
+
 }  // namespace
