@@ -1,5 +1,7 @@
 #include "common/idempotency_key.hpp"
 
+#include "common/crypto.hpp"
+
 namespace common {
 namespace {
 
@@ -95,6 +97,14 @@ bool IsValidTenantId(std::string_view tenant) {
     if (!ok) return false;
   }
   return true;
+}
+
+std::string RequestFingerprint(std::string_view method, std::string_view path,
+                               const nlohmann::json& body) {
+  std::string data;
+  data.reserve(method.size() + path.size() + 64);
+  data.append(method).append("\n").append(path).append("\n").append(body.dump());
+  return Sha256Hex(data);
 }
 
 }  // namespace common

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,13 @@ bool IsValidKeyBytes(std::string_view key, size_t max_length);
 
 // The sf-string form of `key` ("..." with `"` and `\` escaped): what every service sends.
 std::string FormatIdempotencyKey(std::string_view key);
+
+// What a key is bound to, the same at every layer (the orchestrator's parent key and each
+// participant's guard): lower-case hex SHA-256 over the method, the path and the body as
+// canonical JSON (keys sorted, no whitespace), so the same key sent to another route, or with
+// a body that means something else, is a reuse (422).
+std::string RequestFingerprint(std::string_view method, std::string_view path,
+                               const nlohmann::json& body);
 
 // Tenant ids travel in headers and name key scopes: 1..64 of [A-Za-z0-9_-].
 bool IsValidTenantId(std::string_view tenant);

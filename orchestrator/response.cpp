@@ -1,5 +1,7 @@
 #include "orchestrator/response.hpp"
 
+#include "orchestrator/store/saga_status.hpp"
+
 namespace orchestrator {
 
 StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx) {
@@ -13,7 +15,7 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
     }
     // Set last: a participant's own "order_id" (any saga's step may answer one) never
     // replaces the orchestrator's in the answer replayed for ever.
-    body["status"] = "completed";
+    body["status"] = ToString(SagaStatus::kCompleted);
     body["order_id"] = ctx.order_id;
     body["idempotency_key"] = ctx.idempotency_key;
     body["trace_id"] = ctx.trace_id;
@@ -31,7 +33,7 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
                                        " step did not answer in time; completed steps were "
                                        "compensated; send a new Idempotency-Key to try again";
   nlohmann::json body = {
-      {"status", "failed"},
+      {"status", ToString(SagaStatus::kFailed)},
       {"error", {{"code", code}, {"message", message}, {"step", result.failed_step}}},
       {"compensated", result.compensated},
       {"retryable", false},

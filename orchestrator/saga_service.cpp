@@ -69,7 +69,7 @@ saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
   input.trace_id = row.trace_id;
   input.root_span_id = row.root_span_id;
   input.resumed = resumed;
-  if (row.status == "compensating") {
+  if (row.status == SagaStatus::kCompensating) {
     std::vector<saga::StepRecord> steps;
     for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
     input.compensating = std::move(steps);
@@ -218,7 +218,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     try {
       input = InputOf(row, claim.kind == Claim::kTakenOver);
       input.typed = std::move(typed);
-    } catch (const nlohmann::json::exception& e) {
+    } catch (const std::exception& e) {  // nlohmann::json::exception, std::invalid_argument
       // A row this build cannot read: running anything could undo the wrong thing. Keep it
       // visible (stuck) and let an operator look; recovery retries it at the stuck pace.
       common::Log("saga_unreadable", {{"tenant", row.tenant_id},
@@ -238,11 +238,13 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     if (result.end == saga::SagaEnd::kDeferred) {
       // Stuck (a compensation keeps failing, or a step is blocked on a configuration fault):
       // recovery retries it later; the caller polls the saga.
-      nlohmann::json body = {{"status", result.failed_step.empty() ? "started" : "compensating"},
-                             {"stuck", true},
-                             {"order_id", row.order_id},
-                             {"idempotency_key", row.key},
-                             {"trace_id", row.trace_id}};
+      nlohmann::json body = {
+          {"status",
+           ToString(result.failed_step.empty() ? SagaStatus::kStarted : SagaStatus::kCompensating)},
+          {"stuck", true},
+          {"order_id", row.order_id},
+          {"idempotency_key", row.key},
+          {"trace_id", row.trace_id}};
       return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
     }
     if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
@@ -254,11 +256,12 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
         // The row's retention counted from its commit, a moment ago: a second less is safe.
         Remember(row, response.status, response.body,
                  store_.options().retention - std::chrono::seconds(1));
-        common::Log("saga_finished", {{"tenant", row.tenant_id},
-                                      {"key", row.key},
-                                      {"status", completed ? "completed" : "failed"},
-                                      {"http_status", std::to_string(response.status)},
-                                      {"trace_id", row.trace_id}});
+        common::Log("saga_finished",
+                    {{"tenant", row.tenant_id},
+                     {"key", row.key},
+                     {"status", ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)},
+                     {"http_status", std::to_string(response.status)},
+                     {"trace_id", row.trace_id}});
         return Answer{response.status, response.body, {}};
       }
     }
@@ -298,16 +301,19 @@ int SagaService::FreeCapacity() const {
 
 Answer SagaService::Submit(const Submission& s) {
   if (stopping_) return Error(503, "unavailable", "the service is shutting down");
-  if (auto done = finished_.Get(s.tenant_id, s.key)) {
-    if (done->request_hash == s.request_hash) return ReplayOf(*done);
+  const ClaimRequest& req = s.request;
+  if (auto done = finished_.Get(req.tenant_id, req.key)) {
+    if (req.Matches(done->request_hash)) return ReplayOf(*done);
     Answer a = Mismatch();
     a.trace_id = done->trace_id;
     a.root_span_id = done->root_span_id;
     return a;
   }
-  Claim claim =
-      store_.ClaimKey({s.tenant_id, s.key, s.request_hash, s.request, s.definition->name(),
-                       s.definition->version(), options_.owner, s.trace_id, s.root_span_id});
+  ClaimRequest claiming = req;
+  claiming.saga_name = s.definition->name();
+  claiming.saga_version = s.definition->version();
+  claiming.owner = options_.owner;
+  Claim claim = store_.ClaimKey(claiming);
   Answer answer = AnswerClaim(claim, s);
   answer.trace_id = claim.row.trace_id;
   answer.root_span_id = claim.row.root_span_id;
@@ -331,8 +337,8 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
       break;
   }
   common::Log(claim.kind == Claim::kClaimed ? "saga_started" : "saga_resumed",
-              {{"tenant", s.tenant_id},
-               {"key", s.key},
+              {{"tenant", s.request.tenant_id},
+               {"key", s.request.key},
                {"order_id", claim.row.order_id},
                {"trace_id", claim.row.trace_id}});
   auto promise = std::make_shared<std::promise<Answer>>();
@@ -355,11 +361,11 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     a.outcome = outcome;
     return a;
   }
-  nlohmann::json body = {{"status", "started"},
+  nlohmann::json body = {{"status", ToString(SagaStatus::kStarted)},
                          {"order_id", claim.row.order_id},
-                         {"idempotency_key", s.key},
+                         {"idempotency_key", s.request.key},
                          {"trace_id", claim.row.trace_id}};
-  Answer a{202, body.dump(), {{"Location", StatusPath(s.definition->name(), s.key)}}};
+  Answer a{202, body.dump(), {{"Location", StatusPath(s.definition->name(), s.request.key)}}};
   a.outcome = outcome;
   return a;
 }

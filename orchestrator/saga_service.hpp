@@ -6,7 +6,7 @@
 // Thread-safe. Shutdown() stops new work and lets running sagas stop at their next step
 // boundary; their leases expire and recovery resumes them.
 //   SagaService svc(store, registry, policy, {.owner = "host:1234"});
-//   Answer a = svc.Submit({registry.Latest("ship_order"), input, tenant, key, hash, body, ...});
+//   Answer a = svc.Submit({registry.Latest("ship_order"), input, {tenant, key, hash, body}});
 #pragma once
 
 #include <atomic>
@@ -51,12 +51,9 @@ struct Answer {
 struct Submission {
   const saga::Definition* definition = nullptr;  // what the route starts (a registry entry)
   std::shared_ptr<const std::any> input;         // its typed input, parsed at the route
-  std::string tenant_id;
-  std::string key;
-  std::string request_hash;
-  nlohmann::json request;
-  std::string trace_id;
-  std::string root_span_id;  // the request's span, parent of the saga's
+  // The key and the request; Submit fills in saga_name, saga_version (the definition's) and
+  // owner (this process). root_span_id: the request's span, parent of the saga's.
+  ClaimRequest request;
 };
 
 struct SagaServiceOptions {

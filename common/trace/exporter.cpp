@@ -3,7 +3,6 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <boost/asio/post.hpp>
 
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
@@ -11,17 +10,14 @@
 namespace common::trace {
 
 Exporter::Exporter(Sink sink, Options options)
-    : sink_(std::move(sink)), options_(options), timer_(io_) {
-  Arm();
-  thread_ = std::thread([this] { io_.run(); });
+    : sink_(std::move(sink)),
+      options_(options),
+      flusher_("span_export", options_.flush_interval, [this] { Drain(); }) {
+  flusher_.Start();
 }
 
 Exporter::~Exporter() {
-  boost::asio::post(io_, [this] {
-    timer_.cancel();
-    io_.stop();
-  });
-  thread_.join();
+  flusher_.Stop();
   Flush();  // what is left, once
 }
 
@@ -32,15 +28,6 @@ void Exporter::Enqueue(SpanData span) {
     return;
   }
   queue_.push_back(std::move(span));
-}
-
-void Exporter::Arm() {
-  timer_.expires_after(options_.flush_interval);
-  timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    Drain();
-    Arm();
-  });
 }
 
 void Exporter::Flush() { Drain(); }

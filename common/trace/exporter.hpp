@@ -1,4 +1,4 @@
-// Exports finished spans in batches from a background thread (a Boost.Asio timer), off the
+// Exports finished spans in batches from a background thread (a common::Periodic), off the
 // request path. The queue is bounded: when it is full a span is dropped and counted, and the
 // request that made it never waits. A batch its sink refuses is dropped and counted too
 // (tracing must not grow memory while a collector is down).
@@ -9,17 +9,15 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/periodic.hpp"
 #include "common/trace/span.hpp"
 
 namespace common::trace {
@@ -58,7 +56,6 @@ class Exporter {
   static Sink OtlpHttp(const std::string& url, std::map<std::string, std::string> headers);
 
  private:
-  void Arm();
   void Drain();
 
   Sink sink_;
@@ -67,9 +64,7 @@ class Exporter {
   std::deque<SpanData> queue_;
   std::mutex export_mutex_;
   std::atomic<long long> dropped_{0}, failed_{0}, exported_{0};
-  boost::asio::io_context io_;
-  boost::asio::steady_timer timer_;
-  std::thread thread_;
+  Periodic flusher_;  // last: stopped before the queue it drains goes
 };
 
 }  // namespace common::trace

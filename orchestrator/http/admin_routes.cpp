@@ -31,11 +31,13 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
   server.Get("/v1/sagas", [d](const httplib::Request& req, httplib::Response& res) {
     auto tenant = d.auth(req);
     if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
-    std::string status = req.get_param_value("status");
-    if (!status.empty() && status != "started" && status != "compensating" &&
-        status != "completed" && status != "failed") {
-      return SetError(res, 400, "invalid_request",
-                      "status must be started, compensating, completed or failed");
+    std::optional<SagaStatus> status;
+    if (auto name = req.get_param_value("status"); !name.empty()) {
+      status = ParseSagaStatus(name);
+      if (!status) {
+        return SetError(res, 400, "invalid_request",
+                        "status must be started, compensating, completed or failed");
+      }
     }
     bool stuck = req.get_param_value("stuck") == "true";
     int limit = 50;
@@ -59,7 +61,7 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
     if (!d.store.RetryNow(row->tenant_id, row->key)) {
       return SetError(res, 409, "not_retryable",
                       "only a running saga that is stuck can be retried; this one is " +
-                          row->status + (row->stuck ? "" : ", not stuck"));
+                          std::string(ToString(row->status)) + (row->stuck ? "" : ", not stuck"));
     }
     int taken = d.recovery.SweepOnce();
     common::Log("saga_retry_requested", {{"tenant", row->tenant_id},

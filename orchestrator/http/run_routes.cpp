@@ -66,14 +66,15 @@ void Start(const RunRoutes& d, const httplib::Request& req, httplib::Response& r
                                {"saga", definition.name()},
                                {"trace_id", span.context().trace_id}});
   // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
-  Submission s{&definition,
-               std::move(input),
-               *tenant,
-               key.key,
-               common::Sha256Hex("POST " + route + "\n" + body->dump()),
-               *body,
-               span.context().trace_id,
-               span.context().span_id};
+  ClaimRequest request{
+      .tenant_id = *tenant,
+      .key = key.key,
+      .request_hash = common::RequestFingerprint("POST", route, *body),
+      .request_body = *body,
+      .trace_id = span.context().trace_id,
+      .root_span_id = span.context().span_id,
+      .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + body->dump())};
+  Submission s{&definition, std::move(input), std::move(request)};
   Answer answer = d.sagas.Submit(s);
   span.Set("idempotency.outcome", std::string(ToString(answer.outcome)))
       .Set("replayed", answer.outcome == KeyOutcome::kReplayed);
@@ -107,7 +108,7 @@ nlohmann::json SagaView(const SagaRow& row) {
                          {"order_id", row.order_id},
                          {"saga", row.saga_name},
                          {"saga_version", row.saga_version},
-                         {"status", row.status},
+                         {"status", ToString(row.status)},
                          {"stuck", row.stuck},
                          {"steps", steps},
                          {"trace_id", row.trace_id},

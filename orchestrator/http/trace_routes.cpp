@@ -40,7 +40,7 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
     auto row = PathSaga(req, res, d.auth, d.store);
     if (!row) return;
     const std::string& tenant = row->tenant_id;
-    bool ended = row->status == "completed" || row->status == "failed";
+    bool ended = Finished(row->status);
     // Our own spans are in the exporter's queue for up to one interval; participants' may be
     // in flight a little longer. Wait briefly for an ended order's trace to be whole.
     d.exporter.Flush();
@@ -53,9 +53,12 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
       spans = d.spans.ForTrace(tenant, row->trace_id);
       pending = PendingSpans(spans);
     }
-    nlohmann::json out = {{"trace_id", row->trace_id},   {"idempotency_key", row->key},
-                          {"order_status", row->status}, {"complete", ended && pending.empty()},
-                          {"pending_span_ids", pending}, {"spans", nlohmann::json::array()}};
+    nlohmann::json out = {{"trace_id", row->trace_id},
+                          {"idempotency_key", row->key},
+                          {"order_status", ToString(row->status)},
+                          {"complete", ended && pending.empty()},
+                          {"pending_span_ids", pending},
+                          {"spans", nlohmann::json::array()}};
     for (const auto& s : spans) out["spans"].push_back(SpanJson(s));
     res.set_content(out.dump(), "application/json");
   });

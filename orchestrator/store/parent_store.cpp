@@ -1,5 +1,7 @@
 #include "orchestrator/store/parent_store.hpp"
 
+#include <stdexcept>
+
 #include "common/log.hpp"
 #include "common/pg/statement.hpp"
 
@@ -176,7 +178,9 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   s.request_body = nlohmann::json::parse(r(3).as<std::string>());
   s.saga_name = r(4).as<std::string>();
   s.order_id = r(5).as<std::string>();
-  s.status = r(6).as<std::string>();
+  auto status = ParseSagaStatus(r(6).as<std::string>());
+  if (!status) throw std::runtime_error("unknown saga status " + r(6).as<std::string>());
+  s.status = *status;
   s.lease_owner = r(7).as<std::string>();
   s.lease_epoch = r(8).as<long long>();
   s.lease_live = r(9).as<bool>();
@@ -230,14 +234,14 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   if (claimed) {
     return Claim{Claim::kClaimed, row, {req.tenant_id, req.key, req.owner, row.lease_epoch}};
   }
-  if (row.request_hash != req.request_hash) return Claim{Claim::kMismatch, row, {}};
-  if (row.status == "completed" || row.status == "failed") return Claim{Claim::kFinished, row, {}};
+  if (!req.Matches(row.request_hash)) return Claim{Claim::kMismatch, row, {}};
+  if (Finished(row.status)) return Claim{Claim::kFinished, row, {}};
   if (row.lease_live) return Claim{Claim::kInProgress, row, {}};
   // Phase 2: the owner died (or stalled past its lease): resume it here, unless another
   // process beats us to it; then answer from what that one left.
   if (auto taken = TakeOverExpired(req.tenant_id, req.key, req.owner)) return *taken;
   auto now = Get(req.tenant_id, req.key);
-  if (now && (now->status == "completed" || now->status == "failed")) {
+  if (now && Finished(now->status)) {
     return Claim{Claim::kFinished, *now, {}};
   }
   return Claim{Claim::kInProgress, now.value_or(row), {}};
@@ -308,7 +312,7 @@ std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, i
                                        {"key", row.key},
                                        {"owner", owner},
                                        {"epoch", std::to_string(row.lease_epoch)},
-                                       {"status", row.status},
+                                       {"status", ToString(row.status)},
                                        {"trace_id", row.trace_id}});
       claims.push_back(
           Claim{Claim::kTakenOver, row, {row.tenant_id, row.key, owner, row.lease_epoch}});
@@ -331,11 +335,13 @@ bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key)
   });
 }
 
-std::vector<SagaRow> ParentStore::List(const std::string& tenant_id, const std::string& status,
-                                       bool stuck_only, int limit) {
+std::vector<SagaRow> ParentStore::List(const std::string& tenant_id,
+                                       std::optional<SagaStatus> status, bool stuck_only,
+                                       int limit) {
   return OneStatement([&](pqxx::nontransaction& tx) {
     std::vector<SagaRow> out;
-    for (const auto& r : Exec(tx, kList, tenant_id, status, stuck_only, limit)) {
+    for (const auto& r : Exec(tx, kList, tenant_id, std::string(status ? ToString(*status) : ""),
+                              stuck_only, limit)) {
       out.push_back(ToRow(r));
     }
     return out;
@@ -369,8 +375,8 @@ bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps) {
   auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
-                  std::string(completed ? "completed" : "failed"), response_status, response_body,
-                  steps.dump(),
+                  std::string(ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)),
+                  response_status, response_body, steps.dump(),
                   Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
     return r.affected_rows();
   });

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/pg/pool.hpp"
+#include "orchestrator/store/saga_status.hpp"
 
 namespace orchestrator {
 
@@ -38,7 +39,7 @@ struct SagaRow {
   std::string saga_name;
   int saga_version = 1;
   std::string order_id;
-  std::string status;
+  SagaStatus status = SagaStatus::kStarted;
   std::string lease_owner;
   long long lease_epoch = 0;
   bool lease_live = false;  // lease_expires_at > now() (database clock)
@@ -57,16 +58,26 @@ struct SagaRow {
   double expires_in_seconds = 0;  // until garbage collection may delete the row
 };
 
+// A request under a parent key: what the key is claimed for, and what a retry must match.
 struct ClaimRequest {
   std::string tenant_id;
   std::string key;
-  std::string request_hash;
+  std::string request_hash;  // common::RequestFingerprint
   nlohmann::json request_body;
   std::string saga_name;
   int saga_version = 1;
   std::string owner;
   std::string trace_id;
   std::string root_span_id;
+  // Also a match: the hash this request had before the fingerprint was shared with the guard
+  // ("POST <route>\n<body>"), so a retry across that upgrade replays instead of a 422. Rows
+  // that old are gone one retention period after the upgrade; then this can go too.
+  std::string legacy_request_hash;
+
+  bool Matches(const std::string& stored_hash) const {
+    return stored_hash == request_hash ||
+           (!legacy_request_hash.empty() && stored_hash == legacy_request_hash);
+  }
 };
 
 struct Claim {
@@ -126,8 +137,8 @@ class ParentStore {
   // Admin: a stuck saga's lease expires now, so recovery retries it at once. False if the
   // key is not a running saga of this tenant.
   bool RetryNow(const std::string& tenant_id, const std::string& key);
-  // Admin: a tenant's sagas, newest first; `status` "" for all, `stuck_only` to filter.
-  std::vector<SagaRow> List(const std::string& tenant_id, const std::string& status,
+  // Admin: a tenant's sagas, newest first; `status` nullopt for all, `stuck_only` to filter.
+  std::vector<SagaRow> List(const std::string& tenant_id, std::optional<SagaStatus> status,
                             bool stuck_only, int limit);
   // Garbage collection: deletes up to `batch` finished keys past their retention, with
   // their traces' spans.

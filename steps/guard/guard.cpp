@@ -2,8 +2,8 @@
 
 #include <optional>
 
-#include "common/crypto.hpp"
 #include "common/http/server.hpp"
+#include "common/idempotency_key.hpp"
 #include "common/pg/statement.hpp"
 
 namespace steps::guard {
@@ -146,7 +146,7 @@ Response ApplyEffect(pqxx::work& tx, const Guard::Effect& effect, common::trace:
 }  // namespace
 
 std::string Fingerprint(const Request& req) {
-  return common::Sha256Hex(req.method + "\n" + req.path + "\n" + req.body.dump());
+  return common::RequestFingerprint(req.method, req.path, req.body);
 }
 
 common::trace::Span Guard::StartSpan(const std::string& name, const Request& req) const {

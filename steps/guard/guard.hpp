@@ -55,7 +55,7 @@ struct ActionRecord {
   nlohmann::json body;
 };
 
-// SHA-256 over method, path and the canonical (key-sorted) JSON body.
+// common::RequestFingerprint of the request.
 std::string Fingerprint(const Request& req);
 
 // Statuses the guard answers itself (never stored): key reused with another request, or a

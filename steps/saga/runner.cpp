@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "common/crash_point.hpp"
@@ -47,10 +48,38 @@ RetryPolicy RetryPolicy::For(const StepPolicy& step) const {
   return p;
 }
 
+namespace {
+
+// The one table between a step status and its stored name.
+constexpr std::pair<StepStatus, const char*> kStepStatusNames[] = {
+    {StepStatus::kNotRun, "not_run"},
+    {StepStatus::kSucceeded, "succeeded"},
+    {StepStatus::kFailed, "failed"},
+    {StepStatus::kInDoubt, "in_doubt"},
+    {StepStatus::kCompensating, "compensating"},
+    {StepStatus::kCompensated, "compensated"},
+};
+
+}  // namespace
+
+const char* ToString(StepStatus status) {
+  for (const auto& [s, name] : kStepStatusNames) {
+    if (s == status) return name;
+  }
+  return "unknown";
+}
+
+std::optional<StepStatus> ParseStepStatus(std::string_view name) {
+  for (const auto& [s, n] : kStepStatusNames) {
+    if (name == n) return s;
+  }
+  return std::nullopt;
+}
+
 nlohmann::json StepRecord::ToJson() const {
   nlohmann::json j = {{"name", name},
                       {"action_key", action_key},
-                      {"status", status},
+                      {"status", ToString(status)},
                       {"attempts", attempts},
                       {"compensation_attempts", compensation_attempts},
                       {"replayed", replayed},
@@ -64,7 +93,11 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
   StepRecord r;
   r.name = j.value("name", "");
   r.action_key = j.value("action_key", "");
-  r.status = j.value("status", "not_run");
+  std::string status = j.value("status", "not_run");
+  auto parsed = ParseStepStatus(status);
+  if (!parsed)
+    throw std::invalid_argument("step '" + r.name + "' has unknown status '" + status + "'");
+  r.status = *parsed;
   r.attempts = j.value("attempts", 0);
   r.compensation_attempts = j.value("compensation_attempts", 0);
   r.replayed = j.value("replayed", false);
@@ -233,13 +266,13 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   return last;
 }
 
-SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
-                           const nlohmann::json& outputs, StepRecord& record,
-                           std::vector<StepRecord>& all, Journal& journal,
-                           const common::trace::SpanContext& saga_span) const {
+std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const SagaInput& input,
+                                          const nlohmann::json& outputs, StepRecord& record,
+                                          std::vector<StepRecord>& all, Journal& journal,
+                                          const common::trace::SpanContext& saga_span) const {
   const RetryPolicy policy = policy_.For(step.policy);
   StepContext ctx = Context(step, input, outputs, CompensationKey(input.parent_key, step.name));
-  // "succeeded" is kept beside "compensating" (see RunSteps) for exactly this.
+  // action_confirmed is kept beside kCompensating (see RunSteps) for exactly this.
   ctx.action_confirmed = record.action_confirmed;
   auto step_span = StartSpan("compensate " + step.name, saga_span, input);
   step_span.Set("step", step.name).Set("derived_key", ctx.derived_key).Set("compensation", true);
@@ -258,9 +291,9 @@ SagaEnd Runner::Compensate(const StepDefinition& step, const SagaInput& input,
     step_span.Set("attempts", static_cast<long long>(record.compensation_attempts));
     if (r.outcome == Outcome::kSucceeded) {
       step_span.Ok();
-      record.status = "compensated";
+      record.status = StepStatus::kCompensated;
       record.detail.clear();
-      return SagaEnd::kCompleted;
+      return std::nullopt;
     }
     record.detail = r.detail;
     if (r.outcome != Outcome::kBlocked &&
@@ -361,7 +394,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       }
       record.replayed = r.replayed;
       if (r.outcome == Outcome::kSucceeded) {
-        record.status = "succeeded";
+        record.status = StepStatus::kSucceeded;
         record.action_confirmed = true;
         record.output = r.output;
         result.outputs[defs[i].name] = r.output;
@@ -369,7 +402,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         continue;
       }
       // A definite refusal applied nothing; anything else may have been applied.
-      record.status = r.outcome == Outcome::kTerminal ? "failed" : "in_doubt";
+      record.status = r.outcome == Outcome::kTerminal ? StepStatus::kFailed : StepStatus::kInDoubt;
       record.detail = r.detail;
       result.failure = r;
       result.failed_step = defs[i].name;
@@ -380,7 +413,9 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       return result;
     }
     for (auto& s : result.steps) {
-      if (s.status == "succeeded" || s.status == "in_doubt") s.status = "compensating";
+      if (s.status == StepStatus::kSucceeded || s.status == StepStatus::kInDoubt) {
+        s.status = StepStatus::kCompensating;
+      }
     }
     if (!journal.BeginCompensation(result.steps, result.failure, result.failed_step)) {
       result.end = SagaEnd::kFenced;
@@ -390,7 +425,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
   }
   for (size_t i = result.steps.size(); i-- > 0;) {
     auto& record = result.steps[i];
-    if (record.status != "compensating") continue;
+    if (record.status != StepStatus::kCompensating) continue;
     auto def = std::find_if(defs.begin(), defs.end(),
                             [&](const StepDefinition& d) { return d.name == record.name; });
     if (def == defs.end()) {
@@ -401,16 +436,18 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
                          result.steps, journal);
       return result;
     }
-    SagaEnd end = Compensate(*def, input, result.outputs, record, result.steps, journal, saga_span);
-    if (end != SagaEnd::kCompleted) {
-      result.end = end;
+    if (auto stopped =
+            Compensate(*def, input, result.outputs, record, result.steps, journal, saga_span)) {
+      result.end = *stopped;
       return result;
     }
     common::CrashPoint("between_compensations");
   }
   // Reverse order, including steps compensated by an earlier owner before a crash.
   for (size_t i = result.steps.size(); i-- > 0;) {
-    if (result.steps[i].status == "compensated") result.compensated.push_back(result.steps[i].name);
+    if (result.steps[i].status == StepStatus::kCompensated) {
+      result.compensated.push_back(result.steps[i].name);
+    }
   }
   result.end = SagaEnd::kFailed;
   return result;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/trace/span.hpp"
@@ -46,12 +47,24 @@ std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps);
 // The same for one definition, with its steps' own deadlines.
 std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition);
 
+// Where one step stands. Stored by name (ToString) in the saga's row and shown by the API.
+enum class StepStatus {
+  kNotRun,
+  kSucceeded,     // the action answered 2xx
+  kFailed,        // a definite refusal: nothing was applied
+  kInDoubt,       // it may have been applied
+  kCompensating,  // to be undone (it succeeded or may have)
+  kCompensated,   // undone
+};
+const char* ToString(StepStatus status);
+// The status stored as `name`; nullopt for a name this build does not know.
+std::optional<StepStatus> ParseStepStatus(std::string_view name);
+
 // What happened to one step; persisted with the saga (JSON) and shown by the API.
 struct StepRecord {
   std::string name;
   std::string action_key;
-  // not_run | succeeded | failed | in_doubt | compensated | compensating
-  std::string status = "not_run";
+  StepStatus status = StepStatus::kNotRun;
   int attempts = 0;
   int compensation_attempts = 0;
   bool replayed = false;
@@ -61,6 +74,8 @@ struct StepRecord {
   std::string detail;
 
   nlohmann::json ToJson() const;
+  // Throws std::invalid_argument (or nlohmann::json::exception) on a record this build
+  // cannot read: resuming from a guess could undo the wrong thing.
   static StepRecord FromJson(const nlohmann::json& j);
 };
 
@@ -146,11 +161,11 @@ class Runner {
                 std::vector<StepRecord>& all, Journal& journal) const;
   SagaResult RunSteps(const SagaInput& input, Journal& journal,
                       const common::trace::SpanContext& saga_span) const;
-  // kCompleted when undone; otherwise why it stopped: kFenced, kAbandoned or kDeferred.
-  SagaEnd Compensate(const StepDefinition& step, const SagaInput& input,
-                     const nlohmann::json& outputs, StepRecord& record,
-                     std::vector<StepRecord>& all, Journal& journal,
-                     const common::trace::SpanContext& saga_span) const;
+  // nullopt when undone; otherwise why it stopped: kFenced, kAbandoned or kDeferred.
+  std::optional<SagaEnd> Compensate(const StepDefinition& step, const SagaInput& input,
+                                    const nlohmann::json& outputs, StepRecord& record,
+                                    std::vector<StepRecord>& all, Journal& journal,
+                                    const common::trace::SpanContext& saga_span) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
   // Sleeps before the next attempt; false when the lease was lost meanwhile.

@@ -57,7 +57,7 @@ TEST_F(ParentStoreTest, TheFirstRequestClaimsTheKeyWithALease) {
   auto c = store_.ClaimKey(Req("A"));
   EXPECT_EQ(c.kind, Claim::kClaimed);
   EXPECT_EQ(c.lease.epoch, 1);
-  EXPECT_EQ(c.row.status, "started");
+  EXPECT_EQ(c.row.status, orchestrator::SagaStatus::kStarted);
   EXPECT_TRUE(c.row.lease_live);
   EXPECT_EQ(c.row.order_id.rfind("ord_", 0), 0u);
 }
@@ -67,6 +67,23 @@ TEST_F(ParentStoreTest, ARetryWhileTheLeaseIsLiveIsInProgress) {
   auto again = store_.ClaimKey(Req("A", "owner-b"));
   EXPECT_EQ(again.kind, Claim::kInProgress);
   EXPECT_GT(again.row.lease_seconds_left, 0);
+}
+
+// A key claimed before the fingerprint was shared with the guard stored the old hash: its
+// retry after the upgrade replays (or joins) the saga, and another body is still a reuse.
+TEST_F(ParentStoreTest, AKeyClaimedUnderTheLegacyFingerprintStillMatchesItsRetry) {
+  auto old = Req("L");
+  old.request_hash = common::Sha256Hex("legacy form");
+  auto c = store_.ClaimKey(old);
+  ASSERT_EQ(c.kind, Claim::kClaimed);
+  ASSERT_TRUE(store_.Finish(c.lease, true, 201, "{}", nlohmann::json::array()));
+  auto retry = Req("L");
+  retry.legacy_request_hash = old.request_hash;
+  EXPECT_EQ(store_.ClaimKey(retry).kind, Claim::kFinished);
+  auto other = Req("L", "owner-a", "2");
+  other.legacy_request_hash = common::Sha256Hex("another legacy form");
+  EXPECT_EQ(store_.ClaimKey(other).kind, Claim::kMismatch);
+  EXPECT_EQ(store_.ClaimKey(Req("L")).kind, Claim::kMismatch);  // no legacy hash given
 }
 
 TEST_F(ParentStoreTest, TheSameKeyWithAnotherBodyIsAMismatch) {
@@ -123,7 +140,7 @@ TEST_F(ParentStoreTest, TheDecisionToCompensateIsDurableAndVisible) {
                                        {{"outcome", "terminal"}, {"http_status", 402}}));
   auto row = store_.Get("demo", "A");
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->status, "compensating");
+  EXPECT_EQ(row->status, orchestrator::SagaStatus::kCompensating);
   EXPECT_EQ(row->failed_step, "payment");
   EXPECT_EQ(row->steps, steps);
 }
@@ -172,14 +189,14 @@ TEST_F(ParentStoreTest, ADeferredStuckSagaIsVisibleAndComesBackWhenItsLeaseRunsO
   auto c = store_.ClaimKey(Req("stuck"));
   ASSERT_TRUE(store_.BeginCompensation(c.lease, nlohmann::json::array(), "payment", {}));
   ASSERT_TRUE(store_.DeferStuck(c.lease, nlohmann::json::array(), std::chrono::milliseconds(200)));
-  auto listed = store_.List("demo", "compensating", true, 10);
+  auto listed = store_.List("demo", orchestrator::SagaStatus::kCompensating, true, 10);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_TRUE(listed[0].stuck);
   EXPECT_TRUE(store_.TakeOverExpiredBatch("sweeper", 10).empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto taken = store_.TakeOverExpiredBatch("sweeper", 10);
   ASSERT_EQ(taken.size(), 1u);
-  EXPECT_EQ(taken[0].row.status, "compensating");
+  EXPECT_EQ(taken[0].row.status, orchestrator::SagaStatus::kCompensating);
   // The new owner is retrying it now; it shows as stuck again if that fails again.
   EXPECT_EQ(store_.CountRunning().stuck, 0);
 }
@@ -365,7 +382,8 @@ TEST_F(ParentStoreTest, TheListingMergesRunningAndFinishedSagasNewestFirst) {
   store_.ClaimKey(Req("other", "owner-a", "1", "acme"));
   auto keys = [&](const std::string& status, int limit) {
     std::string out;
-    for (const auto& row : store_.List("demo", status, false, limit)) out += row.key + " ";
+    auto filter = status.empty() ? std::nullopt : orchestrator::ParseSagaStatus(status);
+    for (const auto& row : store_.List("demo", filter, false, limit)) out += row.key + " ";
     return out;
   };
   EXPECT_EQ(keys("", 10), "k5 k4 k3 k2 k1 k0 ");

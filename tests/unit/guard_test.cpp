@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+
 namespace {
 
 using steps::guard::Fingerprint;
@@ -34,6 +37,14 @@ TEST(Fingerprint, DoesNotDependOnTenantOrKey) {
   b.tenant_id = "acme";
   b.key = "other";
   EXPECT_EQ(Fingerprint(a), Fingerprint(b));
+}
+
+// One function at both layers: a participant's guard and the orchestrator's parent key bind
+// a key to the same thing, and a fingerprint stored by either means what it says.
+TEST(Fingerprint, IsTheSharedRequestFingerprintPinnedToItsBytes) {
+  auto req = Make("/v1/charges", {{"amount_cents", 5}});
+  EXPECT_EQ(Fingerprint(req), common::RequestFingerprint("POST", "/v1/charges", req.body));
+  EXPECT_EQ(Fingerprint(req), common::Sha256Hex("POST\n/v1/charges\n{\"amount_cents\":5}"));
 }
 
 }  // namespace

@@ -127,8 +127,8 @@ TEST_F(RunnerTest, CommitsTheDecisionToCompensateBeforeAnyCompensationIsSent) {
   EXPECT_EQ(journal_.events, (std::vector<std::string>{"begin_compensation:payment"}));
   EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-payment"}));
   ASSERT_EQ(journal_.compensating_steps.size(), 2u);
-  EXPECT_EQ(journal_.compensating_steps[0].status, "compensating");
-  EXPECT_EQ(journal_.compensating_steps[1].status, "failed");
+  EXPECT_EQ(journal_.compensating_steps[0].status, saga::StepStatus::kCompensating);
+  EXPECT_EQ(journal_.compensating_steps[1].status, saga::StepStatus::kFailed);
 }
 
 TEST_F(RunnerTest, AnInDoubtStepIsRetriedWithTheSameKeyThenCompensatedIfItNeverSettles) {
@@ -185,7 +185,7 @@ TEST_F(RunnerTest, ACompensationFailingFiveTimesIsRetriedUntilItSucceeds) {
   auto r = Run(def);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(r.steps[0].compensation_attempts, 6);
-  EXPECT_EQ(r.steps[0].status, "compensated");
+  EXPECT_EQ(r.steps[0].status, saga::StepStatus::kCompensated);
   EXPECT_EQ(std::count(fake_.calls.begin(), fake_.calls.end(), "A-inventory-compensate"), 6);
   EXPECT_EQ(std::count(journal_.events.begin(), journal_.events.end(), "stuck"), 0);
 }
@@ -201,7 +201,7 @@ TEST_F(RunnerTest, ACompensationThatKeepsFailingIsMarkedStuckAndDeferredNotDropp
   EXPECT_EQ(std::count(journal_.events.begin(), journal_.events.end(), "stuck"), 1);
   EXPECT_EQ(journal_.deferred_for, std::chrono::milliseconds(5000));
   EXPECT_EQ(r.steps[0].compensation_attempts, 3);
-  EXPECT_EQ(journal_.compensating_steps[0].status, "compensating");  // still owed
+  EXPECT_EQ(journal_.compensating_steps[0].status, saga::StepStatus::kCompensating);  // still owed
 
   // Recovery resumes it later from what was recorded; each resume makes one attempt.
   saga::SagaInput resumed;
@@ -229,8 +229,9 @@ TEST_F(RunnerTest, ResumingACompensatingSagaOnlyCompensatesWhatWasRecorded) {
   saga::SagaInput input;
   input.parent_key = "B";
   std::vector<saga::StepRecord> steps(2);
-  steps[0] = {.name = "inventory", .action_key = "B-inventory", .status = "compensating"};
-  steps[1] = {.name = "payment", .action_key = "B-payment", .status = "failed"};
+  steps[0] = {
+      .name = "inventory", .action_key = "B-inventory", .status = saga::StepStatus::kCompensating};
+  steps[1] = {.name = "payment", .action_key = "B-payment", .status = saga::StepStatus::kFailed};
   input.compensating = steps;
   input.failure = StepResult::Terminal(402, "card_declined", "declined");
   input.failed_step = "payment";
@@ -365,12 +366,12 @@ TEST_F(RunnerTest, ResumedCompensationsSeeTheOutputsOfTheStepsTheyUndo) {
   std::vector<saga::StepRecord> steps(2);
   steps[0] = {.name = "card",
               .action_key = "A-card",
-              .status = "compensating",
+              .status = saga::StepStatus::kCompensating,
               .action_confirmed = true,
               .output = {{"charge_id", "ch_c"}}};
   steps[1] = {.name = "wallet",
               .action_key = "A-wallet",
-              .status = "compensated",
+              .status = saga::StepStatus::kCompensated,
               .action_confirmed = true,
               .output = {{"charge_id", "ch_w"}}};
   // Records round-trip through the store as JSON.
@@ -384,13 +385,31 @@ TEST_F(RunnerTest, ResumedCompensationsSeeTheOutputsOfTheStepsTheyUndo) {
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"wallet", "card"}));
 }
 
+// Stored by name: every status reads back as itself, and a record with a status this build
+// does not know is refused, never guessed (resuming from a guess could undo the wrong thing).
+TEST(StepRecord, StatusesRoundTripByNameAndAnUnknownOneIsRefused) {
+  using saga::StepStatus;
+  for (auto status : {StepStatus::kNotRun, StepStatus::kSucceeded, StepStatus::kFailed,
+                      StepStatus::kInDoubt, StepStatus::kCompensating, StepStatus::kCompensated}) {
+    saga::StepRecord r{.name = "card", .status = status};
+    EXPECT_EQ(saga::StepRecord::FromJson(r.ToJson()).status, status) << saga::ToString(status);
+  }
+  EXPECT_EQ(saga::StepRecord{}.ToJson()["status"], "not_run");
+  EXPECT_EQ(saga::StepRecord::FromJson({{"name", "card"}, {"status", "compensating"}}).status,
+            StepStatus::kCompensating);
+  EXPECT_THROW(saga::StepRecord::FromJson({{"name", "card"}, {"status", "undone"}}),
+               std::invalid_argument);
+}
+
 TEST_F(RunnerTest, AStepThisBuildNoLongerDefinesGoesStuckInsteadOfBeingSkipped) {
   auto def = Saga({"inventory"});  // this build dropped "payment"
   saga::SagaInput input;
   input.parent_key = "C";
   std::vector<saga::StepRecord> steps(2);
-  steps[0] = {.name = "inventory", .action_key = "C-inventory", .status = "compensating"};
-  steps[1] = {.name = "payment", .action_key = "C-payment", .status = "compensating"};
+  steps[0] = {
+      .name = "inventory", .action_key = "C-inventory", .status = saga::StepStatus::kCompensating};
+  steps[1] = {
+      .name = "payment", .action_key = "C-payment", .status = saga::StepStatus::kCompensating};
   input.compensating = steps;
   input.failed_step = "shipping";
   auto r = Run(def, input);
@@ -407,7 +426,7 @@ TEST_F(RunnerTest, ABlockedCompensationIsDeferredAtOnceNotRetriedInALoop) {
   auto r = Run(def);
   EXPECT_EQ(r.end, SagaEnd::kDeferred);
   EXPECT_EQ(std::count(fake_.calls.begin(), fake_.calls.end(), "A-inventory-compensate"), 1);
-  EXPECT_EQ(journal_.compensating_steps[0].status, "compensating");
+  EXPECT_EQ(journal_.compensating_steps[0].status, saga::StepStatus::kCompensating);
 }
 
 TEST(Definition, RejectsDuplicateAndMalformedStepNames) {
