@@ -15,6 +15,7 @@ namespace {
 steps::client::Participants MakeParticipants(const OrchestratorOptions& o) {
   steps::client::Participants participants;
   for (auto [name, client] : o.participants) {
+    if (client.base_url.empty()) continue;  // not configured
     client.service_token = o.service_token;
     client.read_timeout = o.participant_timeout;
     participants.Add(name, std::move(client));
@@ -49,7 +50,9 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
       participants_(MakeParticipants(options_)),
       registry_([&] {
         saga::Registry registry;
-        for (const auto& make : sagas) registry.Add(make(participants_));
+        for (const auto& make : sagas) {
+          if (auto saga = make(participants_)) registry.Add(std::move(*saga));
+        }
         return registry;
       }()),
       sagas_(

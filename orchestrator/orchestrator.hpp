@@ -34,7 +34,9 @@ namespace orchestrator {
 struct OrchestratorOptions {
   std::string database_url;
   // Participant name -> its base URL and declared business refusals (the demo participants'
-  // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`.
+  // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`. An
+  // entry without a URL is not configured: shipping by default, so ship_order is served only
+  // where a shipping participant is named.
   std::map<std::string, steps::client::ParticipantClient::Options> participants = {
       {"inventory",
        {.base_url = common::defaults::LocalUrl(common::defaults::kInventoryPort),
@@ -42,9 +44,7 @@ struct OrchestratorOptions {
       {"payment",
        {.base_url = common::defaults::LocalUrl(common::defaults::kPaymentPort),
         .business_errors = {"card_declined"}}},
-      {"shipping",
-       {.base_url = common::defaults::LocalUrl(common::defaults::kShippingPort),
-        .business_errors = {"address_unserviceable"}}}};
+      {"shipping", {.business_errors = {"address_unserviceable"}}}};
   std::string service_token = common::defaults::kServiceToken;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
@@ -69,8 +69,9 @@ struct OrchestratorOptions {
 class Orchestrator {
  public:
   // Serves the sagas `sagas` make over the configured participants: the product's by default;
-  // a user's own, or both. Throws std::invalid_argument (a bad or duplicate definition) or
-  // std::out_of_range (a saga that calls a participant that is not configured).
+  // a user's own, or both (a factory's nullopt: that saga is not served here). Throws
+  // std::invalid_argument (a bad or duplicate definition) or std::out_of_range (a saga that calls a
+  // participant that is not configured).
   explicit Orchestrator(OrchestratorOptions options,
                         const std::vector<steps::SagaFactory>& sagas = steps::ShippedSagas());
   ~Orchestrator();

@@ -217,10 +217,12 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     saga::SagaInput input;
     try {
       input = InputOf(row, claim.kind == Claim::kTakenOver);
-      input.typed = std::move(typed);
-    } catch (const std::exception& e) {  // nlohmann::json::exception, std::invalid_argument
+      // Resumed: the stored request, parsed as the definition it started with reads it.
+      input.typed = typed ? std::move(typed) : definition->ParseInput(row.request_body);
+    } catch (const std::exception& e) {  // json, InvalidInput, an unknown step status
       // A row this build cannot read: running anything could undo the wrong thing. Keep it
-      // visible (stuck) and let an operator look; recovery retries it at the stuck pace.
+      // visible (stuck), with the steps it recorded, and let an operator look; recovery
+      // retries it at the stuck pace.
       common::Log("saga_unreadable", {{"tenant", row.tenant_id},
                                       {"key", row.key},
                                       {"error", e.what()},

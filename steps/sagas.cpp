@@ -1,5 +1,6 @@
 #include "steps/sagas.hpp"
 
+#include "common/log.hpp"
 #include "steps/place_order.hpp"
 #include "steps/ship_order.hpp"
 
@@ -9,7 +10,14 @@ std::vector<SagaFactory> ShippedSagas() {
   return {[](client::Participants& p) {
             return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"));
           },
-          MakeShipOrderSaga};
+          [](client::Participants& p) -> std::optional<saga::Definition> {
+            if (!p.Has("shipping")) {
+              common::Log("saga_not_served",
+                          {{"saga", "ship_order"}, {"needs", "--participant shipping=URL"}});
+              return std::nullopt;
+            }
+            return MakeShipOrderSaga(p);
+          }};
 }
 
 }  // namespace steps

@@ -1,9 +1,11 @@
 // The sagas the product ships, as factories over the configured participants: an
 // orchestrator builds each one once, at start-up, into its saga::Registry.
-//   for (const auto& make : steps::ShippedSagas()) registry.Add(make(participants));
+//   for (const auto& make : steps::ShippedSagas())
+//     if (auto saga = make(participants)) registry.Add(std::move(*saga));
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "steps/client/participants.hpp"
@@ -11,9 +13,14 @@
 
 namespace steps {
 
-using SagaFactory = std::function<saga::Definition(client::Participants&)>;
+// Builds a saga over the configured participants; nullopt: it is not served by this
+// orchestrator (an optional participant it needs is not configured). A factory that simply
+// returns its saga::Definition fits, and one that calls an unconfigured participant throws
+// std::out_of_range from Participants::Get.
+using SagaFactory = std::function<std::optional<saga::Definition>(client::Participants&)>;
 
-// place_order (inventory, payment) and ship_order (inventory, payment, shipping).
+// place_order (inventory, payment), and ship_order (inventory, payment, shipping) when a
+// shipping participant is configured.
 std::vector<SagaFactory> ShippedSagas();
 
 }  // namespace steps

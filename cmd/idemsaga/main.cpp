@@ -203,7 +203,8 @@ void AddOrchestratorCommand(CLI::App& app, OrchestratorFlags& flags, std::functi
       ->required();
   cmd->add_option("--participant", flags.participants,
                   "NAME=URL: where the participant NAME is (repeatable; defaults: "
-                  "inventory=http://127.0.0.1:8081, payment=...:8082, shipping=...:8083)")
+                  "inventory=http://127.0.0.1:8081, payment=...:8082; ship_order is served "
+                  "only with shipping=URL)")
       ->envname("IDEMSAGA_PARTICIPANTS")
       ->delimiter(',')
       ->check(CheckParticipantFlag);

@@ -148,6 +148,19 @@ std::optional<std::string> PathKey(const httplib::Request& req, httplib::Respons
   return std::nullopt;
 }
 
+namespace {
+
+// The run of `saga` under the path's key. Another saga's key is indistinguishable from no key
+// at all, as another tenant's is: each saga's read route shows only its own runs.
+void View(const SagaRow& row, const std::string& saga, httplib::Response& res) {
+  if (row.saga_name != saga) {
+    return SetError(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
+  }
+  res.set_content(SagaView(row).dump(), "application/json");
+}
+
+}  // namespace
+
 void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
   if (const auto* order = d.registry.Latest(kOrderSaga)) {
@@ -173,13 +186,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
     Start(d, req, res, *definition, "/v1/runs/" + definition->name());
   });
   server.Get(R"(/v1/runs/([^/]+)/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
-    auto row = PathSaga(req, res, d.auth, d.store, 2);
-    if (!row) return;
-    // Another saga's key is indistinguishable from no key at all, as another tenant's is.
-    if (row->saga_name != req.matches[1].str()) {
-      return SetError(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
-    }
-    res.set_content(SagaView(*row).dump(), "application/json");
+    if (auto row = PathSaga(req, res, d.auth, d.store, 2)) View(*row, req.matches[1].str(), res);
   });
   server.Get("/v1/runs", [d](const httplib::Request& req, httplib::Response& res) {
     if (!d.auth(req)) return SetError(res, 401, "unauthorized", "a valid API key is required");
@@ -196,9 +203,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   });
 
   server.Get(R"(/v1/orders/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
-    auto row = PathSaga(req, res, d.auth, d.store);
-    if (!row) return;
-    res.set_content(SagaView(*row).dump(), "application/json");
+    if (auto row = PathSaga(req, res, d.auth, d.store)) View(*row, kOrderSaga, res);
   });
 }
 

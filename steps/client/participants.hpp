@@ -23,6 +23,7 @@ class Participants {
   // Throws std::out_of_range naming the participant when none has that name: a saga that
   // calls an unconfigured participant fails at start-up, not at its first order.
   ParticipantClient& Get(const std::string& name) const;
+  bool Has(const std::string& name) const { return clients_.count(name) != 0; }
   // Every client, by name.
   std::vector<std::pair<std::string, ParticipantClient*>> All() const;
 

@@ -168,6 +168,19 @@ TEST_F(OrdersTest, ASuccessfulOrderReservesAndChargesOnceAndAnswers201) {
   EXPECT_EQ(view["response"]["status"], 201);
 }
 
+// No shipping participant is named here: ship_order is not served (not listed, 404), rather
+// than served against a default URL where nothing may listen.
+TEST_F(OrdersTest, ASagaWhoseOptionalParticipantIsNotConfiguredIsNotServed) {
+  auto runs = client_->Get("/v1/runs", {{"Authorization", "Bearer dev-key-demo"}});
+  ASSERT_EQ(runs->status, 200);
+  auto sagas = nlohmann::json::parse(runs->body)["sagas"];
+  ASSERT_EQ(sagas.size(), 1u) << runs->body;
+  EXPECT_EQ(sagas[0]["name"], "place_order");
+  auto ship = Post(*client_, "/v1/runs/ship_order", Order("no-ship"));
+  EXPECT_EQ(ship->status, 404) << ship->body;
+  EXPECT_EQ(ParentKeys(), 0);
+}
+
 TEST_F(OrdersTest, ARetryReplaysTheStoredResponseByteForByteAndDoesNothingElse) {
   auto first = Submit(Order("order-2"));
   auto again = Submit(Order("order-2"));

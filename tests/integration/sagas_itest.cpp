@@ -380,6 +380,10 @@ TEST_F(SagasTest, TheShippedShipOrderSagaShipsTheReservationItMadeOnce) {
   EXPECT_EQ(again->body, r->body);
   EXPECT_EQ(ship_db_.Count("SELECT count(*) FROM shipments"), 1);
   EXPECT_EQ(View("/v1/runs/ship_order/ship-1")["steps"].size(), 3u);
+  // /v1/orders/{key} reads orders only: a shipment run is not an order.
+  auto client = orch_->Client();
+  auto as_order = client.Get("/v1/orders/ship-1", {{"Authorization", "Bearer dev-key-demo"}});
+  EXPECT_EQ(as_order->status, 404) << as_order->body;
 }
 
 TEST_F(SagasTest, AnUnservedCountryRefundsThenReleasesAndShipsNothing) {
@@ -421,6 +425,40 @@ TEST_F(SagasTest, ASagaWhoseVersionThisBuildLacksGoesVisiblyStuckAndRunsNothing)
       << view.dump();
   EXPECT_EQ(view["status"], "started");
   EXPECT_EQ(view["saga_version"], 7);
+  EXPECT_EQ(inv_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
+  EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
+}
+
+// Its steps' records are what an operator reads to set it right: a takeover that cannot read
+// the stored input keeps them, runs nothing, and shows the saga stuck.
+TEST_F(SagasTest, AStoredInputThisBuildCannotReadGoesStuckKeepingItsStepRecords) {
+  Start();
+  auto& store = orch_->service.store();
+  auto unreadable = nlohmann::json::parse(kGift);
+  unreadable["gift_wrap"] = true;  // a field this build's gift_box refuses
+  auto claim = store.ClaimKey({"demo", "odd-1", std::string(64, 'a'), unreadable, "gift_box", 3,
+                               "another-build", std::string(32, 'b')});
+  ASSERT_EQ(claim.kind, orchestrator::Claim::kClaimed);
+  nlohmann::json recorded = {{{"name", "inventory"},
+                              {"action_key", "odd-1-inventory"},
+                              {"status", "succeeded"},
+                              {"attempts", 1}}};
+  // Its owner recorded a step, deferred it, and died.
+  ASSERT_TRUE(store.DeferStuck(claim.lease, recorded, 0ms));
+  // Taken over here (epoch 2), then deferred at the stuck pace (5 s) rather than the lease's 2 s.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return orch_db_.Count(
+                   "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+                   "'odd-1' AND lease_epoch >= 2 AND lease_expires_at > now() + "
+                   "interval '3 seconds'") == 1;
+      },
+      20s));
+  auto view = View("/v1/runs/gift_box/odd-1");
+  EXPECT_EQ(view["status"], "started") << view.dump();
+  EXPECT_EQ(view["stuck"], true);
+  ASSERT_EQ(view["steps"].size(), 1u) << view.dump();
+  EXPECT_EQ(view["steps"][0]["status"], "succeeded");
   EXPECT_EQ(inv_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
   EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
 }
