@@ -1,0 +1,96 @@
+#include <iostream>
+#include <memory>
+
+#include "cmd/idemsaga/commands.hpp"
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+#include "common/pg/cluster.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/pool.hpp"
+#include "common/pg/url.hpp"
+#include "orchestrator/store/parent_store.hpp"
+
+namespace idemsaga_cmd {
+namespace {
+
+struct MigrateFlags {
+  std::string database_url;
+  std::string kind;
+  std::string server_url;
+};
+
+void AddMigrateCommand(CLI::App& app, Run& run) {
+  auto flags_ptr = std::make_shared<MigrateFlags>();
+  auto& flags = *flags_ptr;
+  auto* cmd = app.add_subcommand(
+      "migrate", "Apply pending migrations to one database, or create and migrate all of them");
+  cmd->add_option("--database-url", flags.database_url, "the database to migrate");
+  cmd->add_option("--kind", flags.kind, "what that database is for")
+      ->check(CLI::IsMember(common::pg::DatabaseKinds()));
+  cmd->add_option(
+      "--server-url", flags.server_url,
+      "instead: create idemsaga_orchestrator, _inventory, _payment and _shipping on this "
+      "server if missing, and migrate each");
+  cmd->callback([flags_ptr, &run] {
+    run = [flags_ptr] {
+      auto& flags = *flags_ptr;
+      std::vector<std::pair<std::string, std::string>> targets;  // kind, url
+      if (!flags.server_url.empty()) {
+        for (const auto& kind : common::pg::DatabaseKinds()) {
+          std::string db = "idemsaga_" + kind;
+          common::pg::CreateDatabaseIfMissing(flags.server_url, db);
+          targets.emplace_back(kind, common::pg::WithDatabase(flags.server_url, db));
+        }
+      } else if (!flags.database_url.empty() && !flags.kind.empty()) {
+        targets.emplace_back(flags.kind, flags.database_url);
+      } else {
+        throw CLI::ValidationError("migrate", "give --database-url with --kind, or --server-url");
+      }
+      for (const auto& [kind, url] : targets) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(url));
+        int ran = common::pg::Migrate(conn, kind);
+        std::cout << kind << ": applied " << ran << " migration(s)" << std::endl;
+      }
+    };
+  });
+}
+
+struct TenantFlags {
+  std::string name;
+  std::string database_url;
+};
+
+void AddTenantCommand(CLI::App& app, Run& run) {
+  auto flags_ptr = std::make_shared<TenantFlags>();
+  auto& flags = *flags_ptr;
+  auto* tenant = app.add_subcommand("tenant", "Manage tenants");
+  auto* create = tenant->add_subcommand("create", "Create a tenant (or give it a new API key)");
+  tenant->require_subcommand(1);
+  create->add_option("name", flags.name, "tenant id: 1-64 of [A-Za-z0-9_-]")->required();
+  create->add_option("--database-url", flags.database_url, "the orchestrator's database")
+      ->envname("IDEMSAGA_DATABASE_URL")
+      ->required();
+  create->callback([flags_ptr, &run] {
+    run = [flags_ptr] {
+      auto& flags = *flags_ptr;
+      if (!common::IsValidTenantId(flags.name)) {
+        throw CLI::ValidationError("name", "must be 1-64 of [A-Za-z0-9_-]");
+      }
+      common::pg::Pool pool({.url = flags.database_url, .size = 1});
+      orchestrator::ParentStore store(pool, {});
+      std::string api_key = "isk_" + common::RandomHex(32);
+      store.UpsertTenant(flags.name, common::Sha256Hex(api_key));
+      std::cout << "tenant " << flags.name << " API key (shown once, store it now):\n"
+                << api_key << std::endl;
+    };
+  });
+}
+
+}  // namespace
+
+void AddAdminCommands(CLI::App& app, Run& run) {
+  AddMigrateCommand(app, run);
+  AddTenantCommand(app, run);
+}
+
+}  // namespace idemsaga_cmd

@@ -1,0 +1,29 @@
+// The `idemsaga` subcommands. Each Add function adds its subcommand(s) with flags of their own;
+// the chosen subcommand's callback sets `run`, which main() calls once parsing has succeeded.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace idemsaga_cmd {
+
+using Run = std::function<void()>;
+
+// idemsaga inventory|payment|shipping: one demo participant (service_commands.cpp).
+void AddParticipantCommands(CLI::App& app, Run& run);
+// idemsaga orchestrator: the coordinator service (service_commands.cpp).
+void AddOrchestratorCommand(CLI::App& app, Run& run);
+// idemsaga migrate and idemsaga tenant create (admin_commands.cpp).
+void AddAdminCommands(CLI::App& app, Run& run);
+// idemsaga dev: the whole stack on a private PostgreSQL cluster (dev_command.cpp).
+void AddDevCommand(CLI::App& app, Run& run);
+
+// --otlp-header "Name: value", repeatable: exactly what a service's exporter sends to the
+// collector, and ParseHeaders of what was given.
+void AddOtlpHeaderOption(CLI::App* cmd, std::vector<std::string>& headers);
+std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& headers);
+
+}  // namespace idemsaga_cmd

@@ -1,0 +1,125 @@
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cmd/idemsaga/commands.hpp"
+#include "cmd/idemsaga/signals.hpp"
+#include "common/crypto.hpp"
+#include "common/defaults.hpp"
+#include "common/pg/cluster.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "orchestrator/orchestrator.hpp"
+#include "services_mock/service.hpp"
+
+namespace idemsaga_cmd {
+namespace {
+
+using services_mock::ParticipantKind;
+using services_mock::ParticipantService;
+
+struct DevFlags {
+  std::string dir = ".idemsaga";
+  int pg_port = common::defaults::kPostgresPort;
+  int orchestrator_port = common::defaults::kOrchestratorPort;
+  int inventory_port = common::defaults::kInventoryPort;
+  int payment_port = common::defaults::kPaymentPort;
+  int shipping_port = common::defaults::kShippingPort;
+};
+
+// Fixed, dev-only API keys so the README's examples work as written. Never use them elsewhere.
+constexpr std::pair<const char*, const char*> kDevTenants[] = {{"demo", "dev-key-demo"},
+                                                               {"acme", "dev-key-acme"}};
+
+}  // namespace
+
+void AddDevCommand(CLI::App& app, Run& run) {
+  auto flags_ptr = std::make_shared<DevFlags>();
+  auto& flags = *flags_ptr;
+  auto* cmd = app.add_subcommand(
+      "dev", "Run the whole stack locally on a private PostgreSQL cluster (no Docker)");
+  cmd->add_option("--dir", flags.dir, "where the private cluster lives")->capture_default_str();
+  cmd->add_option("--pg-port", flags.pg_port, "PostgreSQL port (loopback)")->capture_default_str();
+  cmd->add_option("--orchestrator-port", flags.orchestrator_port)->capture_default_str();
+  cmd->add_option("--inventory-port", flags.inventory_port)->capture_default_str();
+  cmd->add_option("--payment-port", flags.payment_port)->capture_default_str();
+  cmd->add_option("--shipping-port", flags.shipping_port)->capture_default_str();
+  cmd->callback([flags_ptr, &run] {
+    run = [flags_ptr] {
+      auto& flags = *flags_ptr;
+      auto dir =
+          common::pg::PrivateCluster::ReachableDir(std::filesystem::absolute(flags.dir) / "pg");
+      std::cout << "starting PostgreSQL in " << dir.string() << std::endl;
+      auto cluster = common::pg::PrivateCluster::Start({.dir = dir, .port = flags.pg_port});
+      std::map<std::string, std::string> urls;
+      for (const auto& kind : common::pg::DatabaseKinds()) {
+        std::string db = "idemsaga_" + kind;
+        common::pg::CreateDatabaseIfMissing(cluster->Url(), db);
+        urls[kind] = cluster->Url(db);
+        pqxx::connection conn(common::pg::WithSessionTimeouts(urls[kind]));
+        common::pg::Migrate(conn, kind);
+        std::cout << "  " << kind << " database: " << urls[kind] << std::endl;
+      }
+      using common::defaults::LocalUrl;
+      std::string intake = LocalUrl(flags.orchestrator_port) + "/v1/traces";
+      // The orchestrator's own intake takes the service token; a collector never gets it.
+      services_mock::ParticipantOptions participant{
+          .otlp_endpoint = intake,
+          .otlp_headers = {
+              {"Authorization", std::string("Bearer ") + common::defaults::kServiceToken}}};
+      ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], participant);
+      ParticipantService payment(ParticipantKind::kPayment, urls["payment"], participant);
+      ParticipantService shipping(ParticipantKind::kShipping, urls["shipping"], participant);
+      inventory.Bind("127.0.0.1", flags.inventory_port);
+      payment.Bind("127.0.0.1", flags.payment_port);
+      shipping.Bind("127.0.0.1", flags.shipping_port);
+      orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"]};
+      options.participants["inventory"].base_url = LocalUrl(flags.inventory_port);
+      options.participants["payment"].base_url = LocalUrl(flags.payment_port);
+      options.participants["shipping"].base_url = LocalUrl(flags.shipping_port);
+      orchestrator::Orchestrator orch(options);
+      for (const auto& [tenant, key] : kDevTenants) {
+        orch.store().UpsertTenant(tenant, common::Sha256Hex(key));
+      }
+      orch.Bind("127.0.0.1", flags.orchestrator_port);
+      std::thread t1([&] { inventory.Serve(); });
+      std::thread t2([&] { payment.Serve(); });
+      std::thread t4([&] { shipping.Serve(); });
+      auto stop_participants = [&] {
+        inventory.Stop();
+        payment.Stop();
+        shipping.Stop();
+        t1.join();
+        t2.join();
+        t4.join();
+      };
+      try {
+        orch.CheckParticipantRetention();  // before the orchestrator serves or recovers
+      } catch (...) {
+        stop_participants();
+        cluster->Stop();
+        throw;
+      }
+      std::thread t3([&] { orch.Serve(); });
+      auto stop_all = [&] {
+        orch.Shutdown(std::chrono::seconds(10));
+        t3.join();
+        stop_participants();
+      };
+      std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
+                << "  inventory http://127.0.0.1:" << flags.inventory_port
+                << ", payment http://127.0.0.1:" << flags.payment_port
+                << ", shipping http://127.0.0.1:" << flags.shipping_port
+                << " (service token: dev-service-token)\n"
+                << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
+                << " (Ctrl-C stops everything)" << std::endl;
+      idemsaga_cmd::WaitForStopSignal();
+      stop_all();
+      cluster->Stop();
+      std::cout << "stopped" << std::endl;
+    };
+  });
+}
+
+}  // namespace idemsaga_cmd

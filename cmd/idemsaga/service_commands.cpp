@@ -1,0 +1,219 @@
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cmd/idemsaga/commands.hpp"
+#include "cmd/idemsaga/signals.hpp"
+#include "common/defaults.hpp"
+#include "common/log.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "orchestrator/orchestrator.hpp"
+#include "services_mock/service.hpp"
+
+namespace idemsaga_cmd {
+namespace {
+
+using services_mock::ParticipantKind;
+using services_mock::ParticipantService;
+
+struct ParticipantFlags {
+  std::string listen;
+  std::string database_url;
+  std::string service_token = common::defaults::kServiceToken;
+  std::string otlp_endpoint;
+  std::vector<std::string> otlp_headers;
+  bool migrate = false;
+  int retention_hours = 24 * 7;
+  services_mock::FaultSettings faults;
+};
+
+// Where `idemsaga <participant>` listens unless told: the ports `idemsaga dev` uses too.
+std::string DefaultListen(ParticipantKind kind) {
+  switch (kind) {
+    case ParticipantKind::kInventory:
+      return common::defaults::LocalListen(common::defaults::kInventoryPort);
+    case ParticipantKind::kPayment:
+      return common::defaults::LocalListen(common::defaults::kPaymentPort);
+    case ParticipantKind::kShipping:
+      return common::defaults::LocalListen(common::defaults::kShippingPort);
+  }
+  throw std::invalid_argument("unknown participant kind");
+}
+
+void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
+  auto flags_ptr = std::make_shared<ParticipantFlags>();
+  auto& flags = *flags_ptr;
+  const std::string name = services_mock::NameOf(kind);
+  auto* cmd = app.add_subcommand(name, "Run the demo " + name + " participant");
+  flags.listen = DefaultListen(kind);
+  std::string upper_name = name;
+  for (char& c : upper_name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
+  cmd->add_option("--database-url", flags.database_url, "postgresql:// URL of its database")
+      ->envname("IDEMSAGA_" + upper_name + "_DATABASE_URL")
+      ->required();
+  cmd->add_option("--service-token", flags.service_token,
+                  "bearer token callers must present (dev default: dev-service-token)")
+      ->envname("IDEMSAGA_SERVICE_TOKEN");
+  cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
+  cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
+                  "where spans go (OTLP/HTTP JSON), e.g. the orchestrator's "
+                  "http://127.0.0.1:8080/v1/traces; none by default");
+  AddOtlpHeaderOption(cmd, flags.otlp_headers);
+  cmd->add_option("--retention-hours", flags.retention_hours,
+                  "how long step keys are kept (must exceed the orchestrator's retention plus "
+                  "its longest saga; it checks at start-up)")
+      ->check(CLI::Range(1, 24 * 365))
+      ->capture_default_str();
+  cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
+                  "share of requests committed, then dropped without an answer")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--fault-latency-ms", flags.faults.latency_ms, "delay added to every answer")
+      ->check(CLI::Range(0, 600000));
+  cmd->callback([flags_ptr, kind, &run] {
+    run = [flags_ptr, kind] {
+      auto& flags = *flags_ptr;
+      if (flags.migrate) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
+        common::pg::Migrate(conn, services_mock::NameOf(kind));
+      }
+      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      ParticipantService svc(kind, flags.database_url,
+                             {.service_token = flags.service_token,
+                              .otlp_endpoint = flags.otlp_endpoint,
+                              .otlp_headers = ParseHeaders(flags.otlp_headers),
+                              .guard = {.retention = std::chrono::hours(flags.retention_hours)}},
+                             flags.faults);
+      int bound = svc.Bind(host, port);
+      std::thread server([&] { svc.Serve(); });
+      std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
+                << std::endl;
+      int sig = idemsaga_cmd::WaitForStopSignal();
+      common::Log("shutdown",
+                  {{"service", services_mock::NameOf(kind)}, {"signal", std::to_string(sig)}});
+      svc.Stop();
+      server.join();
+    };
+  });
+}
+
+struct OrchestratorFlags {
+  std::string listen = common::defaults::LocalListen(common::defaults::kOrchestratorPort);
+  std::vector<std::string> otlp_headers;
+  bool migrate = false;
+  int retention_hours = 24;
+  std::chrono::milliseconds grace{10000};
+  std::vector<std::string> participants;  // NAME=URL
+  orchestrator::OrchestratorOptions options;
+};
+
+// --participant NAME=URL: the base URL of the participant sagas call by NAME.
+std::string CheckParticipantFlag(const std::string& value) {
+  auto eq = value.find('=');
+  if (eq == std::string::npos || !saga::IsValidStepName(value.substr(0, eq)) ||
+      value.compare(eq + 1, 7, "http://") != 0) {
+    return "expected NAME=http://HOST:PORT with NAME of [a-z0-9_]";
+  }
+  return "";
+}
+
+}  // namespace
+
+void AddParticipantCommands(CLI::App& app, Run& run) {
+  for (auto kind :
+       {ParticipantKind::kInventory, ParticipantKind::kPayment, ParticipantKind::kShipping}) {
+    AddParticipantCommand(app, kind, run);
+  }
+}
+
+void AddOrchestratorCommand(CLI::App& app, Run& run) {
+  auto flags_ptr = std::make_shared<OrchestratorFlags>();
+  auto& flags = *flags_ptr;
+  auto* cmd = app.add_subcommand("orchestrator", "Run the coordinator service (order API)");
+  auto& o = flags.options;
+  cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
+  cmd->add_option("--database-url", o.database_url, "postgresql:// URL of its database")
+      ->envname("IDEMSAGA_DATABASE_URL")
+      ->required();
+  cmd->add_option("--participant", flags.participants,
+                  "NAME=URL: where the participant NAME is (repeatable; defaults: "
+                  "inventory=http://127.0.0.1:8081, payment=...:8082; ship_order is served "
+                  "only with shipping=URL)")
+      ->envname("IDEMSAGA_PARTICIPANTS")
+      ->delimiter(',')
+      ->check(CheckParticipantFlag);
+  for (std::string name : {"inventory", "payment"}) {  // the flags before --participant
+    cmd->add_option_function<std::string>(
+        "--" + name + "-url",
+        [&o, name](const std::string& url) { o.participants[name].base_url = url; },
+        "same as --participant " + name + "=URL");
+  }
+  cmd->add_option("--service-token", o.service_token, "token presented to participants")
+      ->envname("IDEMSAGA_SERVICE_TOKEN");
+  cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
+  cmd->add_option("--max-attempts", o.retry.max_attempts,
+                  "attempts per step action (the step deadline usually ends retries first)")
+      ->capture_default_str();
+  cmd->add_option("--step-deadline-ms", o.retry.step_deadline,
+                  "no new attempt of a step's action after this (rides out a participant "
+                  "restart)")
+      ->capture_default_str();
+  cmd->add_option("--initial-backoff-ms", o.retry.initial_backoff,
+                  "full-jitter backoff: first cap, doubled per attempt")
+      ->capture_default_str();
+  cmd->add_option("--max-backoff-ms", o.retry.max_backoff, "largest backoff between attempts")
+      ->capture_default_str();
+  cmd->add_option("--lease-seconds", o.store.lease, "saga lease, renewed while it runs")
+      ->capture_default_str();
+  cmd->add_option("--response-budget-ms", o.sagas.response_budget,
+                  "answer 202 when a saga takes longer")
+      ->capture_default_str();
+  cmd->add_option("--otlp-endpoint", o.otlp_endpoint,
+                  "send spans to this OTLP/HTTP endpoint instead of storing them here");
+  AddOtlpHeaderOption(cmd, flags.otlp_headers);
+  cmd->add_option("--participant-timeout-ms", o.participant_timeout,
+                  "read timeout of one participant call")
+      ->capture_default_str();
+  cmd->add_option("--sweep-interval-ms", o.recovery.sweep_interval,
+                  "how often recovery looks for expired leases")
+      ->capture_default_str();
+  cmd->add_option("--stuck-retry-ms", o.retry.stuck_retry_interval,
+                  "pace of retries for a stuck compensation")
+      ->capture_default_str();
+  cmd->add_option("--retention-hours", flags.retention_hours,
+                  "how long finished keys are kept, counted from the end of their saga")
+      ->check(CLI::Range(1, 24 * 365))
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace-ms", flags.grace,
+                  "on SIGTERM, how long running sagas may finish")
+      ->capture_default_str();
+  cmd->callback([flags_ptr, &run] {
+    run = [flags_ptr] {
+      auto& flags = *flags_ptr;
+      if (flags.migrate) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(flags.options.database_url));
+        common::pg::Migrate(conn, "orchestrator");
+      }
+      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      flags.options.store.retention = std::chrono::hours(flags.retention_hours);
+      flags.options.otlp_headers = ParseHeaders(flags.otlp_headers);
+      for (const auto& p : flags.participants) {
+        auto eq = p.find('=');
+        flags.options.participants[p.substr(0, eq)].base_url = p.substr(eq + 1);
+      }
+      orchestrator::Orchestrator o(flags.options);
+      o.CheckParticipantRetention();
+      int bound = o.Bind(host, port);
+      std::thread server([&] { o.Serve(); });
+      std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
+      idemsaga_cmd::WaitForStopSignal();
+      o.Shutdown(flags.grace);
+      server.join();
+    };
+  });
+}
+
+}  // namespace idemsaga_cmd
