@@ -259,8 +259,7 @@ Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), o
                    common::Sha256Hex(key));
   }
   tx.commit();
-  ports_["inventory"] = common::FreeLoopbackPort();
-  ports_["payment"] = common::FreeLoopbackPort();
+  for (const auto& which : kParticipants) ports_[which] = common::FreeLoopbackPort();
   for (int i = 0; i < options_.replicas; ++i)
     orchestrator_ports_.push_back(common::FreeLoopbackPort());
   orchestrators_.resize(options_.replicas);
@@ -268,8 +267,7 @@ Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), o
 
 Stack::~Stack() {
   for (auto& o : orchestrators_) o.reset();
-  inventory_.reset();
-  payment_.reset();
+  participants_.clear();
   CheckLogsForSanitizerReports();
   if (std::getenv("IDEMSAGA_CHAOS_KEEP") != nullptr || ::testing::Test::HasFailure()) {
     std::fprintf(stderr, "chaos: logs kept in %s\n", dir_.c_str());
@@ -333,12 +331,11 @@ std::unique_ptr<Process> Stack::StartParticipant(const std::string& which) {
 }
 
 void Stack::StartParticipants() {
-  inventory_ = StartParticipant("inventory");
-  payment_ = StartParticipant("payment");
+  for (const auto& which : kParticipants) participants_[which] = StartParticipant(which);
 }
 
 void Stack::RestartParticipant(const std::string& which) {
-  auto& p = which == "inventory" ? inventory_ : payment_;
+  auto& p = participants_.at(which);
   p->Kill();
   p = StartParticipant(which);
 }
@@ -346,28 +343,30 @@ void Stack::RestartParticipant(const std::string& which) {
 void Stack::StartOrchestrator(int i, const std::string& crash_points) {
   std::map<std::string, std::string> env;
   if (!crash_points.empty()) env["IDEMSAGA_CRASH_POINTS"] = crash_points;
-  orchestrators_[i] = std::make_unique<Process>(
-      std::vector<std::string>{IDEMSAGA_BINARY,
-                               "orchestrator",
-                               "--database-url",
-                               DatabaseUrl("orchestrator"),
-                               "--listen",
-                               "127.0.0.1:" + std::to_string(orchestrator_ports_[i]),
-                               "--inventory-url",
-                               ParticipantUrl("inventory"),
-                               "--payment-url",
-                               ParticipantUrl("payment"),
-                               "--lease-seconds",
-                               std::to_string(options_.lease_seconds),
-                               "--sweep-interval-ms",
-                               std::to_string(options_.sweep_interval_ms),
-                               "--participant-timeout-ms",
-                               std::to_string(options_.participant_timeout_ms),
-                               "--max-attempts",
-                               std::to_string(options_.max_attempts),
-                               "--stuck-retry-ms",
-                               "500"},
-      env, dir_ + "/orchestrator-" + std::to_string(i) + ".log");
+  std::vector<std::string> argv = {IDEMSAGA_BINARY,
+                                   "orchestrator",
+                                   "--database-url",
+                                   DatabaseUrl("orchestrator"),
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(orchestrator_ports_[i]),
+                                   "--lease-seconds",
+                                   std::to_string(options_.lease_seconds),
+                                   "--sweep-interval-ms",
+                                   std::to_string(options_.sweep_interval_ms),
+                                   "--participant-timeout-ms",
+                                   std::to_string(options_.participant_timeout_ms),
+                                   "--max-attempts",
+                                   std::to_string(options_.max_attempts),
+                                   "--stuck-retry-ms",
+                                   "500"};
+  // Every participant, always: an unset one defaults to a fixed local port that anything may
+  // serve (another stack, perhaps), and ship_order is meant to be served only with shipping set.
+  for (const auto& which : kParticipants) {
+    argv.push_back("--participant");
+    argv.push_back(which + "=" + ParticipantUrl(which));
+  }
+  orchestrators_[i] =
+      std::make_unique<Process>(argv, env, dir_ + "/orchestrator-" + std::to_string(i) + ".log");
   WaitReady(OrchestratorUrl(i), *orchestrators_[i]);
 }
 
@@ -389,6 +388,16 @@ std::string OrderBody(int i, bool declined) {
   return body.dump();
 }
 
+std::string ShipOrderBody(int i, bool declined, bool unserviceable) {
+  auto body = nlohmann::json::parse(OrderBody(i, declined));
+  body["address"] = {{"name", "Customer " + std::to_string(i)},
+                     {"line1", std::to_string(1 + i) + " Rue du Test"},
+                     {"city", "Paris"},
+                     {"postal_code", "75001"},
+                     {"country", unserviceable ? "AQ" : "FR"}};
+  return body.dump();
+}
+
 void Driver::SetUrls(std::vector<std::string> urls) {
   std::lock_guard lock(mutex_);
   urls_ = std::move(urls);
@@ -403,9 +412,11 @@ bool Driver::Attempt(KeyRecord& r, int replica_hint) {
   httplib::Client c(url);
   c.set_connection_timeout(1);
   c.set_read_timeout(15);
-  auto res = c.Post("/v1/orders",
-                    {{"Authorization", "Bearer dev-key-" + r.tenant}, {"Idempotency-Key", r.key}},
-                    r.body, "application/json");
+  // Both routes answer a finished saga with its stored response (a 202 while it runs).
+  const std::string path = r.saga == kPlaceOrder ? "/v1/orders" : "/v1/runs/" + r.saga;
+  auto res =
+      c.Post(path, {{"Authorization", "Bearer dev-key-" + r.tenant}, {"Idempotency-Key", r.key}},
+             r.body, "application/json");
   int status = res ? res->status : 0;
   ++r.statuses[status];
   if (!res) return false;
@@ -433,8 +444,10 @@ std::string Report::Line(const std::string& scenario, const std::string& extra) 
                   " terminal=" + std::to_string(terminal) +
                   " double_charges=" + std::to_string(double_charges) +
                   " double_reservations=" + std::to_string(double_reservations) +
+                  " double_shipments=" + std::to_string(double_shipments) +
                   " orphan_reservations=" + std::to_string(orphan_reservations) +
                   " orphan_charges=" + std::to_string(orphan_charges) +
+                  " orphan_shipments=" + std::to_string(orphan_shipments) +
                   " completed_mismatch=" + std::to_string(completed_mismatch) +
                   " failed_leftover=" + std::to_string(failed_leftover) +
                   " lost_acks=" + std::to_string(lost_acks) +
@@ -444,33 +457,40 @@ std::string Report::Line(const std::string& scenario, const std::string& extra) 
 
 bool Report::Clean() const {
   return terminal == orders && double_charges == 0 && double_reservations == 0 &&
-         orphan_reservations == 0 && orphan_charges == 0 && completed_mismatch == 0 &&
-         failed_leftover == 0 && lost_acks == 0 && replay_mismatch == 0;
+         double_shipments == 0 && orphan_reservations == 0 && orphan_charges == 0 &&
+         orphan_shipments == 0 && completed_mismatch == 0 && failed_leftover == 0 &&
+         lost_acks == 0 && replay_mismatch == 0;
 }
 
 Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records) {
   using Id = std::pair<std::string, std::string>;  // tenant, parent key
-  std::map<Id, std::string> status, stored_body;
+  std::map<Id, std::string> status, saga, stored_body;
   {
     pqxx::connection c(stack.DatabaseUrl("orchestrator"));
     pqxx::read_transaction tx(c);
-    for (const auto& row :
-         tx.exec("SELECT tenant_id, idempotency_key, status, coalesce(response_body, '') "
-                 "FROM idempotency_keys")) {
+    for (const auto& row : tx.exec("SELECT tenant_id, idempotency_key, status, saga_name, "
+                                   "coalesce(response_body, '') FROM idempotency_keys")) {
       Id id{row[0].as<std::string>(), row[1].as<std::string>()};
       status[id] = row[2].as<std::string>();
-      stored_body[id] = row[3].as<std::string>();
+      saga[id] = row[3].as<std::string>();
+      stored_body[id] = row[4].as<std::string>();
     }
   }
-  // Net effects per parent: reservations still held, charges still captured, and all rows.
-  std::map<Id, int> held, captured, reservation_rows, charge_rows;
+  // Net effects per parent: reservations still held, charges still captured, shipments not
+  // cancelled, and all rows.
+  std::map<Id, int> held, captured, shipped, reservation_rows, charge_rows, shipment_rows;
+  std::map<Id, std::string> held_id, shipped_reservation;  // which reservation each holds
   {
     pqxx::connection c(stack.DatabaseUrl("inventory"));
     pqxx::read_transaction tx(c);
-    for (const auto& row : tx.exec("SELECT tenant_id, idempotency_key, status FROM reservations")) {
+    for (const auto& row :
+         tx.exec("SELECT tenant_id, idempotency_key, status, reservation_id FROM reservations")) {
       Id id{row[0].as<std::string>(), ParentOf(row[1].as<std::string>(), "-inventory")};
       ++reservation_rows[id];
-      if (row[2].as<std::string>() == "reserved") ++held[id];
+      if (row[2].as<std::string>() == "reserved") {
+        ++held[id];
+        held_id[id] = row[3].as<std::string>();
+      }
     }
   }
   {
@@ -482,20 +502,45 @@ Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records
       if (row[2].as<std::string>() == "captured") ++captured[id];
     }
   }
+  {
+    pqxx::connection c(stack.DatabaseUrl("shipping"));
+    pqxx::read_transaction tx(c);
+    for (const auto& row :
+         tx.exec("SELECT tenant_id, idempotency_key, status, reservation_id FROM shipments")) {
+      Id id{row[0].as<std::string>(), ParentOf(row[1].as<std::string>(), "-shipping")};
+      ++shipment_rows[id];
+      if (row[2].as<std::string>() == "created") {
+        ++shipped[id];
+        shipped_reservation[id] = row[3].as<std::string>();
+      }
+    }
+  }
   Report rep;
   rep.orders = static_cast<long long>(records.size());
   for (const auto& [id, n] : charge_rows) rep.double_charges += n > 1 ? 1 : 0;
   for (const auto& [id, n] : reservation_rows) rep.double_reservations += n > 1 ? 1 : 0;
-  // I6: every net effect has a parent that accounts for it (a completed order).
+  for (const auto& [id, n] : shipment_rows) rep.double_shipments += n > 1 ? 1 : 0;
+  // I6: every net effect has a parent that accounts for it (a completed saga; for a shipment,
+  // a completed ship_order).
   for (const auto& [id, n] : held) {
     if (n > 0 && status[id] != "completed") ++rep.orphan_reservations;
   }
   for (const auto& [id, n] : captured) {
     if (n > 0 && status[id] != "completed") ++rep.orphan_charges;
   }
+  for (const auto& [id, n] : shipped) {
+    if (n > 0 && (status[id] != "completed" || saga[id] != kShipOrder)) ++rep.orphan_shipments;
+  }
   for (const auto& [id, st] : status) {
-    if (st == "completed" && (held[id] != 1 || captured[id] != 1)) ++rep.completed_mismatch;
-    if (st == "failed" && (held[id] != 0 || captured[id] != 0)) ++rep.failed_leftover;
+    bool ships = saga[id] == kShipOrder;
+    if (st == "completed" &&
+        (held[id] != 1 || captured[id] != 1 || shipped[id] != (ships ? 1 : 0) ||
+         (ships && shipped_reservation[id] != held_id[id]))) {
+      ++rep.completed_mismatch;
+    }
+    if (st == "failed" && (held[id] != 0 || captured[id] != 0 || shipped[id] != 0)) {
+      ++rep.failed_leftover;
+    }
   }
   for (const auto& r : records) {
     Id id{r.tenant, r.key};

@@ -1,7 +1,7 @@
 // The fault suite's harness: real `idemsaga` processes (orchestrator replicas, inventory,
-// payment) on loopback ports, a private PostgreSQL cluster of its own (so that it can be
-// crashed), clients that retry with the same key until they get a final answer, and the
-// invariant checker over the three databases.
+// payment, shipping) on loopback ports, a private PostgreSQL cluster of its own (so that it
+// can be crashed), clients that retry with the same key until they get a final answer, and
+// the invariant checker over the four databases.
 //
 // Nothing it starts outlives it, however the test ends (an assertion, abort, a sanitizer
 // report, SIGKILL from a CTest timeout): each server gets a parent-death signal, and a
@@ -58,6 +58,10 @@ struct StackOptions {
   int max_attempts = 6;
 };
 
+// The participants every stack runs, and every orchestrator is given (ship_order needs all
+// three).
+inline const std::vector<std::string> kParticipants = {"inventory", "payment", "shipping"};
+
 class Stack {
  public:
   // Fresh databases named after `name` on the suite's cluster, migrated, tenants seeded.
@@ -68,9 +72,8 @@ class Stack {
   void StartOrchestrator(int i, const std::string& crash_points = "");
   void KillOrchestrator(int i);
   Process& orchestrator(int i) { return *orchestrators_[i]; }
-  Process& participant(const std::string& which) {
-    return which == "inventory" ? *inventory_ : *payment_;
-  }
+  // `which`: one of kParticipants (std::out_of_range otherwise).
+  Process& participant(const std::string& which) { return *participants_.at(which); }
   void RestartParticipant(const std::string& which);  // SIGKILL, then start again
   std::string OrchestratorUrl(int i) const;
   std::string ParticipantUrl(const std::string& which) const;
@@ -93,14 +96,18 @@ class Stack {
   std::map<std::string, int> ports_;
   std::vector<int> orchestrator_ports_;
   std::vector<std::unique_ptr<Process>> orchestrators_;
-  std::unique_ptr<Process> inventory_, payment_;
+  std::map<std::string, std::unique_ptr<Process>> participants_;
 };
+
+inline constexpr const char* kPlaceOrder = "place_order";
+inline constexpr const char* kShipOrder = "ship_order";
 
 // What a client saw for one key.
 struct KeyRecord {
   std::string tenant;
   std::string key;
   std::string body;
+  std::string saga = kPlaceOrder;  // place_order: POST /v1/orders; others: /v1/runs/<saga>
   bool final = false;
   int final_status = 0;
   std::string final_body;
@@ -108,8 +115,8 @@ struct KeyRecord {
   std::map<int, int> statuses;    // every status seen (0: no answer)
 };
 
-// Submits orders and retries each with the same key until its answer is final (a stored
-// response: a body whose "status" is "completed" or "failed").
+// Submits sagas and retries each with the same key until its answer is final (a stored
+// response: a body whose "status" is "completed" or "failed", the same on both routes).
 class Driver {
  public:
   explicit Driver(std::vector<std::string> urls) : urls_(std::move(urls)) {}
@@ -126,16 +133,22 @@ class Driver {
 };
 
 std::string OrderBody(int i, bool declined);
+// A ship_order run's body: an order and an address; `unserviceable` ships to AQ, which the
+// shipping participant refuses (422), so the last step fails and payment, then inventory,
+// are compensated.
+std::string ShipOrderBody(int i, bool declined, bool unserviceable);
 
 struct Report {
   long long orders = 0, terminal = 0, double_charges = 0, double_reservations = 0,
-            orphan_reservations = 0, orphan_charges = 0, completed_mismatch = 0,
-            failed_leftover = 0, lost_acks = 0, replay_mismatch = 0;
+            double_shipments = 0, orphan_reservations = 0, orphan_charges = 0, orphan_shipments = 0,
+            completed_mismatch = 0, failed_leftover = 0, lost_acks = 0, replay_mismatch = 0;
   std::string Line(const std::string& scenario, const std::string& extra = "") const;
   bool Clean() const;
 };
 
-// I1, I2, I4, I6 over the three databases, and I3 (terminal) over `records`.
+// I1, I2, I4, I6 over the four databases, and I3 (terminal) over `records`. A completed
+// place_order holds one reservation and one charge; a completed ship_order also one shipment,
+// of that reservation; a failed saga of either holds none.
 Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records);
 
 }  // namespace chaos

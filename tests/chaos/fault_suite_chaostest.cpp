@@ -1,14 +1,19 @@
 // The fault suite: real processes, one PostgreSQL, faults injected; after the faults stop,
 // every saga must end, and the invariants must hold (see chaos_harness.hpp):
-//   I1 at most one net reservation and charge per (tenant, key); I2 completed -> exactly one
-//   of each, failed -> none; I3 every saga terminal; I4 every 2xx matches a completed saga,
-//   byte for byte; I5 no cross-tenant reads; I6 no effect without a parent accounting for it.
-// Each scenario prints one summary line of figures.
+//   I1 at most one net reservation, charge and shipment per (tenant, key); I2 completed ->
+//   exactly one of each its saga makes (place_order: no shipment), failed -> none; I3 every
+//   saga terminal; I4 every 2xx matches a completed saga, byte for byte; I5 no cross-tenant
+//   reads; I6 no effect without a parent accounting for it.
+// Most scenarios mix place_order (inventory, payment) with ship_order (inventory, payment,
+// shipping), whose refusal at its last step undoes two steps. Each scenario prints one summary
+// line of figures.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <pqxx/pqxx>
 #include <random>
 #include <set>
@@ -23,6 +28,7 @@ namespace {
 using chaos::Driver;
 using chaos::KeyRecord;
 using chaos::OrderBody;
+using chaos::ShipOrderBody;
 using chaos::Stack;
 using Clock = std::chrono::steady_clock;
 
@@ -41,6 +47,33 @@ std::vector<KeyRecord> MakeOrders(const std::string& prefix, int n, int declined
     out.push_back({tenant, prefix + "-" + std::to_string(i), OrderBody(i, declined)});
   }
   return out;
+}
+
+// ship_order runs, in a cycle of four: completed, refused at shipping (country AQ: payment
+// and inventory undone), declined at payment (inventory undone), completed.
+std::vector<KeyRecord> MakeShipOrders(const std::string& prefix, int n) {
+  std::vector<KeyRecord> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({"demo", prefix + "-" + std::to_string(i),
+                   ShipOrderBody(i, i % 4 == 2, i % 4 == 1), chaos::kShipOrder});
+  }
+  return out;
+}
+
+// `a` and `b` alternated (then the rest of the longer one): both sagas run side by side.
+std::vector<KeyRecord> Interleave(const std::vector<KeyRecord>& a,
+                                  const std::vector<KeyRecord>& b) {
+  std::vector<KeyRecord> out;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i < a.size()) out.push_back(a[i]);
+    if (i < b.size()) out.push_back(b[i]);
+  }
+  return out;
+}
+
+long long ShipOrders(const std::vector<KeyRecord>& records) {
+  return std::count_if(records.begin(), records.end(),
+                       [](const KeyRecord& r) { return r.saga == chaos::kShipOrder; });
 }
 
 // Drives every record to its final answer from `threads` clients.
@@ -108,10 +141,20 @@ long long Metric(const std::string& url, const std::string& name) {
   return pos == std::string::npos ? 0 : std::stoll(m->body.substr(pos + name.size() + 2));
 }
 
-long long Count(const std::string& database_url, const std::string& sql) {
+template <typename... Params>
+long long Count(const std::string& database_url, const std::string& sql, const Params&... params) {
   pqxx::connection c(database_url);
   pqxx::nontransaction tx(c);
-  return tx.exec(sql)[0][0].as<long long>();
+  return tx.exec_params(sql, params...)[0][0].template as<long long>();
+}
+
+// The status of the row one step key made ("" if none).
+std::string StatusOf(const std::string& database_url, const std::string& sql,
+                     const std::string& tenant, const std::string& step_key) {
+  pqxx::connection c(database_url);
+  pqxx::nontransaction tx(c);
+  auto rows = tx.exec_params(sql, tenant, step_key);
+  return rows.empty() ? "" : rows[0][0].as<std::string>();
 }
 
 void Expect(const chaos::Report& report, const std::string& line) {
@@ -120,6 +163,14 @@ void Expect(const chaos::Report& report, const std::string& line) {
 }
 
 constexpr const char* kReservations = "SELECT count(*) FROM reservations";
+constexpr const char* kReservationStatus =
+    "SELECT status FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2";
+constexpr const char* kChargeStatus =
+    "SELECT status FROM charges WHERE tenant_id = $1 AND idempotency_key = $2";
+// Shipments cancelled under keys that start with $1.
+constexpr const char* kCancelledShipments =
+    "SELECT count(*) FROM shipments "
+    "WHERE status = 'cancelled' AND starts_with(idempotency_key, $1)";
 
 // Every parent row's full state, by key: what a late write would change.
 std::map<std::string, std::string> ParentRows(const Stack& stack) {
@@ -195,24 +246,64 @@ TEST_F(FaultSuite, KillNineAtEveryCrashPointLosesNothingAndDoublesNothing) {
   const std::vector<std::string> points = {"after_claim",           "after_step_sent",
                                            "after_step_answer",     "after_compensating",
                                            "between_compensations", "after_finish"};
+  // The same points in a round of ship_order runs sent one at a time (completed, refused at
+  // shipping, declined, completed), at the hit that lands where no place_order goes when there
+  // is a choice: the first run's shipping step, the second run's two compensations.
+  const std::map<std::string, std::string> ship_points = {
+      {"after_claim", "after_claim"},
+      {"after_step_sent", "after_step_sent@3"},            // the shipment made, its answer unread
+      {"after_step_answer", "after_step_answer@3"},        // shipped, not yet finished
+      {"after_compensating", "after_compensating"},        // the refusal stored, nothing undone
+      {"between_compensations", "between_compensations"},  // refunded, not yet released
+      {"after_finish", "after_finish@2"}};                 // the refused run's failure stored
   std::vector<KeyRecord> all;
-  int crashes = 0;
-  for (const auto& point : points) {
-    // Half declined, so that compensation runs and its crash points are reached.
-    auto records = MakeOrders("crash-" + point, 4, 2);
-    stack.StartOrchestrator(0, point);
-    UnderLoad(driver, records, 4, [](Load&) {});
-    crashes += stack.orchestrator(0).Exited(std::chrono::seconds(10)) ? 1 : 0;
+  int crashes = 0, ship_crashes = 0, refunded_not_released = 0;
+  // Starts an orchestrator armed at `spec`, submits `records` from `threads` clients, and
+  // returns once it has died there (or 10 s passed); then settles them on a fresh one.
+  auto crash_round = [&](const std::string& spec, std::vector<KeyRecord>& records, int threads,
+                         const std::function<void()>& at_crash) {
+    stack.StartOrchestrator(0, spec);
+    UnderLoad(driver, records, threads, [](Load&) {});
+    bool crashed = stack.orchestrator(0).Exited(std::chrono::seconds(10));
+    if (crashed && at_crash) at_crash();
     stack.KillOrchestrator(0);  // in case the point was not reached
     stack.StartOrchestrator(0);
     Settle(driver, records);
     stack.KillOrchestrator(0);
     all.insert(all.end(), records.begin(), records.end());
+    return crashed ? 1 : 0;
+  };
+  for (const auto& point : points) {
+    // Half declined, so that compensation runs and its crash points are reached.
+    auto records = MakeOrders("crash-" + point, 4, 2);
+    crashes += crash_round(point, records, 4, nullptr);
+    // One client: the runs go in order, so the n-th time a point is reached is known.
+    auto runs = MakeShipOrders("crash-ship-" + point, 4);
+    std::function<void()> at_crash;
+    if (point == "between_compensations") {
+      const KeyRecord& refused = runs[1];
+      at_crash = [&] {
+        // Killed between its two compensations: the charge refunded, the stock still held.
+        auto charge = StatusOf(stack.DatabaseUrl("payment"), kChargeStatus, refused.tenant,
+                               refused.key + "-payment");
+        auto reservation = StatusOf(stack.DatabaseUrl("inventory"), kReservationStatus,
+                                    refused.tenant, refused.key + "-inventory");
+        refunded_not_released += charge == "refunded" && reservation == "reserved" ? 1 : 0;
+      };
+    }
+    ship_crashes += crash_round(ship_points.at(point), runs, 1, at_crash);
   }
   auto report = chaos::CheckInvariants(stack, all);
-  Expect(report, report.Line("crash_points", "points=" + std::to_string(points.size()) +
-                                                 " crashes=" + std::to_string(crashes)));
+  Expect(report,
+         report.Line("crash_points",
+                     "ship_orders=" + std::to_string(ShipOrders(all)) + " points=" +
+                         std::to_string(points.size()) + " crashes=" + std::to_string(crashes) +
+                         " ship_order_crashes=" + std::to_string(ship_crashes) +
+                         " refunded_not_released=" + std::to_string(refunded_not_released) + "/1"));
   EXPECT_EQ(crashes, static_cast<int>(points.size())) << "every crash point must be reached";
+  EXPECT_EQ(ship_crashes, static_cast<int>(points.size()))
+      << "every crash point must be reached in a ship_order run";
+  EXPECT_EQ(refunded_not_released, 1) << "between_compensations must fall between two";
 }
 
 TEST_F(FaultSuite, RandomKillsUnderLoadLoseNothingAndDoubleNothing) {
@@ -223,7 +314,8 @@ TEST_F(FaultSuite, RandomKillsUnderLoadLoseNothingAndDoubleNothing) {
   std::vector<KeyRecord> all;
   constexpr int kRounds = 5;
   for (int round = 0; round < kRounds; ++round) {
-    auto records = MakeOrders("random-" + std::to_string(round), 24);
+    auto name = "random-" + std::to_string(round);
+    auto records = Interleave(MakeOrders(name, 16), MakeShipOrders(name + "-ship", 8));
     stack.StartOrchestrator(0);
     UnderLoad(driver, records, 4, [&](Load& load) {
       // A random point in the load: after 1 to 12 of its 24 orders were answered.
@@ -235,7 +327,8 @@ TEST_F(FaultSuite, RandomKillsUnderLoadLoseNothingAndDoubleNothing) {
   stack.StartOrchestrator(0);
   Settle(driver, all);
   auto report = chaos::CheckInvariants(stack, all);
-  Expect(report, report.Line("random_kills", "kills=" + std::to_string(kRounds)));
+  Expect(report, report.Line("random_kills", "ship_orders=" + std::to_string(ShipOrders(all)) +
+                                                 " kills=" + std::to_string(kRounds)));
 }
 
 TEST_F(FaultSuite, ParticipantFaultsAndARestartedParticipantLoseNothingAndDoubleNothing) {
@@ -243,9 +336,10 @@ TEST_F(FaultSuite, ParticipantFaultsAndARestartedParticipantLoseNothingAndDouble
   stack.StartParticipants();
   stack.StartOrchestrator(0);
   Driver driver({stack.OrchestratorUrl(0)});
-  auto records = MakeOrders("faults", 60);
+  auto records = Interleave(MakeOrders("faults", 60), MakeShipOrders("faults-ship", 32));
   stack.SetFaults("payment", {{"error_rate", 0.25}, {"drop_after_commit_rate", 0.25}});
   stack.SetFaults("inventory", {{"drop_after_commit_rate", 0.2}});
+  stack.SetFaults("shipping", {{"error_rate", 0.2}, {"drop_after_commit_rate", 0.25}});
   UnderLoad(driver, records, 4, [&](Load& load) {
     load.WaitAnswered(8);
     // Beyond the 800 ms read timeout: held until three reservations have committed under it,
@@ -261,12 +355,43 @@ TEST_F(FaultSuite, ParticipantFaultsAndARestartedParticipantLoseNothingAndDouble
     stack.SetFaults("inventory", {{"drop_after_commit_rate", 0.2}});
     stack.RestartParticipant("payment");  // kill -9 mid-load; faults reset with it
     stack.SetFaults("payment", {{"error_rate", 0.25}});
+    load.WaitAnswered(records.size() / 2);
+    stack.RestartParticipant("shipping");  // the last step's participant, as well
+    stack.SetFaults("shipping", {{"drop_after_commit_rate", 0.25}});
   });
-  stack.SetFaults("payment", nlohmann::json::object());
-  stack.SetFaults("inventory", nlohmann::json::object());
+  for (const auto& which : chaos::kParticipants) stack.SetFaults(which, nlohmann::json::object());
   Settle(driver, records);
+  // Shipments made but never answered, past every retry: the step stays in doubt, so the saga
+  // cancels the shipment (the cancel's answer dropped too, until the fault stops) and fails.
+  const std::string prefix = "in-doubt";
+  std::vector<KeyRecord> in_doubt;
+  for (int i = 0; i < 4; ++i) {
+    in_doubt.push_back({"demo", prefix + "-" + std::to_string(i), ShipOrderBody(i, false, false),
+                        chaos::kShipOrder});
+  }
+  stack.SetFaults("shipping", {{"drop_after_commit_rate", 1.0}});
+  std::vector<std::thread> clients;
+  for (auto& r : in_doubt) clients.emplace_back([&] { driver.Attempt(r, 0); });
+  const auto n = static_cast<long long>(in_doubt.size());
+  auto cancelled = [&] {
+    return Count(stack.DatabaseUrl("shipping"), kCancelledShipments, prefix);
+  };
+  EXPECT_TRUE(test_support::WaitFor([&] { return cancelled() >= n; }, kStateTimeout, kPoll));
+  stack.SetFaults("shipping", nlohmann::json::object());
+  for (auto& c : clients) c.join();
+  Settle(driver, in_doubt);
+  long long in_doubt_failed = 0;
+  for (const auto& r : in_doubt) in_doubt_failed += r.final_status == 502 ? 1 : 0;
+  records.insert(records.end(), in_doubt.begin(), in_doubt.end());
   auto report = chaos::CheckInvariants(stack, records);
-  Expect(report, report.Line("participant_faults"));
+  Expect(report, report.Line("participant_faults",
+                             "ship_orders=" + std::to_string(ShipOrders(records)) +
+                                 " restarted=payment,shipping shipping_in_doubt_cancelled=" +
+                                 std::to_string(cancelled()) + "/" + std::to_string(n) +
+                                 " failed_502=" + std::to_string(in_doubt_failed) + "/" +
+                                 std::to_string(n)));
+  EXPECT_EQ(cancelled(), n);
+  EXPECT_EQ(in_doubt_failed, n);
 }
 
 TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutRestart) {
@@ -274,7 +399,7 @@ TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutR
   stack.StartParticipants();
   stack.StartOrchestrator(0);
   Driver driver({stack.OrchestratorUrl(0)});
-  auto records = MakeOrders("pg", 40);
+  auto records = Interleave(MakeOrders("pg", 28), MakeShipOrders("pg-ship", 12));
   Clock::time_point restarted;
   UnderLoad(driver, records, 4, [&](Load& load) {
     load.WaitAnswered(6);
@@ -313,10 +438,10 @@ TEST_F(FaultSuite, APostgresCrashMidLoadLosesNoAcknowledgedOrderAndHealsWithoutR
   for (auto [s, n] : seen)
     histogram += (histogram.empty() ? "" : ",") + std::to_string(s) + ":" + std::to_string(n);
   auto report = chaos::CheckInvariants(stack, records);
-  Expect(report,
-         report.Line("postgres_crash",
-                     "statuses=" + histogram + " other_5xx=" + std::to_string(server_errors) +
-                         " first_2xx_after_restart_ms=" + std::to_string(recovery_ms)));
+  Expect(report, report.Line("postgres_crash",
+                             "ship_orders=" + std::to_string(ShipOrders(records)) + " statuses=" +
+                                 histogram + " other_5xx=" + std::to_string(server_errors) +
+                                 " first_2xx_after_restart_ms=" + std::to_string(recovery_ms)));
   EXPECT_EQ(server_errors, 0);
 }
 
@@ -325,7 +450,7 @@ TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
   stack.StartParticipants();
   for (int i = 0; i < 3; ++i) stack.StartOrchestrator(i);
   Driver driver({stack.OrchestratorUrl(0), stack.OrchestratorUrl(1), stack.OrchestratorUrl(2)});
-  auto records = MakeOrders("replicas", 60);
+  auto records = Interleave(MakeOrders("replicas", 40), MakeShipOrders("replicas-ship", 20));
   stack.SetFaults("payment", {{"latency_ms", 150}});  // keep sagas in flight
   UnderLoad(driver, records, 6, [&](Load& load) {
     load.WaitAnswered(20);  // every replica now has sagas in flight
@@ -337,8 +462,9 @@ TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
   long long resumed = 0;
   for (int i : {1, 2}) resumed += Metric(stack.OrchestratorUrl(i), "idemsaga_sagas_resumed_total");
   auto report = chaos::CheckInvariants(stack, records);
-  Expect(report, report.Line("replicas",
-                             "replicas=3 killed=1 resumed_by_others=" + std::to_string(resumed)));
+  Expect(report, report.Line("replicas", "ship_orders=" + std::to_string(ShipOrders(records)) +
+                                             " replicas=3 killed=1 resumed_by_others=" +
+                                             std::to_string(resumed)));
 }
 
 TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {

@@ -1,5 +1,5 @@
 // The chaos harness leaves nothing behind when its test process dies: a harness that holds a
-// running stack (an orchestrator, two participants, its private PostgreSQL) is killed with
+// running stack (an orchestrator, three participants, its private PostgreSQL) is killed with
 // SIGKILL, as a CTest timeout does, and all of it must be gone within a deadline. And a
 // sanitizer report that only a server's log holds still fails the test.
 #include <gtest/gtest-spi.h>
@@ -83,10 +83,10 @@ TEST(ChaosHarnessVictim, HoldsARunningStackUntilKilled) {
   const fs::path cluster = chaos::Stack::ClusterDir();
   {
     std::ofstream out(std::string(report) + ".tmp");
-    out << "server " << stack.orchestrator(0).pid() << "\n"
-        << "server " << stack.participant("inventory").pid() << "\n"
-        << "server " << stack.participant("payment").pid() << "\n"
-        << "postmaster " << PostmasterPid(cluster) << "\n"
+    out << "server " << stack.orchestrator(0).pid() << "\n";
+    for (const auto& which : chaos::kParticipants)
+      out << "server " << stack.participant(which).pid() << "\n";
+    out << "postmaster " << PostmasterPid(cluster) << "\n"
         << "cluster " << cluster.string() << "\n"
         << "logs " << stack.log_dir() << "\n";
   }
@@ -105,7 +105,7 @@ TEST(ChaosHarness, AKilledHarnessLeavesNoServersAndNoClusterBehind) {
       seconds(180)));
   ASSERT_TRUE(fs::exists(report)) << "the victim did not start its stack:\n" << Slurp(log);
   Started started = ReadReport(report);
-  ASSERT_EQ(started.servers.size(), 3u) << Slurp(report);
+  ASSERT_EQ(started.servers.size(), 1 + chaos::kParticipants.size()) << Slurp(report);
   ASSERT_GT(started.postmaster, 0) << Slurp(report);
   ASSERT_FALSE(started.cluster.empty()) << Slurp(report);
   ASSERT_FALSE(started.logs.empty()) << Slurp(report);
