@@ -300,7 +300,10 @@ TEST_F(FaultSuite, KillNineAtEveryCrashPointLosesNothingAndDoublesNothing) {
                          std::to_string(points.size()) + " crashes=" + std::to_string(crashes) +
                          " ship_order_crashes=" + std::to_string(ship_crashes) +
                          " refunded_not_released=" + std::to_string(refunded_not_released) + "/1"));
-  EXPECT_EQ(crashes, static_cast<int>(points.size())) << "every crash point must be reached";
+  // A declined place_order has one compensation: nothing lies between two, so that point is
+  // reached only in the ship_order round.
+  EXPECT_EQ(crashes, static_cast<int>(points.size()) - 1)
+      << "every crash point but between_compensations must be reached in place_order runs";
   EXPECT_EQ(ship_crashes, static_cast<int>(points.size()))
       << "every crash point must be reached in a ship_order run";
   EXPECT_EQ(refunded_not_released, 1) << "between_compensations must fall between two";
