@@ -1,6 +1,6 @@
-// The plumbing every participant route shares, so a service only writes validation and effect:
-// service-token auth and tenant scope, the Idempotency-Key, the JSON body, the guard, the
-// replay header, fault injection, and the admin/health routes.
+// A demo participant's plumbing: the guard on its routes (steps::guard::HttpGuard, the same
+// public call any service uses) with fault injection and outcome counting around it, and the
+// admin/health routes.
 //
 // Thread-safe once routes are registered.
 //   Participant p("inventory", pool, faults, options);
@@ -18,6 +18,7 @@
 #include "common/pg/pool.hpp"
 #include "services_mock/faults.hpp"
 #include "steps/guard/guard.hpp"
+#include "steps/guard/http_guard.hpp"
 
 namespace services_mock {
 
@@ -34,19 +35,12 @@ struct ParticipantOptions {
   steps::guard::GuardOptions guard;
 };
 
-// Returns "" when `body` is acceptable, else a message naming the offending field.
-using Validate = std::function<std::string(const nlohmann::json& body)>;
-
-// The business effect of an action, run by the guard inside its transaction. It acts only
-// through `tx` (steps::guard::EffectScope::kTransactionOnly): it may run and be rolled back.
-using Effect =
-    std::function<steps::guard::Response(pqxx::work& tx, const steps::guard::Request& req)>;
-// Undoes a successful action inside the guard's transaction; returns details for the answer.
-using Undo = std::function<nlohmann::json(pqxx::work& tx, const steps::guard::Request& req,
-                                          const steps::guard::ActionRecord& action)>;
-
-// The longest key a participant accepts (the orchestrator's 200 plus a derived suffix).
-inline constexpr size_t kMaxStepKeyLength = 255;
+// A participant's action effect and compensation (steps/guard/http_guard.hpp); actions run
+// with EffectScope::kTransactionOnly: they act only through `tx`.
+using Validate = steps::guard::Validate;
+using Effect = steps::guard::RouteEffect;
+using Undo = steps::guard::RouteUndo;
+using steps::guard::kMaxStepKeyLength;
 
 class Participant {
  public:
@@ -69,16 +63,8 @@ class Participant {
   steps::guard::Guard& guard() { return guard_; }
 
  private:
-  // Auth, tenant, key and body; nullopt after answering a 4xx.
-  std::optional<steps::guard::Request> Admit(const httplib::Request& req,
-                                             httplib::Response& res) const;
-  void Answer(const steps::guard::Response& answer, httplib::Response& res);
-  // The request's span, a child of the caller's `traceparent`.
-  common::trace::Span StartRequestSpan(const httplib::Request& req) const;
-  // Runs a guarded route: admission, faults, the guard call, the answer, the span.
-  void Guarded(const httplib::Request& req, httplib::Response& res,
-               const std::function<std::string(const steps::guard::Request&)>& validate,
-               const std::function<steps::guard::Response(const steps::guard::Request&)>& run);
+  // Faults (hang, 503, latency, drop after commit) around each guarded request.
+  steps::guard::HttpGuardHooks FaultHooks();
 
   // Guarded requests by outcome: the guard's (applied, replayed, mismatch, cancelled,
   // compensated, in_progress) and the route's (refused: a 4xx before the guard; unavailable:
@@ -91,8 +77,8 @@ class Participant {
   common::pg::Pool& pool_;
   Faults& faults_;
   ParticipantOptions options_;
-  const common::trace::Tracer* tracer_;
   steps::guard::Guard guard_;
+  steps::guard::HttpGuard http_;
 };
 
 }  // namespace services_mock

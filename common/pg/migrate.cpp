@@ -48,8 +48,10 @@ std::vector<std::string> SetsFor(std::string_view kind) {
   if (kind == "inventory") return {"guard", "inventory"};
   if (kind == "payment") return {"guard", "payment"};
   if (kind == "shipping") return {"guard", "shipping"};
+  // A participant of a user's own: the guard's key table; the rest of its schema is theirs.
+  if (kind == "guard") return {"guard"};
   throw std::invalid_argument("unknown database kind '" + std::string(kind) +
-                              "' (orchestrator, inventory, payment, shipping)");
+                              "' (orchestrator, inventory, payment, shipping, guard)");
 }
 
 int Migrate(pqxx::connection& conn, std::string_view kind) {

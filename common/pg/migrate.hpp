@@ -3,7 +3,7 @@
 // Migrations are the files sql/<set>/V<nnn>__<name>.sql, compiled into the binary. A database
 // of a kind gets its sets in order: orchestrator = {orchestrator}; inventory = {guard,
 // inventory}; payment = {guard, payment}; shipping = {guard, shipping} (the guard's key table
-// is shared by participants).
+// is shared by participants); guard = {guard}, for a participant of your own.
 // All pending migrations apply in one transaction under pg_advisory_xact_lock, so concurrent
 // runners serialise; an applied migration whose text changed is refused (append-only).
 //   common::pg::Migrate(conn, "inventory");
@@ -26,7 +26,8 @@ struct Migration {
 // Every embedded migration, by set then version.
 const std::vector<Migration>& AllMigrations();
 
-// The database kinds: "orchestrator", "inventory", "payment", "shipping".
+// The product's database kinds: "orchestrator", "inventory", "payment", "shipping" (SetsFor
+// also knows "guard", which no product database is).
 const std::vector<std::string>& DatabaseKinds();
 
 // The migration sets of a database kind; throws std::invalid_argument for an unknown kind.

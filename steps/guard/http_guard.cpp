@@ -1,0 +1,155 @@
+#include "steps/guard/http_guard.hpp"
+
+#include "common/crypto.hpp"
+#include "common/idempotency_key.hpp"
+#include "common/log.hpp"
+#include "common/trace/trace_context.hpp"
+
+namespace steps::guard {
+
+using common::http::SetError;
+
+HttpGuard::HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer,
+                     HttpGuardHooks hooks)
+    : guard_(guard), options_(std::move(options)), tracer_(tracer), hooks_(std::move(hooks)) {}
+
+void HttpGuard::Count(const std::string& outcome) const {
+  if (hooks_.count) hooks_.count(outcome);
+}
+
+bool HttpGuard::Authorized(const httplib::Request& req, httplib::Response& res) const {
+  if (common::ConstantTimeEquals(common::http::BearerToken(req), options_.service_token)) {
+    return true;
+  }
+  SetError(res, 401, "unauthorized", "a valid service token is required");
+  res.set_header("WWW-Authenticate", "Bearer");
+  return false;
+}
+
+std::optional<Request> HttpGuard::Admit(const httplib::Request& req, httplib::Response& res) const {
+  if (!Authorized(req, res)) return std::nullopt;
+  auto tenant = req.get_header_value("X-Tenant-ID");
+  if (!common::IsValidTenantId(tenant)) {
+    SetError(res, 401, "unauthorized", "X-Tenant-ID must be 1-64 of [A-Za-z0-9_-]");
+    return std::nullopt;
+  }
+  auto key =
+      common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
+                                  req.get_header_value("Idempotency-Key"), kMaxStepKeyLength);
+  if (!key.ok()) {
+    SetError(res, 400, key.error, key.message);
+    return std::nullopt;
+  }
+  auto body = common::http::ParseJsonBody(req, res, options_.limits);
+  if (!body) return std::nullopt;
+  return Request{tenant, key.key, req.method, req.path, std::move(*body)};
+}
+
+void WriteAnswer(const Response& answer, httplib::Response& res) {
+  res.status = answer.status;
+  res.set_content(answer.body, answer.content_type.c_str());
+  if (answer.replayed) res.set_header("Idempotent-Replayed", "true");
+  if (answer.outcome == "in_progress") res.set_header("Retry-After", "1");
+}
+
+void HttpGuard::Guarded(const httplib::Request& req, httplib::Response& res,
+                        const std::function<std::string(const Request&)>& validate,
+                        const std::function<Response(const Request&)>& run) const {
+  common::trace::Span span;
+  if (tracer_ != nullptr) {
+    auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
+    common::trace::SpanContext parent;
+    if (caller) parent = {caller->trace_id, caller->parent_id};
+    span = tracer_->Start(req.method + " " + req.path, parent, common::trace::SpanKind::kServer);
+  }
+  auto finish = [&] {
+    span.Set("http.status_code", static_cast<long long>(res.status));
+    // A stored business refusal is the participant working correctly, not a span error.
+    if (res.status >= 500 || res.status == 401 || res.status == 400) {
+      span.Error("HTTP " + std::to_string(res.status));
+    } else {
+      span.Ok();
+    }
+  };
+  auto admitted = Admit(req, res);
+  if (!admitted) {
+    Count("refused");
+    return finish();
+  }
+  admitted->trace = span.context();
+  span.Set("tenant", admitted->tenant_id).Set("idempotency_key", admitted->key);
+  if (auto problem = validate(*admitted); !problem.empty()) {
+    SetError(res, 400, "invalid_request", problem);
+    Count("refused");
+    return finish();
+  }
+  if (hooks_.before && !hooks_.before(res)) return finish();
+  try {
+    auto answer = run(*admitted);
+    span.Set("guard.outcome", answer.outcome).Set("replayed", answer.replayed);
+    Count(answer.outcome);
+    if (hooks_.after && !hooks_.after(answer, res)) return finish();
+    WriteAnswer(answer, res);
+  } catch (const std::exception& e) {
+    common::Log("guard_transient_failure", {{"path", req.path},
+                                            {"tenant", admitted->tenant_id},
+                                            {"key", admitted->key},
+                                            {"error", e.what()}});
+    common::http::SetUnavailable(res, "the request could not be completed");
+    Count("unavailable");
+  }
+  finish();
+}
+
+HttpGuard::Handler HttpGuard::Action(Validate validate, RouteEffect effect,
+                                     EffectScope scope) const {
+  return [this, validate = std::move(validate), effect = std::move(effect), scope](
+             const httplib::Request& req, httplib::Response& res) {
+    Guarded(
+        req, res, [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
+        [&](const Request& r) {
+          return guard_.Run(
+              r, [&](pqxx::work& tx) { return effect(tx, r); }, scope);
+        });
+  };
+}
+
+namespace {
+
+std::string ValidateCompensation(const Request& r) {
+  const auto& body = r.body;
+  bool flag = body.is_object() && body.contains("action_applied");
+  if (!body.is_object() || body.size() != (flag ? 2u : 1u) || !body.contains("action_key") ||
+      !body["action_key"].is_string() || (flag && !body["action_applied"].is_boolean())) {
+    return "the body must be {\"action_key\": \"<key>\"} with an optional "
+           "\"action_applied\": true|false";
+  }
+  auto action_key = body["action_key"].get<std::string>();
+  if (!common::IsValidKeyBytes(action_key, kMaxStepKeyLength) || action_key == r.key) {
+    return "action_key must be 1-255 printable characters and differ from this request's key";
+  }
+  return "";
+}
+
+}  // namespace
+
+HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
+  return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
+    Guarded(req, res, ValidateCompensation, [&](const Request& r) {
+      return guard_.Compensate(
+          r, r.body["action_key"].get<std::string>(),
+          [&](pqxx::work& tx, const ActionRecord& action) { return undo(tx, r, action); },
+          r.body.value("action_applied", false));
+    });
+  };
+}
+
+HttpGuard::Handler HttpGuard::Policy() const {
+  return [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    nlohmann::json policy = {{"key_retention_seconds", guard_.options().retention.count()}};
+    res.set_content(policy.dump(), "application/json");
+  };
+}
+
+}  // namespace steps::guard

@@ -1,0 +1,92 @@
+// The guard on an HTTP route: one call makes a cpp-httplib handler (for httplib::Server or
+// common::http::Server) that does everything around a guarded effect. For each request it
+// checks the caller's bearer service token (401), reads X-Tenant-ID (401), the
+// Idempotency-Key (an RFC 8941 sf-string or a bare token; 400) and the JSON body (400/413/415),
+// asks `validate` (400 naming the field), runs the effect under the Guard (claim or replay,
+// 422 on reuse, 409 + Retry-After while a duplicate runs), and answers: a replay is the first
+// answer byte for byte, with `Idempotent-Replayed: true`. A database outage is a 503 that is
+// safe to retry with the same key. Nothing is stored for any refusal.
+//
+// Thread-safe; the guard, the tracer and the hooks must outlive the handlers.
+//   steps::guard::HttpGuard http(guard, {.service_token = token});
+//   server.Post("/v1/bookings", http.Action(ValidateBooking, Book));
+//   server.Post("/v1/bookings/cancel", http.Compensation(CancelBooking));
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/http/server.hpp"
+#include "common/trace/span.hpp"
+#include "steps/guard/guard.hpp"
+
+namespace steps::guard {
+
+// Returns "" when the body is acceptable, else a message naming the offending field.
+using Validate = std::function<std::string(const nlohmann::json& body)>;
+// The business effect of an action, inside the guard's transaction. Under
+// EffectScope::kTransactionOnly it acts only through `tx` (it may run and be rolled back).
+using RouteEffect = std::function<Response(pqxx::work& tx, const Request& req)>;
+// Undoes a successful action inside the guard's transaction; returns details for the answer.
+using RouteUndo =
+    std::function<nlohmann::json(pqxx::work& tx, const Request& req, const ActionRecord& action)>;
+
+// The longest step key accepted: an orchestrator's 200-byte parent key plus a derived suffix.
+inline constexpr size_t kMaxStepKeyLength = 255;
+
+struct HttpGuardOptions {
+  std::string service_token;  // what callers present as `Authorization: Bearer ...`
+  common::http::Limits limits;
+};
+
+// Around every guarded request, for a service that wants more than the guard (the demo
+// participants' fault injection and metrics). Each may be empty.
+struct HttpGuardHooks {
+  // Before the guard runs, once the request is admitted and valid; false: it answered `res`.
+  std::function<bool(httplib::Response& res)> before;
+  // Once the guard has answered and before the answer is written; false: it answered `res`
+  // itself (or dropped the connection).
+  std::function<bool(const Response& answer, httplib::Response& res)> after;
+  // What happened: the guard's Response::outcome, or refused (a 4xx before the guard),
+  // unavailable (a 503), or what `before`/`after` say by answering.
+  std::function<void(const std::string& outcome)> count;
+};
+
+class HttpGuard {
+ public:
+  // `tracer` may be null (no spans).
+  HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer = nullptr,
+            HttpGuardHooks hooks = {});
+
+  using Handler = common::http::Server::Handler;
+
+  // POST handler of an action: `effect` runs at most once per (tenant, key).
+  Handler Action(Validate validate, RouteEffect effect,
+                 EffectScope scope = EffectScope::kTransactionOnly) const;
+  // POST handler of a compensation, whose body is {"action_key": "...", "action_applied":
+  // true|false (optional)}: `undo` runs at most once for that action (Guard::Compensate).
+  Handler Compensation(RouteUndo undo) const;
+  // GET kPolicyPath: {"key_retention_seconds": N}, what an orchestrator checks at start-up.
+  Handler Policy() const;
+
+  // True when the request carries the service token; otherwise answers 401.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+
+ private:
+  // Auth, tenant, key and body; nullopt after answering a 4xx.
+  std::optional<Request> Admit(const httplib::Request& req, httplib::Response& res) const;
+  void Guarded(const httplib::Request& req, httplib::Response& res,
+               const std::function<std::string(const Request&)>& validate,
+               const std::function<Response(const Request&)>& run) const;
+  void Count(const std::string& outcome) const;
+
+  Guard& guard_;
+  HttpGuardOptions options_;
+  const common::trace::Tracer* tracer_;
+  HttpGuardHooks hooks_;
+};
+
+// Writes a guard's answer to `res` (with Idempotent-Replayed, and Retry-After on 409 busy).
+void WriteAnswer(const Response& answer, httplib::Response& res);
+
+}  // namespace steps::guard
