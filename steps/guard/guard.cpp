@@ -4,6 +4,7 @@
 
 #include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
+#include "common/log.hpp"
 #include "common/pg/statement.hpp"
 
 namespace steps::guard {
@@ -32,6 +33,36 @@ const common::pg::Statement kLoad{R"sql(
   SELECT status, request_hash, response_status, response_content_type, response_body,
          compensated_at IS NOT NULL
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
+
+// RunExternal's claim: pending, under a lease and the first fencing token.
+const common::pg::Statement kClaimPending{R"sql(
+  INSERT INTO idempotency_keys
+    (tenant_id, idempotency_key, request_hash, status, lease_expires_at, fencing_token,
+     expires_at)
+  VALUES ($1, $2, $3, 'pending', now() + make_interval(secs => $4), 1,
+          now() + make_interval(secs => $5))
+  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+  RETURNING fencing_token)sql"};
+
+// A pending claim whose holder's lease ran out, taken over under the next token.
+const common::pg::Statement kTakeOverPending{R"sql(
+  UPDATE idempotency_keys
+  SET lease_expires_at = now() + make_interval(secs => $4), fencing_token = fencing_token + 1
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND request_hash = $3 AND status = 'pending'
+    AND lease_expires_at <= now()
+  RETURNING fencing_token)sql"};
+
+// The external call's answer, stored only by the holder of the current token.
+const common::pg::Statement kRecordExternal{R"sql(
+  UPDATE idempotency_keys
+  SET status = 'completed', response_status = $4, response_content_type = $5, response_body = $6,
+      lease_expires_at = NULL
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'pending' AND fencing_token = $3)sql"};
+
+// Ends the lease now: the next request takes the claim over at once.
+const common::pg::Statement kReleaseLease{R"sql(
+  UPDATE idempotency_keys SET lease_expires_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'pending' AND fencing_token = $3)sql"};
 
 const common::pg::Statement kStore{R"sql(
   UPDATE idempotency_keys
@@ -75,6 +106,9 @@ const common::pg::Statement kDeleteExpired{R"sql(
 
 // Thrown inside a compensation's transaction to roll it back and answer `action_unknown`.
 struct ActionUnknown {};
+// Thrown inside a compensation's transaction to roll it back and answer 409: the action it
+// undoes is an external call still in flight.
+struct ActionPending {};
 
 // A transaction that lost a serialization or deadlock race is retried at once; it stored
 // nothing. Anything else (including an in-doubt commit) goes to the caller.
@@ -100,6 +134,10 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   if (row[1].as<std::string>() != hash) {
     return Json(kKeyReusedStatus, "idempotency_key_reused",
                 "this Idempotency-Key was used with a different request", "mismatch");
+  }
+  if (status == "pending") {  // an external call under a live lease
+    return Json(kInProgressStatus, "idempotency_key_in_progress",
+                "a request with this Idempotency-Key is still running; retry later", "in_progress");
   }
   // Replaying the success of an undone action would tell a late retry (say, of a parent
   // whose key expired) that the effect is in place.
@@ -128,6 +166,43 @@ void Store(pqxx::work& tx, const Request& req, const Response& res) {
 }
 
 bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
+
+// What a compensation finds of the action it undoes, in its transaction: the answer's
+// "outcome" when there is nothing to undo (writing the tombstone when the action never
+// arrived), else nullopt and `action` to undo. Throws ActionUnknown or ActionPending.
+std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
+                                      const std::string& action_key, bool action_applied,
+                                      double retention_s, ActionRecord& action) {
+  std::string refusal = common::http::ErrorBody(
+      "cancelled", "this step was compensated before it arrived; it will not be applied");
+  Exec(tx, kKeepAlive, req.tenant_id, action_key, retention_s);
+  if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key).empty()) {
+    // The caller saw this action succeed, yet it has no record here (expired, restored from
+    // an old backup): nothing can be undone, and a tombstone would make that final. Answer
+    // without storing anything, so a retry after the record is restored undoes it.
+    throw ActionUnknown();
+  }
+  if (!Exec(tx, kTombstone, req.tenant_id, action_key, refusal, retention_s).empty()) {
+    return "cancelled";
+  }
+  // The action committed (the tombstone insert waited for it if it was in flight).
+  auto row = Exec(tx, kLockAction, req.tenant_id, action_key)[0];
+  auto status = row[0].as<std::string>();
+  int action_status = row[1].as<int>(0);
+  if (status == "tombstone") return "cancelled";
+  if (status == "pending") throw ActionPending();
+  if (row[3].as<bool>()) return "already_undone";
+  if (action_status < 200 || action_status > 299) return "nothing_to_undo";
+  action = {action_key, action_status,
+            nlohmann::json::parse(row[2].as<std::string>(), nullptr, false)};
+  return std::nullopt;
+}
+
+Response Undone(nlohmann::json body, const std::string& outcome, const nlohmann::json& detail) {
+  body["outcome"] = outcome;
+  if (detail.is_object()) body.update(detail);
+  return Response{200, body.dump(), "application/json", false, "applied"};
+}
 
 // The business effect, on the transaction that stores its answer; `span` is left open.
 Response ApplyEffect(pqxx::work& tx, const Guard::Effect& effect, common::trace::Span& span) {
@@ -175,6 +250,10 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
                   "the action this compensation undoes succeeded, but there is no record of it "
                   "here; nothing was undone or stored",
                   "action_unknown");
+    } catch (const ActionPending&) {
+      return Json(kInProgressStatus, "idempotency_key_in_progress",
+                  "the action this compensation undoes is still running; retry later",
+                  "in_progress");
     } catch (const pqxx::sql_error& e) {
       if (!IsLockTimeout(e)) throw;
       return Json(kInProgressStatus, "idempotency_key_in_progress",
@@ -237,44 +316,137 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     claim.End();
     auto undo_span = StartSpan("compensation effect", req);
     undo_span.Set("action_key", action_key).Set("compensation", true);
-    nlohmann::json body = {{"action_key", action_key}};
-    std::string refusal = common::http::ErrorBody(
-        "cancelled", "this step was compensated before it arrived; it will not be applied");
-    Exec(tx, kKeepAlive, req.tenant_id, action_key, RetentionSeconds());
-    if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key).empty()) {
-      // The caller saw this action succeed, yet it has no record here (expired, restored from
-      // an old backup): nothing can be undone, and a tombstone would make that final. Answer
-      // without storing anything, so a retry after the record is restored undoes it.
-      throw ActionUnknown();
-    }
-    if (!Exec(tx, kTombstone, req.tenant_id, action_key, refusal, RetentionSeconds()).empty()) {
-      body["outcome"] = "cancelled";
+    ActionRecord action;
+    auto found = FindAction(tx, req, action_key, action_applied, RetentionSeconds(), action);
+    Response res;
+    if (found) {
+      res = Undone({{"action_key", action_key}}, *found, nullptr);
     } else {
-      // The action committed (the tombstone insert waited for it if it was in flight).
-      auto row = Exec(tx, kLockAction, req.tenant_id, action_key)[0];
-      auto status = row[0].as<std::string>();
-      int action_status = row[1].as<int>(0);
-      if (status == "tombstone") {
-        body["outcome"] = "cancelled";
-      } else if (row[3].as<bool>()) {
-        body["outcome"] = "already_undone";
-      } else if (action_status < 200 || action_status > 299) {
-        body["outcome"] = "nothing_to_undo";
-      } else {
-        ActionRecord action{action_key, action_status,
-                            nlohmann::json::parse(row[2].as<std::string>(), nullptr, false)};
-        nlohmann::json detail = undo(tx, action);
-        Exec(tx, kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
-        body["outcome"] = "undone";
-        if (detail.is_object()) body.update(detail);
-      }
+      nlohmann::json detail = undo(tx, action);
+      Exec(tx, kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
+      res = Undone({{"action_key", action_key}}, "undone", detail);
     }
-    undo_span.Set("undo.outcome", body["outcome"].get<std::string>()).Ok();
+    undo_span.Set("undo.outcome", found.value_or("undone")).Ok();
     undo_span.End();
-    Response res{200, body.dump(), "application/json", false, "applied"};
     Store(tx, req, res);
     return res;
   });
+}
+
+template <typename Claimed, typename Call, typename Record>
+Response Guard::External(const Request& req, const Claimed& claimed, const Call& call,
+                         const Record& record) {
+  const std::string hash = Fingerprint(req);
+  const double lease_s = static_cast<double>(options_.lease.count());
+  struct Owned {
+    long long token;
+    bool earlier;
+  };
+  std::optional<Owned> owned;
+  // 1. Claim the key (or take over an expired claim), or answer from it: one short transaction.
+  Response answered = InTransaction(req, [&](pqxx::work& tx) -> Response {
+    owned.reset();
+    auto span = StartSpan("guard claim", req);
+    bool earlier = false;
+    auto rows = Exec(tx, kClaimPending, req.tenant_id, req.key, hash, lease_s, RetentionSeconds());
+    if (rows.empty()) {
+      rows = Exec(tx, kTakeOverPending, req.tenant_id, req.key, hash, lease_s);
+      earlier = true;
+    }
+    if (rows.empty()) {
+      auto existing = Existing(tx, req, hash, RetentionSeconds());
+      if (!existing) throw pqxx::serialization_failure("external claim raced with a rollback");
+      span.Set("outcome", existing->outcome);
+      return *existing;
+    }
+    long long token = rows[0][0].as<long long>();
+    span.Set("outcome", std::string(earlier ? "taken_over" : "claimed"))
+        .Set("fencing_token", token)
+        .Ok();
+    if (auto now = claimed(tx, earlier)) {  // answered without calling out
+      Exec(tx, kRecordExternal, req.tenant_id, req.key, token, now->status, now->content_type,
+           now->body);
+      return *now;
+    }
+    owned = Owned{token, earlier};
+    return {};
+  });
+  if (!owned) return answered;
+  if (owned->earlier) {
+    common::Log("guard_takeover", {{"tenant", req.tenant_id},
+                                   {"key", req.key},
+                                   {"fencing_token", std::to_string(owned->token)}});
+  }
+  // 2. The call, with no transaction open.
+  Response res;
+  {
+    auto span = StartSpan("external effect", req);
+    span.Set("fencing_token", owned->token).Set("earlier_attempt", owned->earlier);
+    try {
+      res = call(ExternalCall{req, owned->token, owned->earlier});
+    } catch (const std::exception& e) {
+      span.Error(std::string("threw (may have happened): ") + e.what());
+      // The next request takes over at once, told that this call may have happened.
+      try {
+        pool_.With([&](pqxx::connection& conn) {
+          pqxx::nontransaction tx(conn);
+          Exec(tx, kReleaseLease, req.tenant_id, req.key, owned->token);
+        });
+      } catch (const std::exception&) {
+        // The lease runs out on its own.
+      }
+      throw;
+    }
+    res.replayed = false;
+    res.outcome = "applied";
+    span.Set("http.status_code", static_cast<long long>(res.status)).Ok();
+  }
+  // 3. Record the answer, only under this caller's token.
+  return InTransaction(req, [&](pqxx::work& tx) -> Response {
+    auto span = StartSpan("guard record", req);
+    if (Exec(tx, kRecordExternal, req.tenant_id, req.key, owned->token, res.status,
+             res.content_type, res.body)
+            .affected_rows() == 1) {
+      record(tx);
+      span.Set("outcome", std::string("stored")).Ok();
+      return res;
+    }
+    // Taken over while this call was out (its lease ran out): a zombie's answer is not stored.
+    span.Set("outcome", std::string("fenced")).Error("the claim was taken over; not stored");
+    common::Log("guard_fenced", {{"tenant", req.tenant_id},
+                                 {"key", req.key},
+                                 {"fencing_token", std::to_string(owned->token)}});
+    auto now = Existing(tx, req, hash, RetentionSeconds());
+    Response fenced = now ? *now
+                          : Json(kInProgressStatus, "idempotency_key_in_progress",
+                                 "this request's claim was taken over; retry later", "");
+    fenced.outcome = "fenced";
+    return fenced;
+  });
+}
+
+Response Guard::RunExternal(const Request& req, const ExternalEffect& effect) {
+  return External(
+      req, [](pqxx::work&, bool) -> std::optional<Response> { return std::nullopt; }, effect,
+      [](pqxx::work&) {});
+}
+
+Response Guard::CompensateExternal(const Request& req, const std::string& action_key,
+                                   const ExternalUndo& undo, bool action_applied) {
+  ActionRecord action;
+  return External(
+      req,
+      [&](pqxx::work& tx, bool) -> std::optional<Response> {
+        auto found = FindAction(tx, req, action_key, action_applied, RetentionSeconds(), action);
+        if (found) return Undone({{"action_key", action_key}}, *found, nullptr);
+        return std::nullopt;
+      },
+      [&](const ExternalCall& call) {
+        return Undone({{"action_key", action_key}}, "undone", undo(call, action));
+      },
+      [&](pqxx::work& tx) {
+        Exec(tx, kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
+      });
 }
 
 double Guard::RetentionSeconds() const { return static_cast<double>(options_.retention.count()); }

@@ -9,6 +9,13 @@
 // Business failures (a 4xx the effect returns) are stored and replayed like successes; an
 // effect that answers non-2xx must therefore change nothing.
 //
+// Effects outside the database (a card network, an e-mail provider) use RunExternal: the key is
+// claimed as pending with a lease and a fencing token in one short transaction, the call goes
+// out with no transaction open, and a second transaction records the answer only if the
+// token is still the caller's. A duplicate meanwhile gets 409; a claim whose lease expired
+// (its process died mid-call) is taken over by the next request with the key, under the next
+// token, and its effect is told that an earlier attempt may have reached the third party.
+//
 // Compensations name the action key they undo. If the action is there, it is undone once
 // (however often the compensation is retried, under whichever key). If it never arrived, a
 // tombstone is stored under the action key so a late action is refused (409 `cancelled`).
@@ -44,7 +51,7 @@ struct Response {
   std::string content_type = "application/json";
   bool replayed = false;  // answered from the stored response; send Idempotent-Replayed: true
   // applied | replayed | mismatch | cancelled (tombstone) | compensated | in_progress |
-  // action_unknown: for spans and logs.
+  // action_unknown | fenced: for spans and logs.
   std::string outcome;
 };
 
@@ -73,11 +80,25 @@ inline constexpr int kActionUnknownStatus = 409;
 inline constexpr const char* kPolicyPath = "/v1/idempotency";
 
 struct GuardOptions {
+  // How long a RunExternal claim is held before another request may take it over: longer than
+  // the external call can take (its timeouts), or two calls may overlap.
+  std::chrono::seconds lease{30};
   // How long a key (and so its replay, its tombstone, its "compensated") is kept, counted from
   // the claim, or from the compensation that undid it. It must exceed the orchestrator's
   // retention plus its longest saga (the orchestrator checks at start-up): a step retried by a
   // resumed saga, or a compensation, must always find its key.
   std::chrono::seconds retention{std::chrono::hours(24 * 7)};
+};
+
+// What an external effect (RunExternal, CompensateExternal) is given.
+struct ExternalCall {
+  const Request& request;
+  // Grows with each takeover of the key. A third party that can fence (a conditional write)
+  // should be given it: a late call under an older token is then refused there too.
+  long long fencing_token = 0;
+  // An earlier holder of this key's claim died (or failed) mid-call: the third party may
+  // already have done it. Pass the same key downstream, or look the effect up first.
+  bool earlier_attempt = false;
 };
 
 // What an effect may touch, which decides when the guard calls it.
@@ -99,6 +120,12 @@ class Guard {
   using Effect = std::function<Response(pqxx::work& tx)>;
   // Undoes a successful action inside `tx`; returns details for the compensation's answer.
   using Undo = std::function<nlohmann::json(pqxx::work& tx, const ActionRecord& action)>;
+  // An effect outside the database: called with no transaction open. Throwing means it may or
+  // may not have happened: the claim is released (503) and the retry is told so.
+  using ExternalEffect = std::function<Response(const ExternalCall& call)>;
+  // Undoes an external action, with no transaction open; returns details for the answer.
+  using ExternalUndo =
+      std::function<nlohmann::json(const ExternalCall& call, const ActionRecord& action)>;
 
   // `tracer` may be null (no spans).
   explicit Guard(common::pg::Pool& pool, const common::trace::Tracer* tracer = nullptr,
@@ -117,6 +144,19 @@ class Guard {
   Response Compensate(const Request& req, const std::string& action_key, const Undo& undo,
                       bool action_applied = false);
 
+  // Calls `effect` at most once per (tenant, key) among live claims (see the header comment),
+  // and stores and replays its answer like Run's. Outcomes besides Run's: in_progress (a live
+  // claim holds the key: 409), fenced (this caller's claim was taken over meanwhile: its
+  // answer is not stored; the current holder's stored answer, or 409, is returned).
+  Response RunExternal(const Request& req, const ExternalEffect& effect);
+  // Compensate for an action whose undo is external: the compensation's own key is claimed as
+  // RunExternal claims, `undo` runs with no transaction open, and the action is marked undone
+  // with the answer, fenced by the token. An action still pending answers 409 (retry later).
+  // `undo` runs at most once per compensation key; give the third party the action key so
+  // that undoing twice under two compensation keys is harmless there.
+  Response CompensateExternal(const Request& req, const std::string& action_key,
+                              const ExternalUndo& undo, bool action_applied = false);
+
   // Deletes up to `batch` keys past their expiry (GuardOptions::retention).
   long long DeleteExpired(int batch);
 
@@ -125,6 +165,13 @@ class Guard {
  private:
   template <typename Body>
   Response InTransaction(const Request& req, const Body& body);
+  // The lease protocol of RunExternal and CompensateExternal: `claimed(tx, earlier)` runs in
+  // the claim's transaction once the key is this caller's (it may answer at once: stored,
+  // nothing called out); otherwise `call(token, earlier)` runs outside any transaction, and
+  // `record(tx)` beside the fenced store of its answer.
+  template <typename Claimed, typename Call, typename Record>
+  Response External(const Request& req, const Claimed& claimed, const Call& call,
+                    const Record& record);
   common::trace::Span StartSpan(const std::string& name, const Request& req) const;
   double RetentionSeconds() const;
 

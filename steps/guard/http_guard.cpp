@@ -144,6 +144,25 @@ HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
   };
 }
 
+HttpGuard::Handler HttpGuard::ExternalAction(Validate validate,
+                                             Guard::ExternalEffect effect) const {
+  return [this, validate = std::move(validate), effect = std::move(effect)](
+             const httplib::Request& req, httplib::Response& res) {
+    Guarded(
+        req, res, [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
+        [&](const Request& r) { return guard_.RunExternal(r, effect); });
+  };
+}
+
+HttpGuard::Handler HttpGuard::ExternalCompensation(Guard::ExternalUndo undo) const {
+  return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
+    Guarded(req, res, ValidateCompensation, [&](const Request& r) {
+      return guard_.CompensateExternal(r, r.body["action_key"].get<std::string>(), undo,
+                                       r.body.value("action_applied", false));
+    });
+  };
+}
+
 HttpGuard::Handler HttpGuard::Policy() const {
   return [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;

@@ -11,6 +11,7 @@
 //   steps::guard::HttpGuard http(guard, {.service_token = token});
 //   server.Post("/v1/bookings", http.Action(ValidateBooking, Book));
 //   server.Post("/v1/bookings/cancel", http.Compensation(CancelBooking));
+//   server.Post("/v1/emails", http.ExternalAction(ValidateEmail, SendThroughProvider));
 #pragma once
 
 #include <functional>
@@ -66,6 +67,10 @@ class HttpGuard {
   // POST handler of a compensation, whose body is {"action_key": "...", "action_applied":
   // true|false (optional)}: `undo` runs at most once for that action (Guard::Compensate).
   Handler Compensation(RouteUndo undo) const;
+  // The same for an action whose effect, and its undo, are calls outside the database
+  // (Guard::RunExternal, Guard::CompensateExternal): no transaction is open during them.
+  Handler ExternalAction(Validate validate, Guard::ExternalEffect effect) const;
+  Handler ExternalCompensation(Guard::ExternalUndo undo) const;
   // GET kPolicyPath: {"key_retention_seconds": N}, what an orchestrator checks at start-up.
   Handler Policy() const;
 
