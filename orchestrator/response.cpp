@@ -19,7 +19,7 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
     body["order_id"] = ctx.order_id;
     body["idempotency_key"] = ctx.idempotency_key;
     body["trace_id"] = ctx.trace_id;
-    return {201, body.dump()};
+    return {201, body.dump(), {{"Content-Type", "application/json"}, {"Location", ctx.location}}};
   }
   const saga::StepResult& f = result.failure;
   bool business =
@@ -39,7 +39,7 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
       {"retryable", false},
       {"idempotency_key", ctx.idempotency_key},
       {"trace_id", ctx.trace_id}};
-  return {status, body.dump()};
+  return {status, body.dump(), {{"Content-Type", "application/json"}}};
 }
 
 }  // namespace orchestrator

@@ -7,11 +7,14 @@
 //                502 <step>_unavailable when retries ran out, with
 //                {"status":"failed","error":{...},"compensated":[...],"retryable":false,
 //                 "trace_id"}
+// Its headers are stored and replayed with it: Content-Type, and for a 201 the run's Location
+// (/v1/orders/{key} or /v1/runs/{saga}/{key}).
 // A stored answer is final: `retryable: false` says a retry with the same key gets these same
 // bytes, and trying again needs a new key. 503 is kept for answers that store nothing.
 // Pure function.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "steps/saga/runner.hpp"
@@ -21,12 +24,14 @@ namespace orchestrator {
 struct StoredResponse {
   int status = 0;
   std::string body;
+  std::map<std::string, std::string> headers;
 };
 
 struct ResponseContext {
   std::string order_id;
   std::string idempotency_key;
   std::string trace_id;
+  std::string location;  // where the run is read (StatusPath)
 };
 
 StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx);

@@ -163,7 +163,8 @@ void SagaService::Shutdown() {
 namespace {
 
 Answer ReplayOf(const FinishedAnswer& f) {
-  Answer a{f.status, f.body, {{"Idempotent-Replayed", "true"}}};
+  Answer a{f.status, f.body, f.headers};
+  a.headers["Idempotent-Replayed"] = "true";
   a.outcome = KeyOutcome::kReplayed;
   a.trace_id = f.trace_id;
   a.root_span_id = f.root_span_id;
@@ -179,17 +180,25 @@ Answer Mismatch() {
 
 }  // namespace
 
-void SagaService::Remember(const SagaRow& row, int status, const std::string& body,
-                           std::chrono::milliseconds row_expires_in) {
-  finished_.Put(row.tenant_id, row.key,
-                {row.request_hash, status, body, row.trace_id, row.root_span_id}, row_expires_in);
+FinishedAnswer SagaService::Remember(const SagaRow& row, int status, const std::string& body,
+                                     std::map<std::string, std::string> headers,
+                                     std::chrono::milliseconds row_expires_in) {
+  FinishedAnswer answer{row.request_hash, status,           body,
+                        row.trace_id,     row.root_span_id, std::move(headers)};
+  finished_.Put(row.tenant_id, row.key, answer, row_expires_in);
+  return answer;
 }
 
 Answer SagaService::Replay(const SagaRow& row) {
-  Remember(row, row.response_status, row.response_body,
-           std::chrono::milliseconds(static_cast<long long>(row.expires_in_seconds * 1000)));
+  std::map<std::string, std::string> headers;
+  if (row.response_headers.is_object()) {
+    for (const auto& [name, value] : row.response_headers.items()) {
+      if (value.is_string()) headers[name] = value.get<std::string>();
+    }
+  }
   return ReplayOf(
-      {row.request_hash, row.response_status, row.response_body, row.trace_id, row.root_span_id});
+      Remember(row, row.response_status, row.response_body, std::move(headers),
+               std::chrono::milliseconds(static_cast<long long>(row.expires_in_seconds * 1000))));
 }
 
 Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed) {
@@ -250,13 +259,14 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
       return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
     }
     if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
-      auto response = BuildResponse(result, {row.order_id, row.key, row.trace_id});
+      auto response = BuildResponse(
+          result, {row.order_id, row.key, row.trace_id, StatusPath(row.saga_name, row.key)});
       bool completed = result.end == saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
-                        StepsJson(result.steps))) {
+                        StepsJson(result.steps), response.headers)) {
         common::CrashPoint("after_finish");
         // The row's retention counted from its commit, a moment ago: a second less is safe.
-        Remember(row, response.status, response.body,
+        Remember(row, response.status, response.body, response.headers,
                  store_.options().retention - std::chrono::seconds(1));
         common::Log("saga_finished",
                     {{"tenant", row.tenant_id},
@@ -264,7 +274,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
                      {"status", ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)},
                      {"http_status", std::to_string(response.status)},
                      {"trace_id", row.trace_id}});
-        return Answer{response.status, response.body, {}};
+        return Answer{response.status, response.body, response.headers};
       }
     }
     // Fenced: another owner has the saga now; answer from what it has stored, if anything.

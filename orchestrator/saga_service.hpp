@@ -99,9 +99,10 @@ class SagaService {
   // `input`: the typed input when the route parsed it (a new claim); null when resumed.
   Answer Drive(const Claim& claim, std::shared_ptr<const std::any> input);
   Answer Replay(const SagaRow& row);
-  // Remembers a finished row's answer for replays.
-  void Remember(const SagaRow& row, int status, const std::string& body,
-                std::chrono::milliseconds row_expires_in);
+  // Remembers a finished row's answer for replays; returns it.
+  FinishedAnswer Remember(const SagaRow& row, int status, const std::string& body,
+                          std::map<std::string, std::string> headers,
+                          std::chrono::milliseconds row_expires_in);
   // The answer for what the key said; starts the saga when this request owns it.
   Answer AnswerClaim(const Claim& claim, const Submission& s);
 

@@ -45,7 +45,9 @@ steps::guard::Response Ship(pqxx::work& tx, const steps::guard::Request& req) {
                          {"status", "created"},
                          {"reservation_id", b["reservation_id"]},
                          {"country", country}};
-  return {201, body.dump()};
+  steps::guard::Response res{201, body.dump()};
+  res.headers["Location"] = "/v1/shipments/" + id.as<std::string>();  // replayed with the body
+  return res;
 }
 
 nlohmann::json Cancel(pqxx::work& tx, const steps::guard::Request& req,

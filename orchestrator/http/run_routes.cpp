@@ -13,8 +13,11 @@ using common::http::SetError;
 
 void Send(const Answer& a, httplib::Response& res) {
   res.status = a.status;
-  res.set_content(a.body, "application/json");
-  for (const auto& [k, v] : a.headers) res.set_header(k.c_str(), v);
+  auto type = a.headers.find("Content-Type");
+  res.set_content(a.body, type == a.headers.end() ? "application/json" : type->second.c_str());
+  for (const auto& [k, v] : a.headers) {
+    if (k != "Content-Type") res.set_header(k.c_str(), v);
+  }
 }
 
 // Records the response's status on the request's span, however the handler returns.

@@ -26,6 +26,7 @@ void FinishedCache::Put(const std::string& tenant_id, const std::string& key, Fi
   std::string id = Id(tenant_id, key);
   size_t bytes = 2 * id.size() + answer.request_hash.size() + answer.body.size() +
                  answer.trace_id.size() + answer.root_span_id.size() + 128;
+  for (const auto& [name, value] : answer.headers) bytes += name.size() + value.size() + 64;
   if (bytes > options_.max_bytes / 4) return;  // a few huge answers must not evict the rest
   std::lock_guard lock(mutex_);
   if (auto found = index_.find(id); found != index_.end()) EraseLocked(found->second);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@ struct FinishedAnswer {
   std::string body;
   std::string trace_id;
   std::string root_span_id;
+  std::map<std::string, std::string> headers;  // stored with the answer (Location, ...)
 };
 
 class FinishedCache {

@@ -155,7 +155,7 @@ const common::pg::Statement kCounts{R"sql(
 const common::pg::Statement kFinish{R"sql(
   UPDATE idempotency_keys
   SET status = $5, response_status = $6, response_body = $7,
-      response_headers = '{"Content-Type":"application/json"}'::jsonb, steps = $8::jsonb,
+      response_headers = $10::jsonb, steps = $8::jsonb,
       stuck = false, lease_owner = NULL, lease_expires_at = NULL,
       completed_at = now(), updated_at = now(),
       -- Retention counts from the end: a saga that ran (or was stuck) long keeps its answer.
@@ -372,12 +372,14 @@ ParentStore::Counts ParentStore::CountRunning() {
 }
 
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
-                         const std::string& response_body, const nlohmann::json& steps) {
+                         const std::string& response_body, const nlohmann::json& steps,
+                         const std::map<std::string, std::string>& response_headers) {
   auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
                   std::string(ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)),
                   response_status, response_body, steps.dump(),
-                  Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)));
+                  Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
+                  nlohmann::json(response_headers).dump());
     return r.affected_rows();
   });
   return !Fenced(l, "finish", n == 1);

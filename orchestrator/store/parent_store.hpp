@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -124,8 +125,11 @@ class ParentStore {
   bool DeferStuck(const Lease& lease, const nlohmann::json& steps,
                   std::chrono::milliseconds retry_in);
   // Stores the final response and ends the lease; false when fenced.
+  // `response_headers` are stored with the answer and replayed with it.
   bool Finish(const Lease& lease, bool completed, int response_status,
-              const std::string& response_body, const nlohmann::json& steps);
+              const std::string& response_body, const nlohmann::json& steps,
+              const std::map<std::string, std::string>& response_headers = {
+                  {"Content-Type", "application/json"}});
 
   std::optional<SagaRow> Get(const std::string& tenant_id, const std::string& key);
 

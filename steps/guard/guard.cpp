@@ -24,14 +24,14 @@ const common::pg::Statement kClaim{R"sql(
 const common::pg::Statement kInsertAnswered{R"sql(
   INSERT INTO idempotency_keys
     (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
-     response_body, expires_at)
-  VALUES ($1, $2, $3, 'completed', $4, $5, $6, now() + make_interval(secs => $7))
+     response_body, expires_at, response_headers)
+  VALUES ($1, $2, $3, 'completed', $4, $5, $6, now() + make_interval(secs => $7), $8::jsonb)
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql"};
 
 const common::pg::Statement kLoad{R"sql(
   SELECT status, request_hash, response_status, response_content_type, response_body,
-         compensated_at IS NOT NULL
+         compensated_at IS NOT NULL, response_headers::text
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
 
 // RunExternal's claim: pending, under a lease and the first fencing token.
@@ -56,7 +56,7 @@ const common::pg::Statement kTakeOverPending{R"sql(
 const common::pg::Statement kRecordExternal{R"sql(
   UPDATE idempotency_keys
   SET status = 'completed', response_status = $4, response_content_type = $5, response_body = $6,
-      lease_expires_at = NULL
+      response_headers = $7::jsonb, lease_expires_at = NULL
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'pending' AND fencing_token = $3)sql"};
 
 // Ends the lease now: the next request takes the claim over at once.
@@ -66,7 +66,8 @@ const common::pg::Statement kReleaseLease{R"sql(
 
 const common::pg::Statement kStore{R"sql(
   UPDATE idempotency_keys
-  SET status = 'completed', response_status = $3, response_content_type = $4, response_body = $5
+  SET status = 'completed', response_status = $3, response_content_type = $4, response_body = $5,
+      response_headers = $6::jsonb
   WHERE tenant_id = $1 AND idempotency_key = $2)sql"};
 
 const common::pg::Statement kTombstone{R"sql(
@@ -131,6 +132,10 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
                   "cancelled"};
   if (status == "tombstone") return stored;  // compensated before it arrived: refuse
+  const auto headers = nlohmann::json::parse(row[6].as<std::string>());  // outlives items()
+  for (const auto& [name, value] : headers.items()) {
+    if (value.is_string()) stored.headers[name] = value.get<std::string>();
+  }
   if (row[1].as<std::string>() != hash) {
     return Json(kKeyReusedStatus, "idempotency_key_reused",
                 "this Idempotency-Key was used with a different request", "mismatch");
@@ -161,8 +166,11 @@ std::optional<Response> ClaimOrReplay(pqxx::work& tx, const Request& req, const 
   throw pqxx::serialization_failure("idempotency key claim raced with a rollback");
 }
 
+std::string HeadersJson(const Response& res) { return nlohmann::json(res.headers).dump(); }
+
 void Store(pqxx::work& tx, const Request& req, const Response& res) {
-  Exec(tx, kStore, req.tenant_id, req.key, res.status, res.content_type, res.body);
+  Exec(tx, kStore, req.tenant_id, req.key, res.status, res.content_type, res.body,
+       HeadersJson(res));
 }
 
 bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
@@ -272,7 +280,7 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
         auto span = StartSpan("business effect", req);
         Response res = ApplyEffect(tx, effect, span);
         if (Exec(tx, kInsertAnswered, req.tenant_id, req.key, hash, res.status, res.content_type,
-                 res.body, RetentionSeconds())
+                 res.body, RetentionSeconds(), HeadersJson(res))
                 .empty()) {
           span.Set("outcome", std::string("rolled back: the key was taken"));
           throw KeyTaken{};
@@ -365,7 +373,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
         .Ok();
     if (auto now = claimed(tx, earlier)) {  // answered without calling out
       Exec(tx, kRecordExternal, req.tenant_id, req.key, token, now->status, now->content_type,
-           now->body);
+           now->body, HeadersJson(*now));
       return *now;
     }
     owned = Owned{token, earlier};
@@ -405,7 +413,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
   return InTransaction(req, [&](pqxx::work& tx) -> Response {
     auto span = StartSpan("guard record", req);
     if (Exec(tx, kRecordExternal, req.tenant_id, req.key, owned->token, res.status,
-             res.content_type, res.body)
+             res.content_type, res.body, HeadersJson(res))
             .affected_rows() == 1) {
       record(tx);
       span.Set("outcome", std::string("stored")).Ok();

@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 #include <string>
@@ -53,6 +54,8 @@ struct Response {
   // applied | replayed | mismatch | cancelled (tombstone) | compensated | in_progress |
   // action_unknown | fenced: for spans and logs.
   std::string outcome;
+  // Further headers of the answer (Location, any the handler names): stored and replayed.
+  std::map<std::string, std::string> headers;
 };
 
 // The stored answer of the action a compensation undoes.

@@ -48,6 +48,7 @@ std::optional<Request> HttpGuard::Admit(const httplib::Request& req, httplib::Re
 void WriteAnswer(const Response& answer, httplib::Response& res) {
   res.status = answer.status;
   res.set_content(answer.body, answer.content_type.c_str());
+  for (const auto& [name, value] : answer.headers) res.set_header(name.c_str(), value);
   if (answer.replayed) res.set_header("Idempotent-Replayed", "true");
   if (answer.outcome == "in_progress") res.set_header("Retry-After", "1");
 }

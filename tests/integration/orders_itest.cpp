@@ -196,6 +196,28 @@ TEST_F(OrdersTest, ARetryReplaysTheStoredResponseByteForByteAndDoesNothingElse) 
   EXPECT_EQ(quoted->body, first->body);
 }
 
+// The answer's headers are part of it: a 201 says where the order is read, and every replay
+// says so too, from memory and, after a restart, from the database.
+TEST_F(OrdersTest, TheStoredAnswersHeadersAreReplayedWithIt) {
+  auto first = Submit(Order("order-h"));
+  ASSERT_EQ(first->status, 201) << first->body;
+  EXPECT_EQ(first->get_header_value("Location"), "/v1/orders/order-h");
+  EXPECT_EQ(first->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(orch_db_.Text("SELECT response_headers->>'Location' FROM idempotency_keys "
+                          "WHERE idempotency_key = 'order-h'"),
+            "/v1/orders/order-h");
+  auto from_memory = Submit(Order("order-h"));
+  Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()));  // memory is gone
+  auto from_database = Submit(Order("order-h"));
+  for (const auto& replay : {&from_memory, &from_database}) {
+    ASSERT_TRUE(*replay);
+    EXPECT_EQ((*replay)->body, first->body);
+    EXPECT_EQ((*replay)->get_header_value("Location"), "/v1/orders/order-h");
+    EXPECT_EQ((*replay)->get_header_value("Content-Type"), "application/json");
+    EXPECT_EQ((*replay)->get_header_value("Idempotent-Replayed"), "true");
+  }
+}
+
 // A finished answer never changes, so this process replays it from memory: with the parent
 // table locked against every reader, the replay and the 422 still come at once, byte for
 // byte; the same key of another tenant is never answered from that memory.

@@ -70,6 +70,7 @@ TEST_F(ShippingTest, CreatesOneShipmentPerKeyHoweverOftenTheRequestIsRetried) {
   EXPECT_EQ(body["status"], "created");
   EXPECT_EQ(body["reservation_id"], kReservation);
   EXPECT_EQ(body["country"], "GB");
+  EXPECT_EQ(first->get_header_value("Location"), "/v1/shipments/" + id);
 
   // Retries one after another, the same request written differently among them.
   for (const char* retry_body : {kShipment, kShipmentReordered, kShipment}) {
@@ -78,6 +79,8 @@ TEST_F(ShippingTest, CreatesOneShipmentPerKeyHoweverOftenTheRequestIsRetried) {
     EXPECT_EQ(replay->status, 201);
     EXPECT_EQ(replay->body, first->body);
     EXPECT_EQ(replay->get_header_value("Idempotent-Replayed"), "true");
+    EXPECT_EQ(replay->get_header_value("Location"), "/v1/shipments/" + id);
+    EXPECT_EQ(replay->get_header_value("Content-Type"), "application/json");
   }
   // And a storm of concurrent duplicates: each is answered with the first answer.
   constexpr int kDuplicates = 8;

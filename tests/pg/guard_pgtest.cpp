@@ -331,6 +331,30 @@ TEST_P(GuardTest, AnEffectThatTripsOnItsOwnUniqueIndexIsStillReplayed) {
   EXPECT_EQ(db_.Count("SELECT count(*) FROM own_charges"), 1);
 }
 
+// The headers a handler names (a created resource's Location) come back with every replay, as
+// do Content-Type and the body; a refusal stored without any replays without any.
+TEST_P(GuardTest, TheHeadersTheHandlerNamesAreStoredAndReplayed) {
+  auto created = [](pqxx::work& tx) {
+    auto id = tx.exec("SELECT gen_random_uuid()::text")[0][0].as<std::string>();
+    Response res{201, nlohmann::json{{"id", id}}.dump(), "application/vnd.things+json"};
+    res.headers = {{"Location", "/v1/things/" + id}, {"X-Thing-Version", "3"}};
+    return res;
+  };
+  auto first = Run(Req("H-payment"), created);
+  auto again = Run(Req("H-payment"), created);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.content_type, "application/vnd.things+json");
+  EXPECT_EQ(again.headers, first.headers);
+  EXPECT_EQ(again.headers.at("Location"),
+            "/v1/things/" + nlohmann::json::parse(first.body)["id"].get<std::string>());
+  auto refused = Run(Req("H2-payment"), [](pqxx::work&) {
+    return Response{402, common::http::ErrorBody("card_declined", "declined")};
+  });
+  EXPECT_TRUE(Run(Req("H2-payment"), RecordEffect()).headers.empty());
+  EXPECT_TRUE(refused.headers.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Scopes, GuardTest,
                          ::testing::Values(EffectScope::kAny, EffectScope::kTransactionOnly),
                          [](const auto& info) {
