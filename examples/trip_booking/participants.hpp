@@ -1,10 +1,10 @@
-// The trip's two participants, each an HTTP service of its own with its own database, its
-// effects guarded by idemsaga: the hotel books rooms, the car desk rents cars (and has none in
-// Atlantis, a business refusal that the guard stores and replays like a success).
+// The trip's two participants, each an HTTP service of its own with a database of its own and
+// its effects guarded by idemsaga. The hotel books rooms in its own PostgreSQL (one
+// transaction with the key); the car desk rents through a third party's API, an effect outside
+// the database (a lease and a fencing token on the key, no transaction open during the call).
 #pragma once
 
 #include <idemsaga/guard.hpp>
-#include <memory>
 #include <string>
 #include <thread>
 
@@ -12,8 +12,11 @@ namespace trip {
 
 class Service {
  public:
-  // "hotel" or "car", on `database_url` (migrated here: the guard's key table and its own).
-  Service(const std::string& kind, const std::string& database_url, const std::string& token);
+  enum class Kind { kHotel, kCar };
+  // Migrates `database_url` (the guard's key table, and the hotel's bookings); the car desk
+  // rents through `rental_company_url`.
+  Service(Kind kind, const std::string& database_url, const std::string& token,
+          const std::string& rental_company_url = "");
   ~Service();
   std::string Url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 

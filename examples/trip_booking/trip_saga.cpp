@@ -2,6 +2,7 @@
 
 namespace trip {
 
+// [trip-saga]
 Trip ParseTrip(const nlohmann::json& body) {
   saga::Fields f(body);
   Trip trip{f.Text("city", 64)};
@@ -28,5 +29,6 @@ saga::Definition MakeTripSaga(steps::client::Participants& participants) {
           },
           [&](Ctx& ctx) { return car.Compensate("/v1/rentals/cancel", ctx); });
 }
+// [trip-saga]
 
 }  // namespace trip

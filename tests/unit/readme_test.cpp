@@ -1,5 +1,6 @@
-// The README's code is the real code: its "Define your own saga" example is the shipped
-// ship_order saga, word for word, so the build keeps it compiling.
+// The README's code is the real code, word for word, so the build keeps it compiling: its
+// "Define your own saga" example is the shipped ship_order saga, and its "Use idemsaga in your
+// own project" blocks are examples/trip_booking's (built by install_example_test).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -33,6 +34,39 @@ TEST(Readme, TheDefineYourOwnSagaExampleIsTheShippedSagasCode) {
                       "// [define-your-own-saga]\n", "// [define-your-own-saga]\n");
   EXPECT_FALSE(code.empty());
   EXPECT_EQ(readme, code);
+}
+
+// The n-th ```lang block after the README's heading `heading`.
+std::string ReadmeBlock(const std::string& heading, const std::string& lang, int n) {
+  auto readme = Read("README.md");
+  auto at = readme.find(heading);
+  if (at == std::string::npos) return "<no " + heading + ">";
+  const std::string open = "```" + lang + "\n";
+  for (int i = 0; i < n; ++i) {
+    at = readme.find(open, at);
+    if (at == std::string::npos) return "<no block>";
+    at += open.size();
+  }
+  auto end = readme.find("```\n", at);
+  return end == std::string::npos ? "<unclosed>" : readme.substr(at, end - at);
+}
+
+// The text between the two lines `marker` in `path`.
+std::string Marked(const std::string& path, const std::string& marker) {
+  return Between(Read(path), marker + "\n", marker + "\n", marker + "\n");
+}
+
+TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
+  const std::string section = "## Use idemsaga in your own project";
+  auto cmake = Marked("examples/trip_booking/CMakeLists.txt", "# [cmake]");
+  auto route = Marked("examples/trip_booking/participants.cpp", "// [guard-on-a-route]");
+  auto saga = Marked("examples/trip_booking/trip_saga.cpp", "// [trip-saga]");
+  EXPECT_NE(cmake.find("find_package(idemsaga"), std::string::npos);
+  EXPECT_NE(route.find("http.ExternalAction"), std::string::npos);
+  EXPECT_NE(saga.find("saga::Definition(\"trip\""), std::string::npos);
+  EXPECT_EQ(ReadmeBlock(section, "cmake", 1), cmake);
+  EXPECT_EQ(ReadmeBlock(section, "cpp", 1), route);
+  EXPECT_EQ(ReadmeBlock(section, "cpp", 2), saga);
 }
 
 }  // namespace
