@@ -16,8 +16,13 @@ set_target_properties(idemsaga_guard PROPERTIES EXPORT_NAME guard)
 set_target_properties(idemsaga_steps PROPERTIES EXPORT_NAME steps)
 set_target_properties(idemsaga_orchestrator PROPERTIES EXPORT_NAME orchestrator)
 
+# The headers need C++20 wherever they are compiled.
+target_compile_features(idemsaga_common PUBLIC cxx_std_20)
+
 install(TARGETS ${IDEMSAGA_EXPORTED} EXPORT idemsagaTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS idemsaga RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT idemsagaTargets NAMESPACE idemsaga::

@@ -36,6 +36,11 @@ class StoreJournal : public saga::Journal {
     return true;
   }
 
+  // KeepLease renews once a third has passed: asked that often, it renews in time.
+  std::chrono::milliseconds KeepLeaseEvery() const override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(store_.options().lease / 3);
+  }
+
   bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult& cause,
                          const std::string& failed_step) override {
     return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));

@@ -36,36 +36,57 @@ void HotelRoutes(common::http::Server& server, const steps::guard::HttpGuard& ht
               }));
 }
 
-// The car desk: the rental is a call to a third party, with no transaction open. When an
-// earlier attempt may have reached it (a crash mid-call), look the rental up first.
+// The car desk: the rental is a call to a third party, with no transaction open, over by the
+// call's deadline. Where an earlier attempt may have reached the company (a crash mid-call),
+// the rental is looked up by our reference before another is made.
+httplib::Client Company(const std::string& url, const ExternalCall& call) {
+  httplib::Client company(url);
+  auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           call.deadline - std::chrono::steady_clock::now()),
+                       std::chrono::milliseconds(1));
+  company.set_connection_timeout(left);
+  company.set_read_timeout(left);  // per read: these answers are one read each
+  return company;
+}
+
+// The rental made under `ref`, or null; throws when the company cannot say.
+nlohmann::json FindRental(httplib::Client& company, const std::string& ref) {
+  auto found = company.Get("/rentals", httplib::Params{{"ref", ref}}, httplib::Headers{});
+  if (found && found->status == 404) return nullptr;
+  if (!found || found->status != 200) throw std::runtime_error("rental lookup failed");
+  return nlohmann::json::parse(found->body);
+}
+
 void CarRoutes(common::http::Server& server, const steps::guard::HttpGuard& http,
-               const std::string& company_url) {
-  server.Post(
-      "/v1/rentals", http.ExternalAction(ValidateCity, [company_url](const ExternalCall& call) {
-        httplib::Client company(company_url);
-        const auto ref = call.request.tenant_id + ":" + call.request.key;
-        if (call.earlier_attempt) {
-          auto found =
-              company.Get(("/rentals?ref=" + httplib::detail::encode_query_param(ref)).c_str());
-          if (found && found->status == 200) {
-            return Response{201, found->body};
-          }
-        }
-        auto r = company.Post(
-            "/rentals", nlohmann::json{{"ref", ref}, {"city", call.request.body["city"]}}.dump(),
-            "application/json");
-        if (!r) throw std::runtime_error("the rental company did not answer");  // may have rented
-        if (r->status == 422) {  // a business refusal: stored and replayed like a success
-          return Response{422, common::http::ErrorBody("no_cars", "no cars in this city")};
-        }
-        if (r->status != 201)
-          throw std::runtime_error("rental company: HTTP " + std::to_string(r->status));
-        return Response{201, r->body};
-      }));
+               const std::string& url) {
+  server.Post("/v1/rentals", http.ExternalAction(ValidateCity, [url](const ExternalCall& call) {
+    auto company = Company(url, call);
+    const auto ref = call.request.tenant_id + ":" + call.request.key;
+    if (call.earlier_attempt) {
+      if (auto rental = FindRental(company, ref); !rental.is_null()) {
+        return Response{201, rental.dump()};
+      }
+    }
+    auto r = company.Post("/rentals",
+                          nlohmann::json{{"ref", ref}, {"city", call.request.body["city"]}}.dump(),
+                          "application/json");
+    if (!r) throw std::runtime_error("the rental company did not answer");  // may have rented
+    if (r->status == 422) {  // a business refusal: stored and replayed like a success
+      return Response{422, common::http::ErrorBody("no_cars", "no cars in this city")};
+    }
+    if (r->status != 201) throw std::runtime_error("rental company: " + std::to_string(r->status));
+    return Response{201, r->body};
+  }));
   server.Post("/v1/rentals/cancel",
-              http.ExternalCompensation([company_url](const ExternalCall&, const ActionRecord& a) {
-                httplib::Client company(company_url);
-                auto id = a.body.at("rental_id").get<std::string>();
+              http.ExternalCompensation([url](const ExternalCall& call, const ActionRecord& a) {
+                auto company = Company(url, call);
+                // status 0: the rental call was cut off mid-way; whether it rented is for the
+                // company to say.
+                auto rental = a.status != 0
+                                  ? a.body
+                                  : FindRental(company, call.request.tenant_id + ":" + a.key);
+                if (rental.is_null()) return nlohmann::json{{"cancelled", nullptr}};
+                auto id = rental.at("rental_id").get<std::string>();
                 auto r = company.Post("/rentals/" + id + "/cancel");
                 if (!r || r->status != 200) throw std::runtime_error("cancel not confirmed");
                 return nlohmann::json{{"cancelled", id}};

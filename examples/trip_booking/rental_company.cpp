@@ -40,6 +40,10 @@ RentalCompany::RentalCompany() {
 }
 
 RentalCompany::~RentalCompany() {
+  // stop() before the loop runs would be lost, and the loop would never end.
+  for (int i = 0; i < 5000 && !server_.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   server_.stop();
   thread_.join();
 }

@@ -71,8 +71,9 @@ struct ClaimRequest {
   std::string trace_id;
   std::string root_span_id;
   // Also a match: the hash this request had before the fingerprint was shared with the guard
-  // ("POST <route>\n<body>"), so a retry across that upgrade replays instead of a 422. Rows
-  // that old are gone one retention period after the upgrade; then this can go too.
+  // ("POST <route>\n<body>"), so a retry across that upgrade replays instead of a 422.
+  // Finished rows that old are gone one retention period after the upgrade, but a running or
+  // stuck saga's row stays until it ends: drop this only once no row predates the upgrade.
   std::string legacy_request_hash;
 
   bool Matches(const std::string& stored_hash) const {

@@ -1,6 +1,7 @@
 #include "steps/guard/guard.hpp"
 
 #include <optional>
+#include <thread>
 
 #include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
@@ -90,9 +91,22 @@ const common::pg::Statement kKeepAlive{R"sql(
     AND expires_at < now() + make_interval(secs => $3 / 2))sql"};
 
 const common::pg::Statement kLockAction{R"sql(
-  SELECT status, response_status, response_body, compensated_at IS NOT NULL
+  SELECT status, response_status, response_body, compensated_at IS NOT NULL,
+         coalesce(lease_expires_at <= now(), false)
   FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2
   FOR UPDATE)sql"};
+
+// An external action whose holder's lease ran out, ended by its compensation: from now on it
+// is refused (the holder's late answer too: the token moves on) and counts as undone; the undo
+// then cancels whatever the cut-off call did at the third party.
+const common::pg::Statement kCutOffPending{R"sql(
+  UPDATE idempotency_keys
+  SET status = 'completed', response_status = 409, response_content_type = 'application/json',
+      response_body = $3, response_headers = '{}', lease_expires_at = NULL,
+      fencing_token = fencing_token + 1, compensated_at = now(),
+      expires_at = now() + make_interval(secs => $4)
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'pending'
+    AND lease_expires_at <= now())sql"};
 
 // The undone action is kept a full retention from now: a late retry of its key must keep
 // hearing "compensated", never find the key free again.
@@ -103,7 +117,10 @@ const common::pg::Statement kMarkCompensated{R"sql(
 
 const common::pg::Statement kDeleteExpired{R"sql(
   DELETE FROM idempotency_keys
-  WHERE ctid IN (SELECT ctid FROM idempotency_keys WHERE expires_at < now() LIMIT $1))sql"};
+  WHERE ctid IN (SELECT ctid FROM idempotency_keys
+                 -- a pending key is an effect in doubt: kept until a retry or a compensation
+                 -- settles it, or a later claim would not be told of the earlier attempt
+                 WHERE expires_at < now() AND status <> 'pending' LIMIT $1))sql"};
 
 // Thrown inside a compensation's transaction to roll it back and answer `action_unknown`.
 struct ActionUnknown {};
@@ -177,10 +194,12 @@ bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
 
 // What a compensation finds of the action it undoes, in its transaction: the answer's
 // "outcome" when there is nothing to undo (writing the tombstone when the action never
-// arrived), else nullopt and `action` to undo. Throws ActionUnknown or ActionPending.
+// arrived), else nullopt and `action` to undo. An external action still pending under a live
+// lease throws ActionPending (never undo half a call); one whose lease ran out is cut off when
+// `cut_off` (the undo is then told its outcome is unknown: status 0). Throws ActionUnknown.
 std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
                                       const std::string& action_key, bool action_applied,
-                                      double retention_s, ActionRecord& action) {
+                                      double retention_s, bool cut_off, ActionRecord& action) {
   std::string refusal = common::http::ErrorBody(
       "cancelled", "this step was compensated before it arrived; it will not be applied");
   Exec(tx, kKeepAlive, req.tenant_id, action_key, retention_s);
@@ -198,7 +217,16 @@ std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
   auto status = row[0].as<std::string>();
   int action_status = row[1].as<int>(0);
   if (status == "tombstone") return "cancelled";
-  if (status == "pending") throw ActionPending();
+  if (status == "pending") {
+    if (!cut_off || !row[4].as<bool>()) throw ActionPending();
+    Exec(tx, kCutOffPending, req.tenant_id, action_key,
+         common::http::ErrorBody("compensated",
+                                 "this action was cut off mid-call and compensated; it is not "
+                                 "in effect"),
+         retention_s);
+    action = {action_key, 0, nullptr};
+    return std::nullopt;
+  }
   if (row[3].as<bool>()) return "already_undone";
   if (action_status < 200 || action_status > 299) return "nothing_to_undo";
   action = {action_key, action_status,
@@ -325,7 +353,7 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     auto undo_span = StartSpan("compensation effect", req);
     undo_span.Set("action_key", action_key).Set("compensation", true);
     ActionRecord action;
-    auto found = FindAction(tx, req, action_key, action_applied, RetentionSeconds(), action);
+    auto found = FindAction(tx, req, action_key, action_applied, RetentionSeconds(), false, action);
     Response res;
     if (found) {
       res = Undone({{"action_key", action_key}}, *found, nullptr);
@@ -344,16 +372,19 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
 template <typename Claimed, typename Call, typename Record>
 Response Guard::External(const Request& req, const Claimed& claimed, const Call& call,
                          const Record& record) {
+  using Clock = std::chrono::steady_clock;
   const std::string hash = Fingerprint(req);
   const double lease_s = static_cast<double>(options_.lease.count());
   struct Owned {
     long long token;
     bool earlier;
+    Clock::time_point lease_end;  // no later than the database's lease expiry
   };
   std::optional<Owned> owned;
   // 1. Claim the key (or take over an expired claim), or answer from it: one short transaction.
   Response answered = InTransaction(req, [&](pqxx::work& tx) -> Response {
     owned.reset();
+    const auto claimed_at = Clock::now();
     auto span = StartSpan("guard claim", req);
     bool earlier = false;
     auto rows = Exec(tx, kClaimPending, req.tenant_id, req.key, hash, lease_s, RetentionSeconds());
@@ -376,7 +407,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
            now->body, HeadersJson(*now));
       return *now;
     }
-    owned = Owned{token, earlier};
+    owned = Owned{token, earlier, claimed_at + options_.lease};
     return {};
   });
   if (!owned) return answered;
@@ -385,16 +416,17 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
                                    {"key", req.key},
                                    {"fencing_token", std::to_string(owned->token)}});
   }
-  // 2. The call, with no transaction open.
+  // 2. The call, with no transaction open, to end well before the lease does.
   Response res;
   {
     auto span = StartSpan("external effect", req);
     span.Set("fencing_token", owned->token).Set("earlier_attempt", owned->earlier);
+    ExternalCall ext{req, owned->token, owned->earlier, owned->lease_end - options_.lease / 4};
     try {
-      res = call(ExternalCall{req, owned->token, owned->earlier});
-    } catch (const std::exception& e) {
-      span.Error(std::string("threw (may have happened): ") + e.what());
-      // The next request takes over at once, told that this call may have happened.
+      res = call(ext);
+    } catch (const NotSent& e) {
+      span.Error(std::string("not sent: ") + e.what());
+      // Certainly not sent: the next request may take over at once.
       try {
         pool_.With([&](pqxx::connection& conn) {
           pqxx::nontransaction tx(conn);
@@ -404,33 +436,66 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
         // The lease runs out on its own.
       }
       throw;
+    } catch (...) {
+      // It may have reached the third party, or still be on its way there: the claim stays
+      // until its lease runs out, so a retry cannot overtake it with a second call.
+      span.Error("threw: it may have happened");
+      throw;
+    }
+    if (res.status >= 500) {
+      // A transient failure, not an answer to keep: retried with the key after the lease.
+      span.Error("answered " + std::to_string(res.status) + ": not stored");
+      throw std::runtime_error("the external effect answered " + std::to_string(res.status) +
+                               "; nothing stored");
     }
     res.replayed = false;
     res.outcome = "applied";
     span.Set("http.status_code", static_cast<long long>(res.status)).Ok();
   }
-  // 3. Record the answer, only under this caller's token.
-  return InTransaction(req, [&](pqxx::work& tx) -> Response {
-    auto span = StartSpan("guard record", req);
-    if (Exec(tx, kRecordExternal, req.tenant_id, req.key, owned->token, res.status,
-             res.content_type, res.body, HeadersJson(res))
-            .affected_rows() == 1) {
-      record(tx);
-      span.Set("outcome", std::string("stored")).Ok();
-      return res;
+  // 3. Record the answer, only under this caller's token. The answer exists now, so a failure
+  // to store it (the database restarting, a lock wait) is retried while the lease lasts;
+  // otherwise the next request would have to call the third party again.
+  auto wait = std::chrono::milliseconds(50);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return pool_.With([&](pqxx::connection& conn) -> Response {
+        pqxx::work tx(conn);
+        auto span = StartSpan("guard record", req);
+        if (Exec(tx, kRecordExternal, req.tenant_id, req.key, owned->token, res.status,
+                 res.content_type, res.body, HeadersJson(res))
+                .affected_rows() == 1) {
+          record(tx);
+          tx.commit();
+          span.Set("outcome", std::string("stored")).Ok();
+          return res;
+        }
+        // Taken over while this call was out (its lease ran out): a zombie's answer is not
+        // stored.
+        span.Set("outcome", std::string("fenced")).Error("the claim was taken over; not stored");
+        common::Log("guard_fenced", {{"tenant", req.tenant_id},
+                                     {"key", req.key},
+                                     {"fencing_token", std::to_string(owned->token)}});
+        auto now = Existing(tx, req, hash, RetentionSeconds());
+        tx.commit();
+        Response fenced = now ? *now
+                              : Json(kInProgressStatus, "idempotency_key_in_progress",
+                                     "this request's claim was taken over; retry later", "");
+        fenced.outcome = "fenced";
+        return fenced;
+      });
+    } catch (const std::exception& e) {
+      if (attempt >= 8 || Clock::now() + wait >= owned->lease_end) {
+        common::Log("guard_answer_lost", {{"tenant", req.tenant_id},
+                                          {"key", req.key},
+                                          {"fencing_token", std::to_string(owned->token)},
+                                          {"http_status", std::to_string(res.status)},
+                                          {"error", e.what()}});
+        throw;
+      }
+      std::this_thread::sleep_for(wait);
+      wait *= 2;
     }
-    // Taken over while this call was out (its lease ran out): a zombie's answer is not stored.
-    span.Set("outcome", std::string("fenced")).Error("the claim was taken over; not stored");
-    common::Log("guard_fenced", {{"tenant", req.tenant_id},
-                                 {"key", req.key},
-                                 {"fencing_token", std::to_string(owned->token)}});
-    auto now = Existing(tx, req, hash, RetentionSeconds());
-    Response fenced = now ? *now
-                          : Json(kInProgressStatus, "idempotency_key_in_progress",
-                                 "this request's claim was taken over; retry later", "");
-    fenced.outcome = "fenced";
-    return fenced;
-  });
+  }
 }
 
 Response Guard::RunExternal(const Request& req, const ExternalEffect& effect) {
@@ -445,7 +510,8 @@ Response Guard::CompensateExternal(const Request& req, const std::string& action
   return External(
       req,
       [&](pqxx::work& tx, bool) -> std::optional<Response> {
-        auto found = FindAction(tx, req, action_key, action_applied, RetentionSeconds(), action);
+        auto found =
+            FindAction(tx, req, action_key, action_applied, RetentionSeconds(), true, action);
         if (found) return Undone({{"action_key", action_key}}, *found, nullptr);
         return std::nullopt;
       },

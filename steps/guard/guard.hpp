@@ -30,6 +30,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
+#include <stdexcept>
 #include <string>
 
 #include "common/pg/pool.hpp"
@@ -58,7 +59,9 @@ struct Response {
   std::map<std::string, std::string> headers;
 };
 
-// The stored answer of the action a compensation undoes.
+// The stored answer of the action a compensation undoes. status 0 (body null): its outcome is
+// unknown, an external call cut off mid-way (CompensateExternal): undo it by its key at the
+// third party, or look it up first.
 struct ActionRecord {
   std::string key;
   int status = 0;
@@ -93,6 +96,13 @@ struct GuardOptions {
   std::chrono::seconds retention{std::chrono::hours(24 * 7)};
 };
 
+// Thrown by an external effect when its call certainly did not reach the third party (the
+// connection was refused): the claim is released at once and a retry may call again. Any
+// other exception means it may have happened: the claim is kept until its lease runs out.
+struct NotSent : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // What an external effect (RunExternal, CompensateExternal) is given.
 struct ExternalCall {
   const Request& request;
@@ -102,6 +112,10 @@ struct ExternalCall {
   // An earlier holder of this key's claim died (or failed) mid-call: the third party may
   // already have done it. Pass the same key downstream, or look the effect up first.
   bool earlier_attempt = false;
+  // When the call must be over (a quarter of the lease before it ends): set the third party's
+  // client timeouts to end by then. A call that outlives the lease may be taken over while it
+  // is still out, and two calls would then overlap.
+  std::chrono::steady_clock::time_point deadline;
 };
 
 // What an effect may touch, which decides when the guard calls it.
@@ -123,8 +137,10 @@ class Guard {
   using Effect = std::function<Response(pqxx::work& tx)>;
   // Undoes a successful action inside `tx`; returns details for the compensation's answer.
   using Undo = std::function<nlohmann::json(pqxx::work& tx, const ActionRecord& action)>;
-  // An effect outside the database: called with no transaction open. Throwing means it may or
-  // may not have happened: the claim is released (503) and the retry is told so.
+  // An effect outside the database: called with no transaction open. It answers a 2xx or a
+  // 4xx to store and replay; a 5xx or an exception stores nothing (503): the claim is kept
+  // until its lease runs out (NotSent releases it at once), and the retry that takes it over
+  // is told earlier_attempt.
   using ExternalEffect = std::function<Response(const ExternalCall& call)>;
   // Undoes an external action, with no transaction open; returns details for the answer.
   using ExternalUndo =
@@ -154,7 +170,9 @@ class Guard {
   Response RunExternal(const Request& req, const ExternalEffect& effect);
   // Compensate for an action whose undo is external: the compensation's own key is claimed as
   // RunExternal claims, `undo` runs with no transaction open, and the action is marked undone
-  // with the answer, fenced by the token. An action still pending answers 409 (retry later).
+  // with the answer, fenced by the token. An action still pending under a live lease answers
+  // 409 (retry later); one whose lease ran out is cut off (refused from then on, its holder's
+  // late answer fenced) and `undo` is given its record with status 0: outcome unknown.
   // `undo` runs at most once per compensation key; give the third party the action key so
   // that undoing twice under two compensation keys is harmless there.
   Response CompensateExternal(const Request& req, const std::string& action_key,

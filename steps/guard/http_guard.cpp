@@ -1,5 +1,7 @@
 #include "steps/guard/http_guard.hpp"
 
+#include <cctype>
+
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
@@ -45,12 +47,30 @@ std::optional<Request> HttpGuard::Admit(const httplib::Request& req, httplib::Re
   return Request{tenant, key.key, req.method, req.path, std::move(*body)};
 }
 
+namespace {
+
+// Headers the server frames the answer with: never taken from a stored answer.
+bool IsFramingHeader(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "content-type" || lower == "content-length" || lower == "transfer-encoding" ||
+         lower == "connection" || lower == "idempotent-replayed";
+}
+
+}  // namespace
+
 void WriteAnswer(const Response& answer, httplib::Response& res) {
   res.status = answer.status;
   res.set_content(answer.body, answer.content_type.c_str());
-  for (const auto& [name, value] : answer.headers) res.set_header(name.c_str(), value);
+  for (const auto& [name, value] : answer.headers) {
+    if (!IsFramingHeader(name)) res.set_header(name.c_str(), value);
+  }
   if (answer.replayed) res.set_header("Idempotent-Replayed", "true");
-  if (answer.outcome == "in_progress") res.set_header("Retry-After", "1");
+  // A key held by another request (or taken from this one): when to come back.
+  bool busy =
+      answer.outcome == "in_progress" ||
+      (answer.outcome == "fenced" && answer.status == kInProgressStatus && !answer.replayed);
+  if (busy) res.set_header("Retry-After", "1");
 }
 
 void HttpGuard::Guarded(const httplib::Request& req, httplib::Response& res,

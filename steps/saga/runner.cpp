@@ -184,8 +184,10 @@ bool Runner::Backoff(const RetryPolicy& policy, int attempt, std::chrono::millis
   // A long wait (a participant's Retry-After) is slept in slices that keep the lease: another
   // replica must not take over a saga that is only waiting.
   auto left = std::max(jitter, at_least);
+  const auto every =
+      std::max(std::chrono::milliseconds(1), std::min(kLeaseCheckEvery, journal.KeepLeaseEvery()));
   do {
-    auto slice = std::min(left, kLeaseCheckEvery);
+    auto slice = std::min(left, every);
     sleep_(slice);
     left -= slice;
     if (left.count() > 0 && !journal.KeepLease()) return false;

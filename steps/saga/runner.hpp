@@ -106,6 +106,9 @@ class Journal {
   virtual ~Journal() = default;
   // Renews the lease when due. False: the lease is lost; stop.
   virtual bool KeepLease() = 0;
+  // How often KeepLease must be asked while the saga waits: well under the lease (a wait
+  // sliced more coarsely than a short lease loses it, and another owner starts over).
+  virtual std::chrono::milliseconds KeepLeaseEvery() const { return std::chrono::seconds(2); }
   // Commits `compensating` with the steps to undo before any compensation is sent.
   virtual bool BeginCompensation(const std::vector<StepRecord>& steps, const StepResult& cause,
                                  const std::string& failed_step) = 0;

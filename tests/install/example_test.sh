@@ -6,7 +6,17 @@
 set -euo pipefail
 build_dir=$1 source_dir=$2 url_file=$3
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+server_url=$(head -n1 "$url_file")
+# Databases of its own, dropped at the end: a cluster that outlives the run never replays an
+# earlier run's keys to this one.
+prefix="trip_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+cleanup() {
+  for db in orchestrator hotel car; do
+    psql -q "$server_url" -c "DROP DATABASE IF EXISTS ${prefix}_${db} WITH (FORCE)" >/dev/null 2>&1 || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >"$work/install.log"
 # Only the public entry headers and what they reach are installed, under include/idemsaga/.
 test -f "$work/prefix/include/idemsaga/saga.hpp"
@@ -18,4 +28,4 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake -S "$source_dir/examples/trip_booking" -B "$work/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$work/prefix" "${launcher[@]}" >/dev/null
 cmake --build "$work/build"
-"$work/build/trip_booking" --server-url "$(head -n1 "$url_file")" --db-prefix "trip_$$"
+"$work/build/trip_booking" --server-url "$server_url" --db-prefix "$prefix"

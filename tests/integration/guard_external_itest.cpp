@@ -14,7 +14,6 @@
 #include <mutex>
 #include <thread>
 
-#include "common/http/server.hpp"
 #include "common/percent_encode.hpp"
 #include "steps/guard/http_guard.hpp"
 #include "tests/chaos/chaos_harness.hpp"
@@ -58,6 +57,10 @@ class Provider {
     thread_ = std::thread([this] { server_.listen_after_bind(); });
   }
   ~Provider() {
+    // stop() before the loop runs would be lost, and the loop would never end.
+    for (int i = 0; i < 5000 && !server_.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     server_.stop();
     thread_.join();
   }
@@ -98,7 +101,8 @@ Response SendEmail(const std::string& provider_url, const ExternalCall& call,
   return Response{201, sent->body};
 }
 
-// The mailer service: POST /v1/emails, its guard's lease 1 s.
+// The mailer service: POST /v1/emails, its guard's lease 1 s. A plain httplib::Server: the
+// guard's handler fits any cpp-httplib route, not only idemsaga's own server.
 class Mailer {
  public:
   Mailer(const std::string& db, const std::string& provider_url,
@@ -111,15 +115,21 @@ class Mailer {
                    return SendEmail(provider_url, c, after_send);
                  }));
   }
-  int Bind(const std::string& host, int port) { return server_.Bind(host, port); }
-  void Serve() { server_.Serve(); }
-  void Stop() { server_.Stop(); }
+  int Bind(const std::string& host, int port) {
+    return port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port), port);
+  }
+  void Serve() { server_.listen_after_bind(); }
+  void Stop() {
+    // stop() before the loop runs would be lost, and the loop would never end.
+    for (int i = 0; i < 5000 && !server_.is_running(); ++i) std::this_thread::sleep_for(1ms);
+    server_.stop();
+  }
 
  private:
   common::pg::Pool pool_;
   steps::guard::Guard guard_;
   steps::guard::HttpGuard http_;
-  common::http::Server server_;
+  httplib::Server server_;
 };
 
 httplib::Result Email(httplib::Client& client, const std::string& key) {
@@ -137,7 +147,7 @@ TEST(MailerChild, ServesUntilKilledOrStalled) {
   if (db == nullptr) GTEST_SKIP() << "run by GuardExternal tests";
   std::string mode = std::getenv("MAILER_CHILD_MODE");
   test_support::Serving<Mailer> mailer(db, std::getenv("MAILER_CHILD_PROVIDER"), [mode] {
-    std::this_thread::sleep_for(mode == "hang" ? 60s : 3s);
+    std::this_thread::sleep_for(mode == "hang" ? 60s : 5s);
   });
   std::cout << "mailer-child-port=" << mailer.port << std::endl;
   std::this_thread::sleep_for(mode == "hang" ? 60s : 10s);
@@ -225,7 +235,7 @@ TEST_F(GuardExternal, AStalledHoldersLateAnswerIsRefusedAfterATakeover) {
     return Email(c, "welcome-2");
   });
   ASSERT_TRUE(WaitFor([&] { return provider_.sends() == 1; }, 20s));
-  // The child stalls 3 s past the message with a 1 s lease: a retry takes the claim over.
+  // The child stalls 5 s past the message with a 1 s lease: a retry takes the claim over.
   test_support::Serving<Mailer> mailer(db_.url(), provider_.Url());
   auto done = RetryUntilDone(mailer, "welcome-2");
   ASSERT_TRUE(done);

@@ -36,12 +36,39 @@ struct ThirdParty {
   }
 };
 
+// A RunExternal whose call is out (on a thread of its own) until Release(), which returns
+// what the guard then answered it.
+class HeldCall {
+ public:
+  HeldCall(Guard& guard, Request req, Guard::ExternalEffect answer) {
+    auto released = release_.get_future().share();
+    auto calling = calling_.get_future();
+    result_ =
+        std::async(std::launch::async, [this, &guard, req = std::move(req), answer, released] {
+          return guard.RunExternal(req, [&](const ExternalCall& call) {
+            calling_.set_value();
+            released.wait();
+            return answer(call);
+          });
+        });
+    calling.wait();
+  }
+  ~HeldCall() {
+    if (result_.valid()) Release();
+  }
+  Response Release() {
+    release_.set_value();
+    return result_.get();
+  }
+
+ private:
+  std::promise<void> release_, calling_;
+  std::future<Response> result_;
+};
+
 class GuardExternalTest : public ::testing::Test {
  protected:
-  GuardExternalTest()
-      : db_("payment"),
-        pool_({.url = db_.url(), .size = 8}),
-        guard_(pool_, nullptr, {.lease = std::chrono::seconds(1)}) {}
+  GuardExternalTest() : db_("payment"), pool_({.url = db_.url(), .size = 8}), guard_(pool_) {}
 
   Request Req(std::string key, nlohmann::json body = {{"to", "ann@example.com"}}) {
     return Request{"demo", std::move(key), "POST", "/v1/emails", std::move(body)};
@@ -54,6 +81,14 @@ class GuardExternalTest : public ::testing::Test {
       auto done = third_party_.Do(call.request.key, what);
       return Response{201, nlohmann::json{{"email", done}}.dump()};
     };
+  }
+
+  // What the lease's running out does, without waiting for it.
+  void ExpireLease(const std::string& key) {
+    db_.Exec(
+        "UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second' "
+        "WHERE idempotency_key = $1 AND status = 'pending'",
+        key);
   }
 
   std::string Status(const std::string& key) {
@@ -93,22 +128,11 @@ TEST_F(GuardExternalTest, TheCallGoesOutOnceWithNoTransactionOpenAndItsRetryRepl
 }
 
 TEST_F(GuardExternalTest, ADuplicateWhileTheCallIsOutGets409AndCallsNothing) {
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  std::promise<void> calling;
-  auto first = std::async(std::launch::async, [&] {
-    return guard_.RunExternal(Req("B-email"), [&](const ExternalCall& call) {
-      calling.set_value();
-      released.wait();
-      return Send()(call);
-    });
-  });
-  calling.get_future().wait();
+  HeldCall first(guard_, Req("B-email"), Send());
   auto duplicate = guard_.RunExternal(Req("B-email"), Send("duplicate"));
   EXPECT_EQ(duplicate.status, 409);
   EXPECT_EQ(duplicate.outcome, "in_progress");
-  release.set_value();
-  EXPECT_EQ(first.get().status, 201);
+  EXPECT_EQ(first.Release().status, 201);
   EXPECT_EQ(third_party_.calls, 1);
 }
 
@@ -116,19 +140,11 @@ TEST_F(GuardExternalTest, ADuplicateWhileTheCallIsOutGets409AndCallsNothing) {
 // the claim over (told an earlier attempt may have happened), and the holder's late answer,
 // when it finally comes, is refused: it stores nothing and gets the winner's answer.
 TEST_F(GuardExternalTest, AnExpiredClaimIsTakenOverAndTheZombiesLateAnswerIsRefused) {
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  std::promise<void> calling;
-  auto zombie = std::async(std::launch::async, [&] {
-    return guard_.RunExternal(Req("C-email"), [&](const ExternalCall& call) {
-      calling.set_value();
-      released.wait();
-      auto done = third_party_.Do(call.request.key, "sent by the zombie");
-      return Response{201, nlohmann::json{{"email", done}, {"token", call.fencing_token}}.dump()};
-    });
+  HeldCall zombie(guard_, Req("C-email"), [&](const ExternalCall& call) {
+    auto done = third_party_.Do(call.request.key, "sent by the zombie");
+    return Response{201, nlohmann::json{{"email", done}, {"token", call.fencing_token}}.dump()};
   });
-  calling.get_future().wait();
-  std::this_thread::sleep_for(1200ms);  // the lease (1 s) runs out
+  ExpireLease("C-email");  // as if the holder had been killed
   auto winner = guard_.RunExternal(Req("C-email"), [&](const ExternalCall& call) {
     seen_.push_back({call.fencing_token, call.earlier_attempt});
     auto done = third_party_.Do(call.request.key, "sent by the taker");
@@ -136,8 +152,7 @@ TEST_F(GuardExternalTest, AnExpiredClaimIsTakenOverAndTheZombiesLateAnswerIsRefu
   });
   EXPECT_EQ(winner.status, 201);
   EXPECT_EQ(seen_, (std::vector<std::pair<long long, bool>>{{2, true}}));
-  release.set_value();
-  auto late = zombie.get();
+  auto late = zombie.Release();
   EXPECT_EQ(late.outcome, "fenced");
   EXPECT_EQ(late.body, winner.body);  // the stored answer is the winner's
   EXPECT_EQ(
@@ -148,19 +163,70 @@ TEST_F(GuardExternalTest, AnExpiredClaimIsTakenOverAndTheZombiesLateAnswerIsRefu
   EXPECT_EQ(third_party_.effects.size(), 1u);
 }
 
-TEST_F(GuardExternalTest, ACallThatThrowsReleasesTheClaimAndTheRetryIsToldItMayHaveRun) {
+// A call that throws may still be on its way to the third party: its claim is kept until the
+// lease runs out, so an eager retry cannot overtake it with a second call. Only NotSent (the
+// call certainly never left) frees the key at once.
+TEST_F(GuardExternalTest, ACallThatThrowsKeepsItsClaimUntilTheLeaseEndsUnlessItWasNotSent) {
   EXPECT_THROW(guard_.RunExternal(Req("D-email"),
                                   [&](const ExternalCall& call) -> Response {
                                     third_party_.Do(call.request.key, "sent, answer lost");
-                                    throw std::runtime_error("connection reset");
+                                    throw std::runtime_error("read timeout");
                                   }),
                std::runtime_error);
-  // No lease to wait out: the retry takes over at once.
+  auto eager = guard_.RunExternal(Req("D-email"), Send("sent again"));
+  EXPECT_EQ(eager.status, 409);
+  EXPECT_EQ(eager.outcome, "in_progress");
+  ExpireLease("D-email");
   auto retry = guard_.RunExternal(Req("D-email"), Send("sent again"));
   EXPECT_EQ(retry.status, 201);
   EXPECT_EQ(seen_, (std::vector<std::pair<long long, bool>>{{2, true}}));
   EXPECT_EQ(nlohmann::json::parse(retry.body)["email"], "sent, answer lost");
   EXPECT_EQ(third_party_.effects.size(), 1u);
+
+  EXPECT_THROW(guard_.RunExternal(Req("G-email"),
+                                  [](const ExternalCall&) -> Response {
+                                    throw steps::guard::NotSent("connection refused");
+                                  }),
+               steps::guard::NotSent);
+  EXPECT_EQ(guard_.RunExternal(Req("G-email"), Send()).status, 201);  // at once
+}
+
+// An answer of 5xx is an outage, not an answer to replay for ever.
+TEST_F(GuardExternalTest, AFiveHundredFromTheEffectIsNotStored) {
+  EXPECT_THROW(guard_.RunExternal(Req("I-email"),
+                                  [](const ExternalCall&) {
+                                    return Response{502, R"({"error":"provider down"})"};
+                                  }),
+               std::runtime_error);
+  EXPECT_EQ(Status("I-email"), "pending");
+  ExpireLease("I-email");
+  EXPECT_EQ(guard_.RunExternal(Req("I-email"), Send()).status, 201);
+}
+
+// The token, not the status, fences: a holder whose lease ran out answers while the request
+// that took over is still calling. Its answer is refused and its failure frees nothing.
+TEST_F(GuardExternalTest, AZombieThatAnswersWhileTheTakerIsStillCallingIsFencedByTheToken) {
+  auto token = [](const ExternalCall& call) {
+    return Response{201, nlohmann::json{{"token", call.fencing_token}}.dump()};
+  };
+  HeldCall zombie(guard_, Req("J-email"), token);
+  ExpireLease("J-email");
+  HeldCall taker(guard_, Req("J-email"), token);
+  auto late = zombie.Release();
+  EXPECT_EQ(late.outcome, "fenced");
+  EXPECT_EQ(late.status, 409);
+  EXPECT_EQ(Status("J-email"), "pending");
+  EXPECT_EQ(
+      db_.Count("SELECT fencing_token FROM idempotency_keys WHERE idempotency_key = $1", "J-email"),
+      2);
+  // Nor did its answer end the taker's claim.
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1 AND "
+                      "lease_expires_at > now()",
+                      "J-email"),
+            1);
+  auto won = taker.Release();
+  EXPECT_EQ(won.status, 201);
+  EXPECT_EQ(nlohmann::json::parse(won.body)["token"], 2);
 }
 
 TEST_F(GuardExternalTest, AnExternalUndoWaitsForItsActionRunsOnceAndRefusesALateAction) {
@@ -170,23 +236,12 @@ TEST_F(GuardExternalTest, AnExternalUndoWaitsForItsActionRunsOnceAndRefusesALate
     return nlohmann::json{{"recalled", action.body["email"]}};
   };
   // The action is still out: its compensation must wait (409), never undo half a call.
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  std::promise<void> calling;
-  auto action = std::async(std::launch::async, [&] {
-    return guard_.RunExternal(Req("E-email"), [&](const ExternalCall& call) {
-      calling.set_value();
-      released.wait();
-      return Send()(call);
-    });
-  });
-  calling.get_future().wait();
+  HeldCall action(guard_, Req("E-email"), Send());
   auto early = guard_.CompensateExternal(Req("E-email-compensate", {{"action_key", "E-email"}}),
                                          "E-email", undo);
   EXPECT_EQ(early.status, 409);
   EXPECT_EQ(Status("E-email-compensate"), "");  // nothing stored for the refused attempt
-  release.set_value();
-  ASSERT_EQ(action.get().status, 201);
+  ASSERT_EQ(action.Release().status, 201);
   auto comp = guard_.CompensateExternal(Req("E-email-compensate", {{"action_key", "E-email"}}),
                                         "E-email", undo);
   EXPECT_EQ(comp.status, 200);
@@ -206,6 +261,31 @@ TEST_F(GuardExternalTest, AnExternalUndoWaitsForItsActionRunsOnceAndRefusesALate
   EXPECT_EQ(late.outcome, "cancelled");
   EXPECT_EQ(third_party_.calls, 1);
   EXPECT_EQ(third_party_.undos, 1);
+}
+
+// An action whose holder died mid-call is never retried once its saga compensates: the
+// compensation cuts it off (its lease has run out), undoes it not knowing its outcome, and the
+// holder's late answer is refused.
+TEST_F(GuardExternalTest, ACompensationCutsOffAnActionWhoseHolderDiedMidCall) {
+  std::vector<ActionRecord> undone;
+  auto undo = [&](const ExternalCall&, const ActionRecord& action) {
+    undone.push_back(action);
+    return nlohmann::json{{"recalled_by_key", action.key}};
+  };
+  HeldCall dead(guard_, Req("K-email"), Send());
+  auto live = guard_.CompensateExternal(Req("K-email-compensate", {{"action_key", "K-email"}}),
+                                        "K-email", undo);
+  EXPECT_EQ(live.status, 409);  // its lease is live: it may still answer
+  ExpireLease("K-email");
+  auto comp = guard_.CompensateExternal(Req("K-email-compensate", {{"action_key", "K-email"}}),
+                                        "K-email", undo);
+  EXPECT_EQ(comp.status, 200);
+  ASSERT_EQ(undone.size(), 1u);
+  EXPECT_EQ(undone[0].status, 0);  // outcome unknown
+  EXPECT_EQ(undone[0].key, "K-email");
+  EXPECT_EQ(dead.Release().outcome, "fenced");
+  EXPECT_EQ(guard_.RunExternal(Req("K-email"), Send()).outcome, "compensated");
+  EXPECT_EQ(third_party_.calls, 1);  // only the dead holder's call
 }
 
 }  // namespace

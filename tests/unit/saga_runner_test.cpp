@@ -63,6 +63,8 @@ class FakeJournal : public saga::Journal {
     compensating_steps = steps;
     return true;
   }
+  std::chrono::milliseconds KeepLeaseEvery() const override { return keep_lease_every; }
+  std::chrono::milliseconds keep_lease_every{2000};
   std::chrono::milliseconds deferred_for{0};
   int lease_checks = 0;
   int lose_lease_after = 1 << 30;
@@ -313,6 +315,20 @@ TEST_F(RunnerTest, AParticipantsRetryAfterIsWaitedOutBeforeTheNextAttempt) {
   }
   EXPECT_GE(total, std::chrono::seconds(7));
   EXPECT_GE(journal_.lease_checks, static_cast<int>(slept_.size()));
+}
+
+// A short lease (the chaos suite's 2 s) is asked after every third of it, not every 2 s: a
+// wait sliced as coarsely as the lease lost it, and another owner started the saga over.
+TEST_F(RunnerTest, AWaitIsSlicedByTheJournalsLeaseNotOnlyByTheDefault) {
+  journal_.keep_lease_every = std::chrono::milliseconds(300);
+  auto def = Saga({"inventory"});
+  auto busy = StepResult::Retryable("HTTP 503", 503);
+  busy.retry_after = std::chrono::seconds(2);
+  fake_.Script("A-inventory", {busy, StepResult::Succeeded({})});
+  EXPECT_EQ(Run(def).end, SagaEnd::kCompleted);
+  ASSERT_FALSE(slept_.empty());
+  for (auto s : slept_) EXPECT_LE(s, std::chrono::milliseconds(300));
+  EXPECT_GE(journal_.lease_checks, 6);
 }
 
 TEST_F(RunnerTest, ALeaseLostDuringALongWaitStopsTheSagaBeforeAnotherCall) {
