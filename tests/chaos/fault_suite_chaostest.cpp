@@ -379,7 +379,9 @@ TEST_F(FaultSuite, ParticipantFaultsAndARestartedParticipantLoseNothingAndDouble
   auto cancelled = [&] {
     return Count(stack.DatabaseUrl("shipping"), kCancelledShipments, prefix);
   };
-  EXPECT_TRUE(test_support::WaitFor([&] { return cancelled() >= n; }, kStateTimeout, kPoll));
+  // Eight attempts, full-jitter backoff up to 5 s between them, then the cancel: up to about
+  // 25 s of waiting by design, more on a loaded or sanitized build.
+  EXPECT_TRUE(test_support::WaitFor([&] { return cancelled() >= n; }, 4 * kStateTimeout, kPoll));
   stack.SetFaults("shipping", nlohmann::json::object());
   for (auto& c : clients) c.join();
   Settle(driver, in_doubt);
