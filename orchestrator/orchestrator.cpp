@@ -62,7 +62,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
             if (s.owner.empty()) s.owner = MakeOwnerId();
             return s;
           }(),
-          &tracer_),
+          &tracer_, &metrics_),
       recovery_(store_, sagas_, options_.recovery),
       auth_(store_, options_.tenant_cache_ttl),
       server_([this] {
@@ -74,7 +74,45 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
   http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});
-  http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_});
+  http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_});
+  AddMetrics();
+}
+
+void Orchestrator::AddMetrics() {
+  auto& m = metrics_;
+  m.CounterFrom("idemsaga_fenced_writes_total",
+                "Writes refused because this process had lost the saga's lease.",
+                [this] { return static_cast<double>(store_.fenced_writes()); });
+  m.CounterFrom("idemsaga_sagas_resumed_total",
+                "Sagas this process took over from an expired lease (recovery).",
+                [this] { return static_cast<double>(sagas_.resumed()); });
+  m.GaugeFrom("idemsaga_sagas_in_process", "Sagas running or queued in this process.",
+              [this] { return static_cast<double>(sagas_.running()); });
+  // One query per scrape for the gauges over every replica.
+  auto& running =
+      m.Gauge("idemsaga_sagas_running", "Sagas not yet ended, in all replicas.").With({});
+  auto& stuck = m.Gauge("idemsaga_sagas_stuck",
+                        "Sagas marked stuck (a compensation keeps failing, or a step is "
+                        "blocked on a configuration fault), in all replicas.")
+                    .With({});
+  auto& up =
+      m.Gauge("idemsaga_database_up", "Whether the database answered the last scrape.").With({});
+  m.OnScrape([this, &running, &stuck, &up] {
+    try {
+      auto counts = store_.CountRunning();
+      running.Set(static_cast<double>(counts.running));
+      stuck.Set(static_cast<double>(counts.stuck));
+      up.Set(1);
+    } catch (const std::exception&) {
+      up.Set(0);
+    }
+  });
+  common::pg::AddMetrics(m, pool_);
+  m.CounterFrom("idemsaga_spans_dropped_total",
+                "Spans dropped by the exporter (queue full, or the store refused a batch).",
+                [this] { return static_cast<double>(exporter_.dropped()); });
+  m.CounterFrom("idemsaga_spans_exported_total", "Spans the exporter delivered.",
+                [this] { return static_cast<double>(exporter_.exported()); });
 }
 
 Orchestrator::~Orchestrator() { Stop(); }

@@ -15,6 +15,7 @@
 
 #include "common/defaults.hpp"
 #include "common/http/server.hpp"
+#include "common/metrics.hpp"
 #include "common/pg/pool.hpp"
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
@@ -95,9 +96,14 @@ class Orchestrator {
   ParentStore& store() { return store_; }
   const saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
+  const common::metrics::Registry& metrics() const { return metrics_; }
 
  private:
+  // Connects the counts kept elsewhere (store, pools, exporter, recovery) to metrics_.
+  void AddMetrics();
+
   OrchestratorOptions options_;
+  common::metrics::Registry metrics_;  // first: every other member may count into it
   common::pg::Pool pool_;
   ParentStore store_;
   // Span batches (up to a few MB of JSON) on their own two connections: libpq never shrinks a

@@ -107,7 +107,7 @@ const char* ToString(KeyOutcome outcome) {
     case KeyOutcome::kInProgress:
       return "in_progress";
     case KeyOutcome::kMismatch:
-      return "mismatch";
+      return "reused";
   }
   return "";
 }
@@ -137,14 +137,36 @@ saga::StepResult FailureFromJson(const nlohmann::json& j) {
 
 SagaService::SagaService(ParentStore& store, const saga::Registry& registry,
                          saga::RetryPolicy policy, SagaServiceOptions options,
-                         const common::trace::Tracer* tracer)
+                         const common::trace::Tracer* tracer, common::metrics::Registry* metrics)
     : store_(store),
       options_(std::move(options)),
       policy_(policy),
       registry_(registry),
       tracer_(tracer),
       finished_(options_.finished_cache),
-      pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {}
+      metrics_(metrics != nullptr ? *metrics : own_metrics_),
+      runner_metrics_(metrics_),
+      key_outcomes_(metrics_.Counter("idemsaga_idempotency_requests_total",
+                                     "Requests by what their Idempotency-Key said: claimed, "
+                                     "taken_over, replayed, in_progress (409), reused (422).",
+                                     {"outcome"})),
+      durations_(metrics_.Histogram("idemsaga_saga_duration_seconds",
+                                    "How long one run of a saga took in this process, by saga "
+                                    "and how it ended or stopped.",
+                                    {"saga", "end"})),
+      pool_(std::make_unique<boost::asio::thread_pool>(options_.threads)) {
+  // Every outcome shows from the start, at 0: a rate over a series that appears late misses
+  // its first increase.
+  for (auto o : {KeyOutcome::kClaimed, KeyOutcome::kTakenOver, KeyOutcome::kReplayed,
+                 KeyOutcome::kInProgress, KeyOutcome::kMismatch}) {
+    key_outcomes_.With({ToString(o)});
+  }
+}
+
+Answer SagaService::Counted(Answer a) {
+  if (a.outcome != KeyOutcome::kNone) key_outcomes_.With({ToString(a.outcome)}).Inc();
+  return a;
+}
 
 SagaService::~SagaService() { Shutdown(); }
 
@@ -246,8 +268,11 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     }
     saga::Runner runner(
         *definition, policy_, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
-        [this] { return stopping_.load(); }, tracer_);
+        [this] { return stopping_.load(); }, tracer_, &runner_metrics_);
+    auto started = std::chrono::steady_clock::now();
     saga::SagaResult result = runner.Run(std::move(input), journal);
+    durations_.With({definition->name(), saga::ToString(result.end)})
+        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (result.end == saga::SagaEnd::kAbandoned) {
       return Error(503, "unavailable", "the service is shutting down; retry with the same key");
     }
@@ -320,11 +345,11 @@ Answer SagaService::Submit(const Submission& s) {
   if (stopping_) return Error(503, "unavailable", "the service is shutting down");
   const ClaimRequest& req = s.request;
   if (auto done = finished_.Get(req.tenant_id, req.key)) {
-    if (req.Matches(done->request_hash)) return ReplayOf(*done);
+    if (req.Matches(done->request_hash)) return Counted(ReplayOf(*done));
     Answer a = Mismatch();
     a.trace_id = done->trace_id;
     a.root_span_id = done->root_span_id;
-    return a;
+    return Counted(std::move(a));
   }
   ClaimRequest claiming = req;
   claiming.saga_name = s.definition->name();
@@ -334,7 +359,7 @@ Answer SagaService::Submit(const Submission& s) {
   Answer answer = AnswerClaim(claim, s);
   answer.trace_id = claim.row.trace_id;
   answer.root_span_id = claim.row.root_span_id;
-  return answer;
+  return Counted(std::move(answer));
 }
 
 Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {

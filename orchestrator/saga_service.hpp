@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "common/metrics.hpp"
 #include "orchestrator/store/finished_cache.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "steps/saga/registry.hpp"
@@ -33,7 +34,8 @@ enum class KeyOutcome {
   kInProgress,  // another owner runs it (409)
   kMismatch,    // the key was used with another request (422)
 };
-// "claimed", "taken_over", ... ("" for kNone): the span attribute idempotency.outcome.
+// "claimed", "taken_over", "replayed", "in_progress", "reused" ("" for kNone): the span
+// attribute idempotency.outcome and the metric's label.
 const char* ToString(KeyOutcome outcome);
 
 struct Answer {
@@ -75,9 +77,14 @@ saga::StepResult FailureFromJson(const nlohmann::json& j);
 
 class SagaService {
  public:
-  // `tracer` may be null (no spans).
+  // `tracer` may be null (no spans). Counts go to `metrics` (a registry of its own if null):
+  //   idemsaga_idempotency_requests_total{outcome}: what the parent key said to a request
+  //   idemsaga_saga_duration_seconds{saga,end}: one run of a saga in this process, to its end
+  //   (completed, failed) or its stop (deferred, fenced, abandoned, interrupted)
+  // and the runner's step attempts and compensations (saga::RunnerMetrics).
   SagaService(ParentStore& store, const saga::Registry& registry, saga::RetryPolicy policy,
-              SagaServiceOptions options, const common::trace::Tracer* tracer = nullptr);
+              SagaServiceOptions options, const common::trace::Tracer* tracer = nullptr,
+              common::metrics::Registry* metrics = nullptr);
   ~SagaService();
 
   Answer Submit(const Submission& submission);
@@ -106,6 +113,8 @@ class SagaService {
   // The answer for what the key said; starts the saga when this request owns it.
   Answer AnswerClaim(const Claim& claim, const Submission& s);
 
+  Answer Counted(Answer a);
+
   // Backoff sleeps wake at once on shutdown.
   void SleepUnlessStopping(std::chrono::milliseconds d);
 
@@ -120,6 +129,11 @@ class SagaService {
   const saga::Registry& registry_;
   const common::trace::Tracer* tracer_;
   FinishedCache finished_;
+  common::metrics::Registry own_metrics_;
+  common::metrics::Registry& metrics_;
+  saga::RunnerMetrics runner_metrics_;
+  common::metrics::Family<common::metrics::Counter>& key_outcomes_;
+  common::metrics::Family<common::metrics::Histogram>& durations_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
 };
 

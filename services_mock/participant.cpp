@@ -20,48 +20,29 @@ Participant::Participant(std::string service, common::pg::Pool& pool, Faults& fa
       faults_(faults),
       options_(std::move(options)),
       guard_(pool, tracer, options_.guard),
-      http_(guard_, {.service_token = options_.service_token, .limits = options_.limits}, tracer,
-            FaultHooks()) {
-  for (const char* outcome :
-       {"applied", "replayed", "mismatch", "cancelled", "compensated", "in_progress",
-        "action_unknown", "refused", "unavailable", "dropped"}) {
-    outcomes_[outcome] = 0;
-  }
-}
-
-void Participant::Count(const std::string& outcome) {
-  if (auto it = outcomes_.find(outcome); it != outcomes_.end()) ++it->second;
-}
-
-std::string Participant::MetricsText() const {
-  std::string out =
-      "# HELP idemsaga_guard_requests_total Guarded requests by what the idempotency guard "
-      "did.\n# TYPE idemsaga_guard_requests_total counter\n";
-  for (const auto& [outcome, n] : outcomes_) {
-    out += "idemsaga_guard_requests_total{service=\"" + service_ + "\",outcome=\"" + outcome +
-           "\"} " + std::to_string(n.load()) + "\n";
-  }
-  return out;
+      http_(guard_,
+            {.service_token = options_.service_token,
+             .limits = options_.limits,
+             .metrics = &metrics_,
+             .service = service_},
+            tracer, FaultHooks()) {
+  common::pg::AddMetrics(metrics_, pool_);
 }
 
 steps::guard::HttpGuardHooks Participant::FaultHooks() {
-  return {.before =
-              [this](httplib::Response& res) {
-                faults_.HoldWhileHung();
-                if (!faults_.ShouldFail()) return true;
-                common::http::SetUnavailable(res, "injected fault");
-                Count("unavailable");
-                return false;
-              },
-          .after =
-              [this](const steps::guard::Response&, httplib::Response& res) {
-                faults_.DelayAnswer();
-                if (!faults_.ShouldDropAfterCommit()) return true;
-                Count("dropped");
-                DropConnection(res);
-                return false;
-              },
-          .count = [this](const std::string& outcome) { Count(outcome); }};
+  return {.before = [this](httplib::Response& res) -> std::optional<std::string> {
+            faults_.HoldWhileHung();
+            if (!faults_.ShouldFail()) return std::nullopt;
+            common::http::SetUnavailable(res, "injected fault");
+            return "unavailable";
+          },
+          .after = [this](const steps::guard::Response&,
+                          httplib::Response& res) -> std::optional<std::string> {
+            faults_.DelayAnswer();
+            if (!faults_.ShouldDropAfterCommit()) return std::nullopt;
+            DropConnection(res);
+            return "dropped";
+          }};
 }
 
 bool Participant::Authorized(const httplib::Request& req, httplib::Response& res) const {
@@ -81,7 +62,7 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
 void Participant::AdminRoutes(common::http::Server& server) {
   common::http::AddHealthRoutes(server, pool_);
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(MetricsText(), "text/plain; version=0.0.4");
+    res.set_content(metrics_.Render(), common::metrics::kContentType);
   });
   // What an orchestrator checks at start-up: that its keys outlive every parent that may
   // still retry or compensate them.

@@ -1,6 +1,6 @@
 // A demo participant's plumbing: the guard on its routes (steps::guard::HttpGuard, the same
-// public call any service uses) with fault injection and outcome counting around it, and the
-// admin/health routes.
+// public call any service uses) with fault injection around it, and the admin, health and
+// metrics routes.
 //
 // Thread-safe once routes are registered.
 //   Participant p("inventory", pool, faults, options);
@@ -66,14 +66,10 @@ class Participant {
   // Faults (hang, 503, latency, drop after commit) around each guarded request.
   steps::guard::HttpGuardHooks FaultHooks();
 
-  // Guarded requests by outcome: the guard's (applied, replayed, mismatch, cancelled,
-  // compensated, in_progress) and the route's (refused: a 4xx before the guard; unavailable:
-  // a 503; dropped: an injected drop). Keys fixed at construction: lock-free counting.
-  void Count(const std::string& outcome);
-  std::string MetricsText() const;
-
-  std::map<std::string, std::atomic<long long>> outcomes_;
   std::string service_;
+  // Guarded requests by outcome (steps::guard::HttpGuardOptions), injected faults among them
+  // (unavailable, dropped), and the pool's waits.
+  common::metrics::Registry metrics_;
   common::pg::Pool& pool_;
   Faults& faults_;
   ParticipantOptions options_;

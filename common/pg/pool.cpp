@@ -25,9 +25,18 @@ Pool::~Pool() = default;
 
 Pool::Lease Pool::Borrow() {
   std::unique_lock lock(mutex_);
-  bool ok = available_.wait_for(lock, options_.borrow_timeout,
-                                [&] { return !idle_.empty() || open_ < options_.size; });
-  if (!ok) throw PoolUnavailable("no database connection became free in time");
+  auto free = [&] { return !idle_.empty() || open_ < options_.size; };
+  if (!free()) {
+    auto start = std::chrono::steady_clock::now();
+    bool ok = available_.wait_for(lock, options_.borrow_timeout, free);
+    ++waits_.waits;
+    waits_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!ok) {
+      ++waits_.timeouts;
+      throw PoolUnavailable("no database connection became free in time");
+    }
+  }
   if (!idle_.empty()) {
     auto conn = std::move(idle_.back());
     idle_.pop_back();
@@ -43,6 +52,11 @@ Pool::Lease Pool::Borrow() {
     available_.notify_one();
     throw PoolUnavailable(std::string("cannot connect to the database: ") + e.what());
   }
+}
+
+Pool::Waits Pool::waits() const {
+  std::lock_guard lock(mutex_);
+  return waits_;
 }
 
 void Pool::Return(std::unique_ptr<pqxx::connection> conn, bool discard) {
@@ -76,6 +90,18 @@ void Pool::DiscardIfBroken(Lease& lease) {
   } catch (...) {
   }
   if (!lease->is_open()) lease.Discard();
+}
+
+void AddMetrics(metrics::Registry& registry, const Pool& pool) {
+  registry.CounterFrom("idemsaga_db_pool_waits_total",
+                       "Borrows of a database connection that found none free and waited.",
+                       [&pool] { return static_cast<double>(pool.waits().waits); });
+  registry.CounterFrom("idemsaga_db_pool_wait_seconds_total",
+                       "Time spent waiting for a free database connection.",
+                       [&pool] { return pool.waits().wait_seconds; });
+  registry.CounterFrom("idemsaga_db_pool_timeouts_total",
+                       "Borrows that found no free database connection in time (a 503).",
+                       [&pool] { return static_cast<double>(pool.waits().timeouts); });
 }
 
 }  // namespace common::pg

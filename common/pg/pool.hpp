@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.hpp"
+
 namespace common::pg {
 
 // No connection became free in time, or none could be opened: the database is unavailable.
@@ -72,16 +74,30 @@ class Pool {
 
   const std::string& url() const { return url_; }
 
+  // For metrics: borrows that found no free connection and waited, the time they waited,
+  // and those that gave up (PoolUnavailable).
+  struct Waits {
+    long long waits = 0;
+    double wait_seconds = 0;
+    long long timeouts = 0;
+  };
+  Waits waits() const;
+
  private:
   void Return(std::unique_ptr<pqxx::connection> conn, bool discard);
   static void DiscardIfBroken(Lease& lease);
 
   const std::string url_;
   const Options options_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable available_;
   std::vector<std::unique_ptr<pqxx::connection>> idle_;
   size_t open_ = 0;  // idle plus borrowed
+  Waits waits_;      // under mutex_
 };
+
+// Publishes `pool`'s waits: idemsaga_db_pool_waits_total, idemsaga_db_pool_wait_seconds_total,
+// idemsaga_db_pool_timeouts_total. `pool` must outlive the registry's scrapes.
+void AddMetrics(metrics::Registry& registry, const Pool& pool);
 
 }  // namespace common::pg

@@ -72,30 +72,9 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
                     "application/json");
   });
 
-  // Prometheus text format. Process counters, plus running/stuck sagas across all replicas.
+  // Prometheus text format (common::metrics); no credentials, like /health.
   server.Get("/metrics", [d](const httplib::Request&, httplib::Response& res) {
-    std::string out;
-    auto metric = [&](const char* name, const char* type, const char* help, long long v) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-             name + " " + std::to_string(v) + "\n";
-    };
-    metric("idemsaga_fenced_writes_total", "counter",
-           "Writes refused because this process had lost the saga's lease.",
-           d.store.fenced_writes());
-    metric("idemsaga_sagas_resumed_total", "counter",
-           "Sagas this process took over from an expired lease.", d.sagas.resumed());
-    metric("idemsaga_sagas_in_process", "gauge", "Sagas running in this process.",
-           d.sagas.running());
-    try {
-      auto counts = d.store.CountRunning();
-      metric("idemsaga_sagas_running", "gauge", "Sagas not yet ended, in all replicas.",
-             counts.running);
-      metric("idemsaga_sagas_stuck", "gauge",
-             "Sagas whose compensation keeps failing (retried at a slower pace).", counts.stuck);
-    } catch (const std::exception&) {
-      metric("idemsaga_database_up", "gauge", "Whether the database answered.", 0);
-    }
-    res.set_content(out, "text/plain; version=0.0.4");
+    res.set_content(d.metrics.Render(), common::metrics::kContentType);
   });
 }
 

@@ -72,6 +72,7 @@ struct AdminRoutes {
   SagaService& sagas;
   Recovery& recovery;
   TenantAuth& auth;
+  const common::metrics::Registry& metrics;
 };
 // GET /v1/sagas, POST /v1/sagas/{key}/retry, GET /metrics.
 void AddAdminRoutes(common::http::Server& server, const AdminRoutes& deps);

@@ -155,7 +155,7 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   }
   if (row[1].as<std::string>() != hash) {
     return Json(kKeyReusedStatus, "idempotency_key_reused",
-                "this Idempotency-Key was used with a different request", "mismatch");
+                "this Idempotency-Key was used with a different request", "reused");
   }
   if (status == "pending") {  // an external call under a live lease
     return Json(kInProgressStatus, "idempotency_key_in_progress",
@@ -237,7 +237,7 @@ std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
 Response Undone(nlohmann::json body, const std::string& outcome, const nlohmann::json& detail) {
   body["outcome"] = outcome;
   if (detail.is_object()) body.update(detail);
-  return Response{200, body.dump(), "application/json", false, "applied"};
+  return Response{200, body.dump(), "application/json", false, outcome};
 }
 
 // The business effect, on the transaction that stores its answer; `span` is left open.
@@ -326,7 +326,7 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
     auto claim = StartSpan("guard claim", req);
     if (auto answered = ClaimOrReplay(tx, req, hash, RetentionSeconds())) {
       claim.Set("outcome", answered->outcome);
-      if (answered->outcome == "mismatch") claim.Error("key reused with another request");
+      if (answered->outcome == "reused") claim.Error("key reused with another request");
       return *answered;
     }
     claim.Set("outcome", std::string("claimed")).Ok();

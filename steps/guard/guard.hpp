@@ -52,8 +52,9 @@ struct Response {
   std::string body;
   std::string content_type = "application/json";
   bool replayed = false;  // answered from the stored response; send Idempotent-Replayed: true
-  // applied | replayed | mismatch | cancelled (tombstone) | compensated | in_progress |
-  // action_unknown | fenced: for spans and logs.
+  // An action's applied | replayed | reused | cancelled (tombstone) | compensated |
+  // in_progress | action_unknown | fenced, or a compensation's undone | already_undone |
+  // nothing_to_undo | cancelled (tombstone written) | replayed: for spans, logs and metrics.
   std::string outcome;
   // Further headers of the answer (Location, any the handler names): stored and replayed.
   std::map<std::string, std::string> headers;

@@ -13,10 +13,24 @@ using common::http::SetError;
 
 HttpGuard::HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer,
                      HttpGuardHooks hooks)
-    : guard_(guard), options_(std::move(options)), tracer_(tracer), hooks_(std::move(hooks)) {}
+    : guard_(guard), options_(std::move(options)), tracer_(tracer), hooks_(std::move(hooks)) {
+  if (options_.metrics != nullptr) {
+    requests_ = &options_.metrics->Counter(
+        "idemsaga_guard_requests_total",
+        "Guarded requests by service, kind (action or compensation) and what the guard did.",
+        {"service", "kind", "outcome"});
+    for (const char* outcome : {"applied", "replayed", "reused", "in_progress"}) {
+      requests_->With({options_.service, "action", outcome});
+    }
+    requests_->With({options_.service, "compensation", "undone"});
+  }
+}
 
-void HttpGuard::Count(const std::string& outcome) const {
-  if (hooks_.count) hooks_.count(outcome);
+void HttpGuard::Count(const char* kind, const std::string& outcome) const {
+  if (requests_ == nullptr) return;
+  // The guard says "cancelled" of a tombstone: an action refused, or a compensation that
+  // wrote one first.
+  requests_->With({options_.service, kind, outcome == "cancelled" ? "tombstoned" : outcome}).Inc();
 }
 
 bool HttpGuard::Authorized(const httplib::Request& req, httplib::Response& res) const {
@@ -73,7 +87,7 @@ void WriteAnswer(const Response& answer, httplib::Response& res) {
   if (busy) res.set_header("Retry-After", "1");
 }
 
-void HttpGuard::Guarded(const httplib::Request& req, httplib::Response& res,
+void HttpGuard::Guarded(const char* kind, const httplib::Request& req, httplib::Response& res,
                         const std::function<std::string(const Request&)>& validate,
                         const std::function<Response(const Request&)>& run) const {
   common::trace::Span span;
@@ -94,22 +108,32 @@ void HttpGuard::Guarded(const httplib::Request& req, httplib::Response& res,
   };
   auto admitted = Admit(req, res);
   if (!admitted) {
-    Count("refused");
+    Count(kind, "refused");
     return finish();
   }
   admitted->trace = span.context();
   span.Set("tenant", admitted->tenant_id).Set("idempotency_key", admitted->key);
   if (auto problem = validate(*admitted); !problem.empty()) {
     SetError(res, 400, "invalid_request", problem);
-    Count("refused");
+    Count(kind, "refused");
     return finish();
   }
-  if (hooks_.before && !hooks_.before(res)) return finish();
+  if (hooks_.before) {
+    if (auto answered = hooks_.before(res)) {
+      Count(kind, *answered);
+      return finish();
+    }
+  }
   try {
     auto answer = run(*admitted);
     span.Set("guard.outcome", answer.outcome).Set("replayed", answer.replayed);
-    Count(answer.outcome);
-    if (hooks_.after && !hooks_.after(answer, res)) return finish();
+    Count(kind, answer.outcome);
+    if (hooks_.after) {
+      if (auto answered = hooks_.after(answer, res)) {
+        Count(kind, *answered);
+        return finish();
+      }
+    }
     WriteAnswer(answer, res);
   } catch (const std::exception& e) {
     common::Log("guard_transient_failure", {{"path", req.path},
@@ -117,7 +141,7 @@ void HttpGuard::Guarded(const httplib::Request& req, httplib::Response& res,
                                             {"key", admitted->key},
                                             {"error", e.what()}});
     common::http::SetUnavailable(res, "the request could not be completed");
-    Count("unavailable");
+    Count(kind, "unavailable");
   }
   finish();
 }
@@ -127,7 +151,8 @@ HttpGuard::Handler HttpGuard::Action(Validate validate, RouteEffect effect,
   return [this, validate = std::move(validate), effect = std::move(effect), scope](
              const httplib::Request& req, httplib::Response& res) {
     Guarded(
-        req, res, [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
+        "action", req, res,
+        [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
         [&](const Request& r) {
           return guard_.Run(
               r, [&](pqxx::work& tx) { return effect(tx, r); }, scope);
@@ -156,7 +181,7 @@ std::string ValidateCompensation(const Request& r) {
 
 HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
   return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
-    Guarded(req, res, ValidateCompensation, [&](const Request& r) {
+    Guarded("compensation", req, res, ValidateCompensation, [&](const Request& r) {
       return guard_.Compensate(
           r, r.body["action_key"].get<std::string>(),
           [&](pqxx::work& tx, const ActionRecord& action) { return undo(tx, r, action); },
@@ -170,14 +195,15 @@ HttpGuard::Handler HttpGuard::ExternalAction(Validate validate,
   return [this, validate = std::move(validate), effect = std::move(effect)](
              const httplib::Request& req, httplib::Response& res) {
     Guarded(
-        req, res, [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
+        "action", req, res,
+        [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
         [&](const Request& r) { return guard_.RunExternal(r, effect); });
   };
 }
 
 HttpGuard::Handler HttpGuard::ExternalCompensation(Guard::ExternalUndo undo) const {
   return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
-    Guarded(req, res, ValidateCompensation, [&](const Request& r) {
+    Guarded("compensation", req, res, ValidateCompensation, [&](const Request& r) {
       return guard_.CompensateExternal(r, r.body["action_key"].get<std::string>(), undo,
                                        r.body.value("action_applied", false));
     });

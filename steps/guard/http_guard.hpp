@@ -18,6 +18,7 @@
 #include <string>
 
 #include "common/http/server.hpp"
+#include "common/metrics.hpp"
 #include "common/trace/span.hpp"
 #include "steps/guard/guard.hpp"
 
@@ -38,19 +39,26 @@ inline constexpr size_t kMaxStepKeyLength = 255;
 struct HttpGuardOptions {
   std::string service_token;  // what callers present as `Authorization: Bearer ...`
   common::http::Limits limits;
+  // Where guarded requests are counted (null: nowhere), labelled with `service`:
+  //   idemsaga_guard_requests_total{service,kind="action"|"compensation",outcome}
+  // Actions: applied, replayed, reused (422), in_progress (409), tombstoned (refused: its
+  // compensation came first), compensated (a retry of an undone action), action_unknown,
+  // fenced. Compensations: undone, already_undone, nothing_to_undo, tombstoned (written
+  // before its action), replayed. Either: refused (a 4xx before the guard), unavailable (503),
+  // or what a hook answered with.
+  common::metrics::Registry* metrics = nullptr;
+  std::string service;
 };
 
 // Around every guarded request, for a service that wants more than the guard (the demo
-// participants' fault injection and metrics). Each may be empty.
+// participants' fault injection). Each may be empty; each returns nullopt to go on, or the
+// outcome (a metrics label) it answered `res` with.
 struct HttpGuardHooks {
-  // Before the guard runs, once the request is admitted and valid; false: it answered `res`.
-  std::function<bool(httplib::Response& res)> before;
-  // Once the guard has answered and before the answer is written; false: it answered `res`
-  // itself (or dropped the connection).
-  std::function<bool(const Response& answer, httplib::Response& res)> after;
-  // What happened: the guard's Response::outcome, or refused (a 4xx before the guard),
-  // unavailable (a 503), or what `before`/`after` say by answering.
-  std::function<void(const std::string& outcome)> count;
+  // Before the guard runs, once the request is admitted and valid.
+  std::function<std::optional<std::string>(httplib::Response& res)> before;
+  // Once the guard has answered and before the answer is written (it may drop the
+  // connection instead); its outcome is counted besides the guard's.
+  std::function<std::optional<std::string>(const Response& answer, httplib::Response& res)> after;
 };
 
 class HttpGuard {
@@ -80,15 +88,16 @@ class HttpGuard {
  private:
   // Auth, tenant, key and body; nullopt after answering a 4xx.
   std::optional<Request> Admit(const httplib::Request& req, httplib::Response& res) const;
-  void Guarded(const httplib::Request& req, httplib::Response& res,
+  void Guarded(const char* kind, const httplib::Request& req, httplib::Response& res,
                const std::function<std::string(const Request&)>& validate,
                const std::function<Response(const Request&)>& run) const;
-  void Count(const std::string& outcome) const;
+  void Count(const char* kind, const std::string& outcome) const;
 
   Guard& guard_;
   HttpGuardOptions options_;
   const common::trace::Tracer* tracer_;
   HttpGuardHooks hooks_;
+  common::metrics::Family<common::metrics::Counter>* requests_ = nullptr;
 };
 
 // Writes a guard's answer to `res` (with Idempotent-Replayed, and Retry-After on 409 busy).

@@ -107,14 +107,38 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
   return r;
 }
 
+RunnerMetrics::RunnerMetrics(common::metrics::Registry& registry)
+    : attempts(registry.Counter("idemsaga_step_attempts_total",
+                                "Calls to a participant, by saga, step, kind (action or "
+                                "compensation) and outcome.",
+                                {"saga", "step", "kind", "outcome"})),
+      compensations(registry.Counter(
+          "idemsaga_compensations_total",
+          "Compensations by how they ended: undone, or stuck (deferred to recovery).",
+          {"saga", "step", "outcome"})) {}
+
 Runner::Runner(const Definition& definition, RetryPolicy policy, Sleep sleep,
-               ShouldStop should_stop, const common::trace::Tracer* tracer)
+               ShouldStop should_stop, const common::trace::Tracer* tracer,
+               const RunnerMetrics* metrics)
     : definition_(definition),
       policy_(policy),
       sleep_(sleep ? std::move(sleep)
                    : [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }),
       should_stop_(should_stop ? std::move(should_stop) : [] { return false; }),
-      tracer_(tracer) {}
+      tracer_(tracer),
+      metrics_(metrics) {}
+
+void Runner::CountAttempt(const std::string& step, const char* kind, Outcome outcome) const {
+  if (metrics_ != nullptr) {
+    metrics_->attempts.With({definition_.name(), step, kind, ToString(outcome)}).Inc();
+  }
+}
+
+void Runner::CountCompensation(const std::string& step, const char* outcome) const {
+  if (metrics_ != nullptr) {
+    metrics_->compensations.With({definition_.name(), step, outcome}).Inc();
+  }
+}
 
 common::trace::Span Runner::StartSpan(const std::string& name,
                                       const common::trace::SpanContext& parent,
@@ -231,6 +255,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     auto attempt_span = StartAttemptSpan(step.name + " attempt", step_span.context(), ctx);
     last = Call(step.action, ctx);
     common::CrashPoint("after_step_sent");
+    CountAttempt(step.name, "action", last.outcome);
     LogStep("step_outcome", ctx, last);
     Record(attempt_span, last);
     step_span.Set("attempts", static_cast<long long>(attempt));
@@ -288,6 +313,7 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
         StartAttemptSpan(step.name + " compensation attempt", step_span.context(), ctx);
     attempt_span.Set("compensation", true);
     StepResult r = Call(step.compensation, ctx);
+    CountAttempt(step.name, "compensation", r.outcome);
     LogStep("compensation_outcome", ctx, r);
     Record(attempt_span, r);
     step_span.Set("attempts", static_cast<long long>(record.compensation_attempts));
@@ -295,6 +321,7 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
       step_span.Ok();
       record.status = StepStatus::kCompensated;
       record.detail.clear();
+      CountCompensation(step.name, "undone");
       return std::nullopt;
     }
     record.detail = r.detail;
@@ -307,6 +334,7 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
     }
     step_span.Error("stuck after " + std::to_string(record.compensation_attempts) + " attempts")
         .Set("stuck", true);
+    CountCompensation(step.name, "stuck");
     return Defer(input, step.name, r.detail, all, journal);
   }
 }

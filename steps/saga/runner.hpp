@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/metrics.hpp"
 #include "common/trace/span.hpp"
 #include "steps/saga/definition.hpp"
 
@@ -133,14 +134,24 @@ struct SagaInput {
   std::shared_ptr<const std::any> typed;
 };
 
+// What a runner counts (labels are the definition's saga and step names, never a key):
+//   idemsaga_step_attempts_total{saga,step,kind="action"|"compensation",outcome}
+//   idemsaga_compensations_total{saga,step,outcome="undone"|"stuck"}
+struct RunnerMetrics {
+  explicit RunnerMetrics(common::metrics::Registry& registry);
+  common::metrics::Family<common::metrics::Counter>& attempts;
+  common::metrics::Family<common::metrics::Counter>& compensations;
+};
+
 class Runner {
  public:
   using Sleep = std::function<void(std::chrono::milliseconds)>;
   using ShouldStop = std::function<bool()>;
 
-  // `tracer` may be null (no spans).
+  // `tracer` may be null (no spans), and `metrics` (nothing counted).
   Runner(const Definition& definition, RetryPolicy policy, Sleep sleep = {},
-         ShouldStop should_stop = {}, const common::trace::Tracer* tracer = nullptr);
+         ShouldStop should_stop = {}, const common::trace::Tracer* tracer = nullptr,
+         const RunnerMetrics* metrics = nullptr);
 
   // Parses `input.request` into the definition's typed input when `input.typed` is null; a
   // stored request that no longer parses is deferred (stuck), never run.
@@ -184,7 +195,11 @@ class Runner {
   RetryPolicy policy_;
   Sleep sleep_;
   ShouldStop should_stop_;
+  void CountAttempt(const std::string& step, const char* kind, Outcome outcome) const;
+  void CountCompensation(const std::string& step, const char* outcome) const;
+
   const common::trace::Tracer* tracer_;
+  const RunnerMetrics* metrics_;
 };
 
 }  // namespace saga

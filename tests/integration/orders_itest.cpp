@@ -11,6 +11,7 @@
 #include "services_mock/participant.hpp"
 #include "services_mock/service.hpp"
 #include "steps/place_order.hpp"
+#include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 #include "tests/support/wait.hpp"
@@ -292,6 +293,41 @@ TEST_F(OrdersTest, ADeclinedPaymentReleasesTheStockExactlyOnceAndChargesNothing)
   EXPECT_EQ(Available("widget"), 1000000);
   EXPECT_EQ(Get("order-3")->status, 200);
   EXPECT_EQ(nlohmann::json::parse(Get("order-3")->body)["steps"][0]["status"], "compensated");
+}
+
+TEST_F(OrdersTest, MetricsCountKeysStepsCompensationsAndDurationsAndPassPromtool) {
+  ASSERT_EQ(Submit(Order("m-1"))->status, 201);
+  ASSERT_EQ(Submit(Order("m-1"))->status, 201);                  // replayed
+  ASSERT_EQ(Submit(Order("m-1", kDeclinedOrder))->status, 422);  // reused
+  ASSERT_EQ(Submit(Order("m-2", kDeclinedOrder))->status, 402);  // compensated
+  auto page = client_->Get("/metrics")->body;
+  auto sample = [&](const std::string& series) { return test_support::Sample(page, series); };
+  EXPECT_EQ(sample(R"(idemsaga_idempotency_requests_total{outcome="claimed"})"), 2) << page;
+  EXPECT_EQ(sample(R"(idemsaga_idempotency_requests_total{outcome="replayed"})"), 1);
+  EXPECT_EQ(sample(R"(idemsaga_idempotency_requests_total{outcome="reused"})"), 1);
+  EXPECT_EQ(sample(R"(idemsaga_idempotency_requests_total{outcome="in_progress"})"), 0);
+  const std::string attempts = R"(idemsaga_step_attempts_total{saga="place_order",)";
+  EXPECT_EQ(sample(attempts + R"(step="inventory",kind="action",outcome="succeeded"})"), 2);
+  EXPECT_EQ(sample(attempts + R"(step="payment",kind="action",outcome="succeeded"})"), 1);
+  EXPECT_EQ(sample(attempts + R"(step="payment",kind="action",outcome="terminal"})"), 1);
+  EXPECT_EQ(sample(attempts + R"(step="inventory",kind="compensation",outcome="succeeded"})"), 1);
+  EXPECT_EQ(
+      sample(
+          R"(idemsaga_compensations_total{saga="place_order",step="inventory",outcome="undone"})"),
+      1);
+  EXPECT_EQ(sample(R"(idemsaga_saga_duration_seconds_count{saga="place_order",end="completed"})"),
+            1);
+  EXPECT_EQ(sample(R"(idemsaga_saga_duration_seconds_count{saga="place_order",end="failed"})"), 1);
+  EXPECT_EQ(sample("idemsaga_sagas_stuck"), 0);
+  EXPECT_EQ(sample("idemsaga_sagas_running"), 0);
+  EXPECT_EQ(sample("idemsaga_database_up"), 1);
+  EXPECT_GE(sample("idemsaga_db_pool_waits_total"), 0);
+  EXPECT_GE(sample("idemsaga_spans_dropped_total"), 0);
+  // No key and no tenant is ever a label.
+  EXPECT_EQ(page.find("m-1"), std::string::npos);
+  EXPECT_EQ(page.find("demo"), std::string::npos);
+  EXPECT_EQ(test_support::PromtoolProblems(page), "");
+  EXPECT_EQ(test_support::PromtoolProblems(client_->Get("/metrics")->body), "");
 }
 
 TEST_F(OrdersTest, AnOutOfStockOrderChargesNothing) {

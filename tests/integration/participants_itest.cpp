@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "services_mock/service.hpp"
+#include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
@@ -20,6 +21,8 @@ using Running = test_support::Serving<ParticipantService>;
 using test_support::Call;
 using test_support::ErrorCode;
 using test_support::Post;
+using test_support::PromtoolProblems;
+using test_support::Sample;
 
 class InventoryTest : public ::testing::Test {
  protected:
@@ -307,15 +310,39 @@ TEST_F(InventoryTest, MetricsCountWhatTheGuardDidPerOutcome) {
   Post(client_, "/v1/reservations", {.key = "M-inventory", .body = body});  // undone since
   auto r = client_.Get("/metrics");
   ASSERT_EQ(r->status, 200);
-  auto line = [&](const std::string& outcome) {
-    return "idemsaga_guard_requests_total{service=\"inventory\",outcome=\"" + outcome + "\"} ";
+  auto count = [&](const std::string& kind, const std::string& outcome) {
+    return Sample(r->body, "idemsaga_guard_requests_total{service=\"inventory\",kind=\"" + kind +
+                               "\",outcome=\"" + outcome + "\"}");
   };
-  EXPECT_NE(r->body.find("# TYPE idemsaga_guard_requests_total counter"), std::string::npos);
-  EXPECT_NE(r->body.find(line("applied") + "2\n"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find(line("replayed") + "1\n"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find(line("mismatch") + "1\n"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find(line("refused") + "1\n"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find(line("compensated") + "1\n"), std::string::npos) << r->body;
+  EXPECT_EQ(count("action", "applied"), 1) << r->body;
+  EXPECT_EQ(count("action", "replayed"), 1) << r->body;
+  EXPECT_EQ(count("action", "reused"), 1) << r->body;
+  EXPECT_EQ(count("action", "refused"), 1) << r->body;
+  EXPECT_EQ(count("action", "compensated"), 1) << r->body;
+  EXPECT_EQ(count("compensation", "undone"), 1) << r->body;
+  EXPECT_EQ(count("action", "in_progress"), 0) << r->body;  // shown from the start
+  EXPECT_EQ(PromtoolProblems(r->body), "");
+}
+
+TEST_F(InventoryTest, ACompensationBeforeItsActionIsCountedAsATombstoneBothWays) {
+  Post(client_, "/v1/reservations/release",
+       {.key = "T-inventory-compensate", .body = R"({"action_key":"T-inventory"})"});
+  Post(client_, "/v1/reservations",
+       {.key = "T-inventory", .body = R"({"items":[{"sku":"widget","quantity":1}]})"});
+  auto page = client_.Get("/metrics")->body;
+  EXPECT_EQ(
+      Sample(
+          page,
+          R"(idemsaga_guard_requests_total{service="inventory",kind="compensation",outcome="tombstoned"})"),
+      1)
+      << page;
+  EXPECT_EQ(
+      Sample(
+          page,
+          R"(idemsaga_guard_requests_total{service="inventory",kind="action",outcome="tombstoned"})"),
+      1)
+      << page;
+  EXPECT_EQ(Rows("reservations"), 0);
 }
 
 TEST_F(InventoryTest, HealthAndReadiness) {
