@@ -1,5 +1,6 @@
 #include "orchestrator/response.hpp"
 
+#include "common/http/problem.hpp"
 #include "orchestrator/store/saga_status.hpp"
 
 namespace orchestrator {
@@ -32,14 +33,16 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
                                  : "the " + result.failed_step +
                                        " step did not answer in time; completed steps were "
                                        "compensated; send a new Idempotency-Key to try again";
-  nlohmann::json body = {
-      {"status", ToString(SagaStatus::kFailed)},
-      {"error", {{"code", code}, {"message", message}, {"step", result.failed_step}}},
-      {"compensated", result.compensated},
-      {"retryable", false},
-      {"idempotency_key", ctx.idempotency_key},
-      {"trace_id", ctx.trace_id}};
-  return {status, body.dump(), {{"Content-Type", "application/json"}}};
+  // A problem (RFC 9457): its `status` is the HTTP status; the saga's is `saga_status`.
+  std::string body = common::http::ProblemBody(status, code, message,
+                                               {{"saga_status", ToString(SagaStatus::kFailed)},
+                                                {"step", result.failed_step},
+                                                {"compensated", result.compensated},
+                                                {"retryable", false},
+                                                {"order_id", ctx.order_id},
+                                                {"idempotency_key", ctx.idempotency_key},
+                                                {"trace_id", ctx.trace_id}});
+  return {status, body, {{"Content-Type", common::http::kProblemContentType}}};
 }
 
 }  // namespace orchestrator

@@ -4,9 +4,11 @@
 //   completed -> 201 {"status":"completed","order_id","idempotency_key",<each step output's
 //                     *_id fields>,"trace_id"}
 //   failed    -> the failing step's 4xx (402 card_declined, 409 insufficient_stock, ...), or
-//                502 <step>_unavailable when retries ran out, with
-//                {"status":"failed","error":{...},"compensated":[...],"retryable":false,
-//                 "trace_id"}
+//                502 <step>_unavailable when retries ran out, as a problem (RFC 9457,
+//                application/problem+json): {"type","title","status":402,"detail","code",
+//                "saga_status":"failed","step","compensated":[...],"retryable":false,
+//                "order_id","idempotency_key","trace_id"}. Answers stored before 0.2 were
+//                {"status":"failed","error":{"code","message","step"},...} and replay as such.
 // Its headers are stored and replayed with it: Content-Type, and for a 201 the run's Location
 // (/v1/orders/{key} or /v1/runs/{saga}/{key}).
 // A stored answer is final: `retryable: false` says a retry with the same key gets these same

@@ -59,7 +59,9 @@ class StoreJournal : public saga::Journal {
 
 // A 503 is an outage: the client is told when to retry (with the same key, which is safe).
 Answer Error(int status, const std::string& code, const std::string& message) {
-  Answer a{status, common::http::ErrorBody(code, message), {}};
+  Answer a{status,
+           common::http::ProblemBody(status, code, message),
+           {{"Content-Type", common::http::kProblemContentType}}};
   if (status == 503) a.headers["Retry-After"] = "1";
   return a;
 }

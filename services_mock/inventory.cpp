@@ -103,7 +103,7 @@ steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req)
     if (auto why = TakeUnits(tx, sku, quantity, start_slot, taken)) {
       // Stored and replayed, in this transaction: give back what the SKUs before took.
       for (const auto& t : taken) Exec(tx, kGiveBack, t.sku, t.slot, t.quantity);
-      return {409, common::http::ErrorBody("insufficient_stock", *why)};
+      return steps::guard::Problem(409, "insufficient_stock", *why);
     }
   }
   nlohmann::json items = nlohmann::json::array();

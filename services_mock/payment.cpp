@@ -27,7 +27,7 @@ const common::pg::Statement kRefund{R"sql(
 steps::guard::Response Charge(pqxx::work& tx, const steps::guard::Request& req) {
   const auto& b = req.body;
   if (b["payment_method"] == kDeclinedCard) {
-    return {402, common::http::ErrorBody("card_declined", "the card was declined")};
+    return steps::guard::Problem(402, "card_declined", "the card was declined");
   }
   auto id = ExecOne(tx, kInsertCharge, req.tenant_id, req.key, b["customer_id"].get<std::string>(),
                     b["amount_cents"].get<long long>(), b["currency"].get<std::string>(),

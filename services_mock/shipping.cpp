@@ -36,8 +36,8 @@ steps::guard::Response Ship(pqxx::work& tx, const steps::guard::Request& req) {
   const auto country = b["address"]["country"].get<std::string>();
   if (country == kUnservedCountry) {
     // Stored and replayed by the guard; nothing was written, so there is nothing to cancel.
-    return {422, common::http::ErrorBody("address_unserviceable",
-                                         "no carrier ships to country '" + country + "'")};
+    return steps::guard::Problem(422, "address_unserviceable",
+                                 "no carrier ships to country '" + country + "'");
   }
   auto id = ExecOne(tx, kInsertShipment, req.tenant_id, req.key,
                     b["reservation_id"].get<std::string>(), b["address"].dump())[0];

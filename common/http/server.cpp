@@ -821,14 +821,9 @@ bool Server::Serve() { return impl_->Serve(); }
 
 void Server::Stop() { impl_->Stop(); }
 
-std::string ErrorBody(std::string_view code, std::string_view message) {
-  nlohmann::json body = {{"error", {{"code", code}, {"message", message}}}};
-  return body.dump();
-}
-
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message) {
   res.status = status;
-  res.set_content(ErrorBody(code, message), "application/json");
+  res.set_content(ProblemBody(status, code, message), kProblemContentType);
 }
 
 void CloseWithoutResponse(httplib::Response& res) {

@@ -51,6 +51,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/http/problem.hpp"
+
 namespace common::pg {
 class Pool;
 }
@@ -133,8 +135,7 @@ class Server {
   std::unique_ptr<detail::ServerCore> impl_;
 };
 
-// The one error body: {"error":{"code":...,"message":...}}.
-std::string ErrorBody(std::string_view code, std::string_view message);
+// Answers the one error body, a problem (common/http/problem.hpp).
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message);
 
 // Asks the server to close the connection without sending any response, as if the process

@@ -72,7 +72,7 @@ void CarRoutes(common::http::Server& server, const steps::guard::HttpGuard& http
                           "application/json");
     if (!r) throw std::runtime_error("the rental company did not answer");  // may have rented
     if (r->status == 422) {  // a business refusal: stored and replayed like a success
-      return Response{422, common::http::ErrorBody("no_cars", "no cars in this city")};
+      return steps::guard::Problem(422, "no_cars", "no cars in this city");
     }
     if (r->status != 201) throw std::runtime_error("rental company: " + std::to_string(r->status));
     return Response{201, r->body};

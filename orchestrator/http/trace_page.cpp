@@ -50,7 +50,7 @@ $("apikey").value = apiKey;
 async function api(path) {
   const r = await fetch(path, { headers: { Authorization: "Bearer " + apiKey } });
   const body = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error((body.error && body.error.message) || ("HTTP " + r.status));
+  if (!r.ok) throw new Error(body.detail || ("HTTP " + r.status));
   return body;
 }
 function fail(e) { $("msg").textContent = e.message; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/http/problem.hpp"
 #include "common/idempotency_key.hpp"
 
 namespace steps::client {
@@ -21,13 +22,6 @@ bool NeverSent(httplib::Error e) {
     default:
       return false;  // Read, Write, Canceled, Unknown, ...: the request may have arrived
   }
-}
-
-std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
-  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
-    return {body["error"].value("code", ""), body["error"].value("message", "")};
-  }
-  return {"", ""};
 }
 
 // Retry-After as delay-seconds (RFC 9110 §10.2.3); an HTTP-date or garbage counts as absent.
@@ -58,7 +52,7 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
     ok.http_status = x.status;
     return ok;
   }
-  auto [code, message] = ErrorOf(body);
+  auto [code, message] = common::http::ErrorOf(body);
   std::string status_text = "HTTP " + std::to_string(x.status);
   if (!code.empty()) status_text += " " + code;
   if ((x.status == 409 && code == "idempotency_key_in_progress") || x.status == 429 ||

@@ -9,6 +9,12 @@
 #include "common/pg/statement.hpp"
 
 namespace steps::guard {
+
+Response Problem(int status, const std::string& code, const std::string& detail) {
+  return Response{status, common::http::ProblemBody(status, code, detail),
+                  common::http::kProblemContentType};
+}
+
 namespace {
 
 using common::pg::Exec;
@@ -75,7 +81,7 @@ const common::pg::Statement kTombstone{R"sql(
   INSERT INTO idempotency_keys
     (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
      response_body, expires_at)
-  VALUES ($1, $2, NULL, 'tombstone', 409, 'application/json', $3,
+  VALUES ($1, $2, NULL, 'tombstone', 409, 'application/problem+json', $3,
           now() + make_interval(secs => $4))
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql"};
@@ -101,8 +107,8 @@ const common::pg::Statement kLockAction{R"sql(
 // then cancels whatever the cut-off call did at the third party.
 const common::pg::Statement kCutOffPending{R"sql(
   UPDATE idempotency_keys
-  SET status = 'completed', response_status = 409, response_content_type = 'application/json',
-      response_body = $3, response_headers = '{}', lease_expires_at = NULL,
+  SET status = 'completed', response_status = 409,
+      response_content_type = 'application/problem+json', response_body = $3, response_headers = '{}', lease_expires_at = NULL,
       fencing_token = fencing_token + 1, compensated_at = now(),
       expires_at = now() + make_interval(secs => $4)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'pending'
@@ -134,8 +140,9 @@ constexpr int kRaceAttempts = 3;
 
 Response Json(int status, const std::string& code, const std::string& message,
               const char* outcome) {
-  return Response{status, common::http::ErrorBody(code, message), "application/json", false,
-                  outcome};
+  Response res = Problem(status, code, message);
+  res.outcome = outcome;
+  return res;
 }
 
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
@@ -200,8 +207,8 @@ bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
 std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
                                       const std::string& action_key, bool action_applied,
                                       double retention_s, bool cut_off, ActionRecord& action) {
-  std::string refusal = common::http::ErrorBody(
-      "cancelled", "this step was compensated before it arrived; it will not be applied");
+  std::string refusal = common::http::ProblemBody(
+      409, "cancelled", "this step was compensated before it arrived; it will not be applied");
   Exec(tx, kKeepAlive, req.tenant_id, action_key, retention_s);
   if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key).empty()) {
     // The caller saw this action succeed, yet it has no record here (expired, restored from
@@ -220,9 +227,9 @@ std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
   if (status == "pending") {
     if (!cut_off || !row[4].as<bool>()) throw ActionPending();
     Exec(tx, kCutOffPending, req.tenant_id, action_key,
-         common::http::ErrorBody("compensated",
-                                 "this action was cut off mid-call and compensated; it is not "
-                                 "in effect"),
+         common::http::ProblemBody(kCompensatedStatus, "compensated",
+                                   "this action was cut off mid-call and compensated; it is not "
+                                   "in effect"),
          retention_s);
     action = {action_key, 0, nullptr};
     return std::nullopt;

@@ -60,6 +60,10 @@ struct Response {
   std::map<std::string, std::string> headers;
 };
 
+// A refusal as a problem (application/problem+json): a business answer such as 402
+// card_declined, stored and replayed like any other.
+Response Problem(int status, const std::string& code, const std::string& detail);
+
 // The stored answer of the action a compensation undoes. status 0 (body null): its outcome is
 // unknown, an external call cut off mid-way (CompensateExternal): undo it by its key at the
 // third party, or look it up first.

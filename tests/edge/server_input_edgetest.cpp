@@ -54,8 +54,11 @@ std::string Unhex(const std::string& hex) {
 
 std::string ErrorCodeOf(const Answer& a) {
   auto j = nlohmann::json::parse(a.body, nullptr, false);
-  if (j.is_discarded() || !j.contains("error")) return "<not an error body: " + a.body + ">";
-  return j["error"]["code"].get<std::string>();
+  if (j.is_discarded() || !j.contains("code") ||
+      j["type"] != "https://idemsaga.dev/problems/" + j["code"].get<std::string>()) {
+    return "<not a problem body: " + a.body + ">";
+  }
+  return j["code"].get<std::string>();
 }
 
 TEST(ServerInput, HeaderValuesReachTheHandlerByteForByte) {
@@ -229,7 +232,7 @@ TEST(ServerInput, MalformedFramingIsA4xxWithTheErrorBodyNeverA5xx) {
     ASSERT_FALSE(answers.empty()) << c.name << ": no answer";
     EXPECT_EQ(answers[0].status, c.status) << c.name << ": " << answers[0].body;
     EXPECT_EQ(ErrorCodeOf(answers[0]), c.code) << c.name;
-    EXPECT_EQ(answers[0].Header("Content-Type"), "application/json") << c.name;
+    EXPECT_EQ(answers[0].Header("Content-Type"), "application/problem+json") << c.name;
   }
 
   // Allow names the methods that the path has.

@@ -168,7 +168,8 @@ class HostileInput : public ::testing::Test {
         }
       } else if (r->status != 422) {
         auto err = nlohmann::json::parse(r->body, nullptr, false);
-        EXPECT_TRUE(!err.is_discarded() && err.contains("error")) << r->status << " " << r->body;
+        EXPECT_TRUE(!err.is_discarded() && err.contains("code") && err.contains("type"))
+            << r->status << " " << r->body;
       }
     }
     return t;

@@ -280,8 +280,11 @@ TEST_F(OrdersTest, ADeclinedPaymentReleasesTheStockExactlyOnceAndChargesNothing)
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 402);
   auto body = nlohmann::json::parse(r->body);
-  EXPECT_EQ(body["status"], "failed");
-  EXPECT_EQ(body["error"]["code"], "card_declined");
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/problem+json");
+  EXPECT_EQ(body["status"], 402);
+  EXPECT_EQ(body["saga_status"], "failed");
+  EXPECT_EQ(body["step"], "payment");
+  EXPECT_EQ(body["code"], "card_declined");
   EXPECT_EQ(body["compensated"], nlohmann::json::array({"inventory"}));
   EXPECT_EQ(Charges(), 0);
   EXPECT_EQ(Reservations("released"), 1);
@@ -334,7 +337,7 @@ TEST_F(OrdersTest, AnOutOfStockOrderChargesNothing) {
   auto r = Submit(Order("order-4", kGadgetOrder));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409);
-  EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["code"], "insufficient_stock");
+  EXPECT_EQ(nlohmann::json::parse(r->body)["code"], "insufficient_stock");
   EXPECT_EQ(nlohmann::json::parse(r->body)["compensated"], nlohmann::json::array());
   EXPECT_EQ(Charges(), 0);
   EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);  // never called
@@ -444,9 +447,9 @@ TEST_F(OrdersTest, EveryBadRequestGetsItsClearErrorAndStoresNothing) {
     EXPECT_EQ(ErrorCode(r), c.code) << c.name;
   }
   auto invalid = Submit(Order("k", with([](auto& j) { j["items"][0]["quantity"] = 0; })));
-  EXPECT_NE(nlohmann::json::parse(invalid->body)["error"]["message"].get<std::string>().find(
-                "items[0].quantity"),
-            std::string::npos);
+  EXPECT_NE(
+      nlohmann::json::parse(invalid->body)["detail"].get<std::string>().find("items[0].quantity"),
+      std::string::npos);
   EXPECT_EQ(ParentKeys(), 0);
   EXPECT_EQ(Reservations(), 0);
   EXPECT_EQ(Charges(), 0);
@@ -524,7 +527,7 @@ TEST_F(OrdersTest, AParticipantThatStaysDownFailsTheOrderAndCompensatesEveryStep
   // Final, and says so: not a 503 that invites retrying a key that only replays this.
   EXPECT_EQ(final->status, 502);
   auto body = nlohmann::json::parse(final->body);
-  EXPECT_EQ(body["error"]["code"], "payment_unavailable");
+  EXPECT_EQ(body["code"], "payment_unavailable");
   EXPECT_EQ(body["retryable"], false);
   EXPECT_EQ(body["compensated"], nlohmann::json::array({"payment", "inventory"}));
   EXPECT_EQ(Available("widget"), 1000000);
@@ -735,7 +738,7 @@ TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
   auto late = Submit(Order("late-1"));
   ASSERT_TRUE(late);
   EXPECT_NE(late->status, 201) << late->body;
-  EXPECT_EQ(nlohmann::json::parse(late->body)["status"], "failed") << late->body;
+  EXPECT_EQ(nlohmann::json::parse(late->body)["saga_status"], "failed") << late->body;
   EXPECT_EQ(ErrorCode(late), "compensated");
   // Nothing was applied again, and the stock and the charge stay undone.
   EXPECT_EQ(Charges(), 1);

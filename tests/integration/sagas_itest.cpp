@@ -72,7 +72,7 @@ class Loyalty {
         },
         [](pqxx::work& tx, const steps::guard::Request& req) -> steps::guard::Response {
           if (req.body["cents"].get<int>() > 1000) {
-            return {422, common::http::ErrorBody("voucher_limit", "vouchers go up to 1000 cents")};
+            return steps::guard::Problem(422, "voucher_limit", "vouchers go up to 1000 cents");
           }
           tx.exec_params("INSERT INTO vouchers (key) VALUES ($1)", req.key);
           return {201, nlohmann::json{{"voucher_id", "vch_" + common::RandomHex(8)}}.dump()};
@@ -352,7 +352,7 @@ TEST_F(SagasTest, ADeclinedLastStepCompensatesInReverseWithTheOutputsOfEarlierSt
   auto r = Run("gift-2", kTooBigGift);
   ASSERT_EQ(r->status, 422) << r->body;
   auto body = nlohmann::json::parse(r->body);
-  EXPECT_EQ(body["error"]["code"], "voucher_limit");
+  EXPECT_EQ(body["code"], "voucher_limit");
   EXPECT_EQ(body["compensated"], nlohmann::json({"points", "payment", "inventory"}));
   ExpectCompensatedInReverseWithOutputs("gift-2");
   ExpectEverythingUndoneOnce("gift-2");
@@ -393,7 +393,7 @@ TEST_F(SagasTest, AnUnservedCountryRefundsThenReleasesAndShipsNothing) {
   auto r = Run("ship-2", far.dump(), "ship_order");
   ASSERT_EQ(r->status, 422) << r->body;
   auto body = nlohmann::json::parse(r->body);
-  EXPECT_EQ(body["error"]["code"], "address_unserviceable");
+  EXPECT_EQ(body["code"], "address_unserviceable");
   EXPECT_EQ(body["compensated"], nlohmann::json({"payment", "inventory"}));
   EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM charges WHERE status = 'refunded'"), 1);
   EXPECT_EQ(inv_db_.Count("SELECT count(*) FROM reservations WHERE status = 'released'"), 1);

@@ -207,7 +207,7 @@ TEST_F(ShippingTest, EveryBadShipmentIsRefusedNamingItsFieldAndStoresNothing) {
     ASSERT_TRUE(r) << c.name;
     EXPECT_EQ(r->status, 400) << c.name << ": " << r->body;
     EXPECT_EQ(ErrorCode(r), "invalid_request") << c.name;
-    auto message = nlohmann::json::parse(r->body)["error"]["message"].get<std::string>();
+    auto message = nlohmann::json::parse(r->body)["detail"].get<std::string>();
     EXPECT_NE(message.find(c.field), std::string::npos) << c.name << ": " << message;
   }
   EXPECT_EQ(Keys(), 0);

@@ -280,7 +280,8 @@ TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServic
   o.service_token = "secret-service-token";
   o.otlp_endpoint = collector.Url() + "/v1/traces";
   o.otlp_headers = {{"X-Collector-Key", "ck-1"}};
-  o.participants["inventory"].base_url = o.participants["payment"].base_url = "http://127.0.0.1:1";  // nothing listens: spans all the same
+  o.participants["inventory"].base_url = o.participants["payment"].base_url =
+      "http://127.0.0.1:1";  // nothing listens: spans all the same
   o.sagas.response_budget = std::chrono::milliseconds(100);
   {
     Serving<Orchestrator> exporting(o);

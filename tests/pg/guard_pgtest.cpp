@@ -130,7 +130,7 @@ TEST_P(GuardTest, FiftyConcurrentDuplicatesRunTheEffectOnceAndAllGetTheSameBody)
 
 TEST_P(GuardTest, AStoredBusinessFailureIsReplayedWithoutRunningAgain) {
   auto declined = Run(Req("B-payment"), [](pqxx::work&) {
-    return Response{402, common::http::ErrorBody("card_declined", "the card was declined")};
+    return steps::guard::Problem(402, "card_declined", "the card was declined");
   });
   auto again = Run(Req("B-payment"), RecordEffect());
   EXPECT_EQ(again.status, 402);
@@ -194,15 +194,14 @@ TEST_P(GuardTest, CompensationBeforeTheActionLeavesATombstoneThatRefusesTheLateA
   EXPECT_EQ(nlohmann::json::parse(comp.body)["outcome"], "cancelled");
   auto late = Run(Req("E-payment"), RecordEffect());
   EXPECT_EQ(late.status, 409);
-  EXPECT_EQ(nlohmann::json::parse(late.body)["error"]["code"], "cancelled");
+  EXPECT_EQ(nlohmann::json::parse(late.body)["code"], "cancelled");
   EXPECT_EQ(Effects(), 0);
   EXPECT_EQ(undos_, 0);
 }
 
 TEST_P(GuardTest, CompensatingAFailedActionHasNothingToUndo) {
-  Run(Req("F-payment"), [](pqxx::work&) {
-    return Response{402, common::http::ErrorBody("card_declined", "declined")};
-  });
+  Run(Req("F-payment"),
+      [](pqxx::work&) { return steps::guard::Problem(402, "card_declined", "declined"); });
   auto comp = guard_.Compensate(Req("F-payment-compensate", {{"action_key", "F-payment"}}),
                                 "F-payment", CountUndo());
   EXPECT_EQ(nlohmann::json::parse(comp.body)["outcome"], "nothing_to_undo");
@@ -228,7 +227,7 @@ TEST_P(GuardTest, AnActionUndoneByItsCompensationAnswersCompensatedNeverItsOldSu
   auto late = Run(Req("A-payment"), RecordEffect());
   EXPECT_EQ(late.status, 409);
   EXPECT_FALSE(late.replayed);
-  EXPECT_EQ(nlohmann::json::parse(late.body)["error"]["code"], "compensated");
+  EXPECT_EQ(nlohmann::json::parse(late.body)["code"], "compensated");
   if (CalledOnlyWhenOwned()) {
     EXPECT_EQ(runs_, 1);
   }
@@ -297,7 +296,7 @@ TEST_P(GuardTest, ACompensationOfAnActionKnownToHaveSucceededButMissingStoresNot
       Req("L-payment-compensate", {{"action_key", "L-payment"}, {"action_applied", true}}),
       "L-payment", CountUndo(), /*action_applied=*/true);
   EXPECT_EQ(lost.status, 409);
-  EXPECT_EQ(nlohmann::json::parse(lost.body)["error"]["code"], "action_unknown");
+  EXPECT_EQ(nlohmann::json::parse(lost.body)["code"], "action_unknown");
   EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
   // The record comes back (here: the action is applied now); the same compensation undoes it.
   ASSERT_EQ(Run(Req("L-payment"), RecordEffect()).status, 201);
@@ -349,7 +348,7 @@ TEST_P(GuardTest, TheHeadersTheHandlerNamesAreStoredAndReplayed) {
   EXPECT_EQ(again.headers.at("Location"),
             "/v1/things/" + nlohmann::json::parse(first.body)["id"].get<std::string>());
   auto refused = Run(Req("H2-payment"), [](pqxx::work&) {
-    return Response{402, common::http::ErrorBody("card_declined", "declined")};
+    return steps::guard::Problem(402, "card_declined", "declined");
   });
   EXPECT_TRUE(Run(Req("H2-payment"), RecordEffect()).headers.empty());
   EXPECT_TRUE(refused.headers.empty());

@@ -82,8 +82,11 @@ inline Call Order(std::string key, std::string body = kOrder,
 // The `error.code` of a JSON error body, or a marker when the body is not one.
 inline std::string ErrorCode(const httplib::Result& r) {
   auto j = nlohmann::json::parse(r->body, nullptr, false);
-  if (j.is_discarded() || !j.contains("error")) return "<not an error body: " + r->body + ">";
-  return j["error"]["code"].get<std::string>();
+  if (j.is_discarded() || !j.contains("code") ||
+      j["type"] != "https://idemsaga.dev/problems/" + j["code"].get<std::string>()) {
+    return "<not a problem body: " + r->body + ">";
+  }
+  return j["code"].get<std::string>();
 }
 
 }  // namespace test_support

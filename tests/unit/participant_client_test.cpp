@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/http/problem.hpp"
+
 namespace {
 
 using saga::Outcome;
@@ -87,6 +89,18 @@ TEST(MapOutcome, KeepsTheParticipantsErrorCodeStatusAndReplayFlag) {
   EXPECT_EQ(declined.http_status, 402);
   EXPECT_EQ(declined.error_code, "card_declined");
   EXPECT_EQ(declined.detail, "declined!");
+  // A participant's problem (RFC 9457) reads the same; the old form above is what answers
+  // stored before 0.2 replay.
+  auto problem = MapOutcome(
+      {T::kAnswered, 402,
+       common::http::ProblemBody(402, "card_declined", "declined!", {{"error", "decoy"}})},
+      {"card_declined"});
+  EXPECT_EQ(problem.outcome, saga::Outcome::kTerminal);
+  EXPECT_EQ(problem.error_code, "card_declined");
+  EXPECT_EQ(problem.detail, "declined!");
+  auto busy = MapOutcome(
+      {T::kAnswered, 409, common::http::ProblemBody(409, "idempotency_key_in_progress", "later")});
+  EXPECT_EQ(busy.outcome, saga::Outcome::kRetryable);
   auto ok = MapOutcome({T::kAnswered, 201, R"({"charge_id":"ch_1"})", true});
   EXPECT_TRUE(ok.replayed);
   EXPECT_EQ(ok.output["charge_id"], "ch_1");

@@ -173,7 +173,7 @@ TEST_F(RunnerTest, RetriesExhaustedOnATransientFailureCompensateThatStepToo) {
   // Final, and says so: a 503 would invite retries of a key that only replays this.
   EXPECT_EQ(response.status, 502);
   auto body = nlohmann::json::parse(response.body);
-  EXPECT_EQ(body["error"]["code"], "payment_unavailable");
+  EXPECT_EQ(body["code"], "payment_unavailable");
   EXPECT_EQ(body["retryable"], false);
 }
 
@@ -504,11 +504,14 @@ TEST(Response, ADeclinedSagaAnswersTheParticipantsStatusAndWhatWasCompensated) {
   r.compensated = {"inventory"};
   auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   EXPECT_EQ(res.status, 402);
-  auto body = nlohmann::json::parse(res.body);
-  EXPECT_EQ(body["status"], "failed");
-  EXPECT_EQ(body["error"]["code"], "card_declined");
-  EXPECT_EQ(body["compensated"], nlohmann::json::array({"inventory"}));
-  EXPECT_EQ(body["retryable"], false);
+  EXPECT_EQ(res.headers.at("Content-Type"), "application/problem+json");
+  // RFC 9457: the members it defines, then ours beside them.
+  EXPECT_EQ(res.body,
+            R"({"code":"card_declined","compensated":["inventory"],"detail":"the card was )"
+            R"(declined","idempotency_key":"K","order_id":"ord_1","retryable":false,)"
+            R"("saga_status":"failed","status":402,"step":"payment","title":"Card declined",)"
+            R"("trace_id":"ffffffffffffffffffffffffffffffff",)"
+            R"("type":"https://idemsaga.dev/problems/card_declined"})");
 }
 
 // --- your own sagas: per-step policy, typed input, the registry, the field reader ----------

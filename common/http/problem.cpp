@@ -1,0 +1,69 @@
+#include "common/http/problem.hpp"
+
+#include <array>
+#include <cctype>
+
+namespace common::http {
+namespace {
+
+// Titles where the code's words would read badly; every other code titles itself.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kTitles{{
+    {"invalid_json", "Invalid JSON"},
+    {"idempotency_key_missing", "Idempotency-Key missing"},
+    {"idempotency_key_invalid", "Idempotency-Key invalid"},
+    {"idempotency_key_reused", "Idempotency-Key reused with another request"},
+    {"idempotency_key_in_progress", "A request with this Idempotency-Key is in progress"},
+    {"unavailable", "Service unavailable"},
+}};
+
+}  // namespace
+
+std::string ProblemTitle(std::string_view code) {
+  for (const auto& [c, title] : kTitles) {
+    if (c == code) return std::string(title);
+  }
+  std::string title(code);
+  for (char& ch : title) {
+    if (ch == '_') ch = ' ';
+  }
+  if (!title.empty())
+    title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+  return title;
+}
+
+nlohmann::json Problem(int status, std::string_view code, std::string_view detail,
+                       const nlohmann::json& extra) {
+  nlohmann::json p = {{"type", std::string(kProblemTypeBase) + std::string(code)},
+                      {"title", ProblemTitle(code)},
+                      {"status", status},
+                      {"detail", detail},
+                      {"code", code}};
+  if (extra.is_object()) {
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      if (!p.contains(it.key())) p[it.key()] = it.value();
+    }
+  }
+  return p;
+}
+
+std::string ProblemBody(int status, std::string_view code, std::string_view detail,
+                        const nlohmann::json& extra) {
+  return Problem(status, code, detail, extra).dump();
+}
+
+std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
+  if (!body.is_object()) return {"", ""};
+  auto text = [](const nlohmann::json& j, const char* name) {
+    auto it = j.find(name);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (body.contains("code") && body["code"].is_string()) {
+    return {text(body, "code"), text(body, "detail")};
+  }
+  if (body.contains("error") && body["error"].is_object()) {
+    return {text(body["error"], "code"), text(body["error"], "message")};
+  }
+  return {"", ""};
+}
+
+}  // namespace common::http
