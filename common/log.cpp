@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 namespace common {
 namespace {
 
 std::atomic<bool> log_enabled{true};
+std::atomic<LogFormat> log_format{LogFormat::kText};
 std::mutex log_mutex;
 
 bool NeedsQuotes(std::string_view v) {
@@ -41,6 +43,19 @@ void AppendValue(std::string& line, std::string_view v) {
 
 void SetLogEnabled(bool enabled) { log_enabled = enabled; }
 
+void SetLogFormat(LogFormat format) { log_format = format; }
+
+namespace {
+
+std::string JsonLine(const char* ts, std::string_view event,
+                     std::initializer_list<LogField> fields) {
+  nlohmann::json line = {{"ts", ts}, {"event", event}};
+  for (const auto& [k, v] : fields) line[std::string(k)] = v;
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace
+
 void Log(std::string_view event, std::initializer_list<LogField> fields) {
   if (!log_enabled) return;
   auto now = std::chrono::system_clock::now();
@@ -53,6 +68,12 @@ void Log(std::string_view event, std::initializer_list<LogField> fields) {
   std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                 static_cast<int>(millis));
+  if (log_format == LogFormat::kJson) {
+    auto line = JsonLine(ts, event, fields);
+    std::lock_guard lock(log_mutex);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    return;
+  }
   std::string line = "ts=";
   line.append(ts).append(" event=");
   AppendValue(line, event);

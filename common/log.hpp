@@ -1,4 +1,6 @@
-// One log line per event, as `ts=... event=... key=value ...` on stderr.
+// One log line per event on stderr: `ts=... event=... key=value ...`, or with LogFormat::kJson
+// one JSON object per line ({"ts":...,"event":...,"key":"value",...}; invalid UTF-8 becomes
+// U+FFFD) for a log pipeline.
 //
 // Thread-safe: lines from different threads never interleave.
 //   common::Log("step_call", {{"tenant", t}, {"key", k}, {"step", "inventory"}});
@@ -14,6 +16,9 @@ namespace common {
 using LogField = std::pair<std::string_view, std::string_view>;
 
 void Log(std::string_view event, std::initializer_list<LogField> fields = {});
+
+enum class LogFormat { kText, kJson };
+void SetLogFormat(LogFormat format);
 
 // Silences Log (tests that expect noisy failures).
 void SetLogEnabled(bool enabled);

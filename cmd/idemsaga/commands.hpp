@@ -26,4 +26,12 @@ void AddDevCommand(CLI::App& app, Run& run);
 void AddOtlpHeaderOption(CLI::App* cmd, std::vector<std::string>& headers);
 std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& headers);
 
+// Twelve-factor configuration: every long flag of `app` and its subcommands that names no
+// variable of its own reads IDEMSAGA_<FLAG> (--lease-seconds: IDEMSAGA_LEASE_SECONDS) when
+// it is not given on the command line. Call once every subcommand is added.
+void ReadFlagsFromEnvironment(CLI::App& app);
+
+// --log-format text|json on `app` (and, by fallthrough, after any subcommand).
+void AddLogFormatOption(CLI::App& app);
+
 }  // namespace idemsaga_cmd

@@ -1,6 +1,8 @@
+#include <cctype>
 #include <string>
 
 #include "cmd/idemsaga/commands.hpp"
+#include "common/log.hpp"
 
 namespace idemsaga_cmd {
 
@@ -24,6 +26,30 @@ std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& 
     out[h.substr(0, colon)] = value;
   }
   return out;
+}
+
+void ReadFlagsFromEnvironment(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const auto& names = opt->get_lnames();
+    if (names.empty() || !opt->get_envname().empty() || names.front() == "help") continue;
+    std::string env = "IDEMSAGA_";
+    for (char c : names.front()) {
+      env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    opt->envname(env);
+  }
+  for (CLI::App* sub : app.get_subcommands({})) ReadFlagsFromEnvironment(*sub);
+}
+
+void AddLogFormatOption(CLI::App& app) {
+  app.add_option_function<std::string>(
+         "--log-format",
+         [](const std::string& format) {
+           common::SetLogFormat(format == "json" ? common::LogFormat::kJson
+                                                 : common::LogFormat::kText);
+         },
+         "log lines as key=value text (the default) or one JSON object per line")
+      ->check(CLI::IsMember({"text", "json"}));
 }
 
 }  // namespace idemsaga_cmd

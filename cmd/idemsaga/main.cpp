@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   idemsaga_cmd::BlockStopSignals();
   CLI::App app{"idemsaga: a saga orchestrator with idempotency keys end to end"};
   app.require_subcommand(1);
+  // Options of the app (--log-format) may also follow the subcommand.
+  app.fallthrough();
+  idemsaga_cmd::AddLogFormatOption(app);
   idemsaga_cmd::Run run;
   idemsaga_cmd::ClientFlags client_flags;
   idemsaga_cmd::AddDevCommand(app, run);
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   idemsaga_cmd::AddParticipantCommands(app, run);
   idemsaga_cmd::AddAdminCommands(app, run);
   idemsaga_cmd::AddClientCommands(app, client_flags, run);
+  idemsaga_cmd::ReadFlagsFromEnvironment(app);
   try {
     app.parse(argc, argv);
     // Servers give memory back after a burst; a client command ends before the first run.

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
+#include "common/log.hpp"
 #include "common/pg/url.hpp"
 
 namespace {
@@ -162,6 +165,20 @@ TEST(Crypto, RandomHexHasTheAskedLengthAndVaries) {
   auto a = common::RandomHex(16), b = common::RandomHex(16);
   EXPECT_EQ(a.size(), 32u);
   EXPECT_NE(a, b);
+}
+
+TEST(Log, JsonFormatWritesOneObjectPerLineWhateverTheValuesHold) {
+  common::SetLogFormat(common::LogFormat::kJson);
+  testing::internal::CaptureStderr();
+  common::Log("step_call", {{"key", "a \"quoted\" key\nwith a newline"}, {"bytes", "\xff\xfe"}});
+  std::string out = testing::internal::GetCapturedStderr();
+  common::SetLogFormat(common::LogFormat::kText);
+  ASSERT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["event"], "step_call");
+  EXPECT_EQ(j["key"], "a \"quoted\" key\nwith a newline");
+  EXPECT_EQ(j["bytes"], "\xef\xbf\xbd\xef\xbf\xbd");  // invalid UTF-8 replaced, line still valid
+  EXPECT_EQ(j["ts"].get<std::string>().size(), 24u);
 }
 
 }  // namespace

@@ -1,0 +1,119 @@
+// Twelve-factor configuration of the real binary: every flag of every command reads an
+// environment variable and is in docs/configuration.md's table; a participant configured by
+// its environment alone serves, and logs one JSON object per line.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/net.hpp"
+#include "common/process.hpp"
+#include "tests/chaos/chaos_harness.hpp"
+#include "tests/support/pg_harness.hpp"
+#include "tests/support/serving.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::vector<std::vector<std::string>> kCommands = {{},
+                                                         {"dev"},
+                                                         {"orchestrator"},
+                                                         {"inventory"},
+                                                         {"payment"},
+                                                         {"shipping"},
+                                                         {"migrate"},
+                                                         {"tenant", "create"},
+                                                         {"order"},
+                                                         {"sagas", "list"},
+                                                         {"sagas", "retry"},
+                                                         {"trace"},
+                                                         {"orders", "get"}};
+
+TEST(Config, EveryFlagOfEveryCommandReadsAVariableThatTheTableDocuments) {
+  std::string docs = Slurp(std::string(IDEMSAGA_SOURCE_DIR) + "/docs/configuration.md");
+  ASSERT_FALSE(docs.empty());
+  const std::regex option(R"(^  (?:-[a-z],)?(--[a-z0-9-]+)(.*)$)");
+  const std::regex env(R"(\(Env:(IDEMSAGA_[A-Z0-9_]+)\))");
+  std::set<std::string> served;
+  int flags = 0;
+  for (const auto& command : kCommands) {
+    std::vector<std::string> argv = {IDEMSAGA_BINARY};
+    argv.insert(argv.end(), command.begin(), command.end());
+    argv.push_back("--help");
+    std::istringstream help(common::ReadProgramOutput(argv));
+    for (std::string line; std::getline(help, line);) {
+      std::smatch m, e;
+      if (!std::regex_match(line, m, option) || m[1] == "--help") continue;
+      ++flags;
+      std::string rest = m[2];
+      ASSERT_TRUE(std::regex_search(rest, e, env)) << "no variable for " << line;
+      served.insert(e[1]);
+      EXPECT_NE(docs.find("| `" + e[1].str() + "` | `" + m[1].str() + "` |"), std::string::npos)
+          << e[1] << " (" << m[1] << ") is not in docs/configuration.md";
+    }
+  }
+  EXPECT_GT(flags, 40);
+  // And the table names nothing the binary does not read.
+  std::smatch m;
+  const std::regex row(R"(\| `(IDEMSAGA_[A-Z0-9_]+)` \|)");
+  for (auto it = std::sregex_iterator(docs.begin(), docs.end(), row); it != std::sregex_iterator();
+       ++it) {
+    EXPECT_TRUE(served.count((*it)[1])) << (*it)[1] << " is documented but read by no flag";
+  }
+}
+
+TEST(Config, AParticipantConfiguredOnlyByItsEnvironmentServesAndLogsJsonLines) {
+  test_support::ScratchDatabase db("inventory");
+  int port = common::FreeLoopbackPort();
+  std::string log = ::testing::TempDir() + "config_itest_inventory.log";
+  std::remove(log.c_str());
+  chaos::Process p({IDEMSAGA_BINARY, "inventory"},
+                   {{"IDEMSAGA_LISTEN", "127.0.0.1:" + std::to_string(port)},
+                    {"IDEMSAGA_INVENTORY_DATABASE_URL", db.url()},
+                    {"IDEMSAGA_SERVICE_TOKEN", "token-from-env"},
+                    {"IDEMSAGA_LOG_FORMAT", "json"}},
+                   log);
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(0, 200000);
+  bool ready = false;
+  for (int i = 0; i < 200 && !ready; ++i) {
+    auto r = c.Get("/readyz");
+    ready = r && r->status == 200;
+    if (!ready) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(ready) << Slurp(log);
+  test_support::Call call{.key = "env-inventory",
+                          .body = R"({"items":[{"sku":"widget","quantity":1}]})",
+                          .token = "token-from-env"};
+  auto r = test_support::Post(c, "/v1/reservations", call);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201) << r->body;
+  call.token = "dev-service-token";  // the default is not what the environment said
+  EXPECT_EQ(test_support::Post(c, "/v1/reservations", call)->status, 401);
+  p.Signal(SIGTERM);  // logs its shutdown
+  ASSERT_TRUE(p.Exited(10s));
+  std::istringstream lines(Slurp(log));
+  int json_lines = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("inventory ready on", 0) == 0) continue;  // stdout's one line
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    EXPECT_TRUE(j.contains("ts") && j.contains("event")) << line;
+    ++json_lines;
+  }
+  EXPECT_GT(json_lines, 0) << Slurp(log);
+}
+
+}  // namespace
