@@ -74,7 +74,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
   http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});
-  http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_});
+  http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_, options_.limits});
   AddMetrics();
 }
 

@@ -24,17 +24,28 @@ nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
 // The runner's durable side: the parent row, written only under this saga's lease.
 class StoreJournal : public saga::Journal {
  public:
-  StoreJournal(ParentStore& store, const Claim& claim)
-      : store_(store), lease_(claim.lease), renewed_at_(claim.leased_at) {}
+  // `cancel`: set by SagaService::Cancel while the saga runs in this process.
+  StoreJournal(ParentStore& store, const Claim& claim, std::shared_ptr<std::atomic<bool>> cancel)
+      : store_(store),
+        lease_(claim.lease),
+        renewed_at_(claim.leased_at),
+        cancel_(std::move(cancel)) {
+    if (!claim.row.cancel_requested.is_null()) *cancel_ = true;
+  }
 
   // Renews once a third of the lease has passed: the happy path (well under that) adds no
-  // commit, and a slow saga renews long before its lease could expire.
+  // commit, and a slow saga renews long before its lease could expire. A renewal also hears
+  // of a cancel asked of another replica.
   bool KeepLease() override {
     if (Clock::now() - renewed_at_ < store_.options().lease / 3) return true;
-    if (!store_.Renew(lease_)) return false;
+    bool cancel = false;
+    if (!store_.Renew(lease_, &cancel)) return false;
+    if (cancel) *cancel_ = true;
     renewed_at_ = Clock::now();
     return true;
   }
+
+  bool CancelRequested() override { return *cancel_; }
 
   // KeepLease renews once a third has passed: asked that often, it renews in time.
   std::chrono::milliseconds KeepLeaseEvery() const override {
@@ -55,6 +66,7 @@ class StoreJournal : public saga::Journal {
   ParentStore& store_;
   Lease lease_;
   Clock::time_point renewed_at_;
+  std::shared_ptr<std::atomic<bool>> cancel_;
 };
 
 // A 503 is an outage: the client is told when to retry (with the same key, which is safe).
@@ -237,7 +249,23 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     ~Done() { --n; }
   } done{running_};
   const SagaRow& row = claim.row;
-  StoreJournal journal(store_, claim);
+  // Cancels asked of this process reach the runner at once; the journal's lease renewals
+  // bring those asked of another replica.
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  const std::string running_key = row.tenant_id + '\n' + row.key;
+  {
+    std::lock_guard lock(cancels_mutex_);
+    cancels_[running_key] = cancel;
+  }
+  struct Unregister {
+    SagaService& s;
+    const std::string& k;
+    ~Unregister() {
+      std::lock_guard lock(s.cancels_mutex_);
+      s.cancels_.erase(k);
+    }
+  } unregister{*this, running_key};
+  StoreJournal journal(store_, claim, cancel);
   try {
     // The definition the saga started with, never a newer one: its steps and compensations
     // are what ran. A build without it must not guess.
@@ -323,6 +351,48 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     return Error(503, "unavailable",
                  "the order could not be completed now; retry with the same key");
   }
+}
+
+SagaService::CancelResult SagaService::Cancel(const SagaRow& row, const std::string& operator_name,
+                                              const std::string& reason) {
+  if (row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed) {
+    return CancelResult::kEnded;
+  }
+  if (row.status == SagaStatus::kCompensating) return CancelResult::kAlreadyCompensating;
+  nlohmann::json request = {{"operator", operator_name}, {"reason", reason}};
+  if (!store_.RequestCancel(row.tenant_id, row.key, request)) {
+    // It moved on meanwhile: ended, or compensating after all.
+    auto now = store_.Get(row.tenant_id, row.key);
+    return now && now->status == SagaStatus::kCompensating ? CancelResult::kAlreadyCompensating
+                                                           : CancelResult::kEnded;
+  }
+  {
+    std::lock_guard lock(cancels_mutex_);
+    if (auto it = cancels_.find(row.tenant_id + '\n' + row.key); it != cancels_.end()) {
+      *it->second = true;
+    }
+  }
+  return CancelResult::kRequested;
+}
+
+std::optional<std::string> SagaService::Resolve(const SagaRow& row,
+                                                const std::string& operator_name,
+                                                const std::string& note) {
+  if (row.status != SagaStatus::kCompensating || !row.stuck) return std::nullopt;
+  // Compensations run last step first: the stuck one is the last still to be undone. The
+  // steps before it are still to be compensated by the saga itself.
+  nlohmann::json steps = row.steps;
+  for (size_t i = steps.size(); i-- > 0;) {
+    auto step = saga::StepRecord::FromJson(steps[i]);
+    if (step.status != saga::StepStatus::kCompensating) continue;
+    step.status = saga::StepStatus::kCompensated;
+    step.detail = "compensated by hand (" + operator_name + "): " + note;
+    steps[i] = step.ToJson();
+    nlohmann::json resolution = {{"operator", operator_name}, {"note", note}, {"step", step.name}};
+    if (!store_.Resolve(row.tenant_id, row.key, resolution, steps)) return std::nullopt;
+    return step.name;
+  }
+  return std::nullopt;
 }
 
 bool SagaService::ResumeAsync(const Claim& claim) {

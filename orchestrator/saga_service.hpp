@@ -89,6 +89,23 @@ class SagaService {
 
   Answer Submit(const Submission& submission);
 
+  enum class CancelResult {
+    kRequested,            // recorded; the saga stops at its next step boundary
+    kAlreadyCompensating,  // it is being undone already
+    kEnded,                // completed or failed: nothing to cancel
+  };
+  // Operator: asks the running saga `row` to stop at its next step boundary and compensate
+  // what ran, wherever it runs (this process at once, another replica at its next lease
+  // renewal, a stuck one when recovery resumes it).
+  CancelResult Cancel(const SagaRow& row, const std::string& operator_name,
+                      const std::string& reason);
+  // Operator: records that the stuck compensation of `row` (the step it keeps failing on)
+  // was done by hand, says `note`, and lets the saga go on at once: it compensates the steps
+  // before that one and ends `failed` with the answer any failure of it gets. Returns the
+  // step; nullopt unless `row` is compensating and stuck (and still is when written).
+  std::optional<std::string> Resolve(const SagaRow& row, const std::string& operator_name,
+                                     const std::string& note);
+
   // Drives a saga this process has just taken over (recovery) on the pool. False when
   // shutting down (the lease then simply expires again).
   bool ResumeAsync(const Claim& claim);
@@ -129,6 +146,9 @@ class SagaService {
   const saga::Registry& registry_;
   const common::trace::Tracer* tracer_;
   FinishedCache finished_;
+  // The cancel flag of every saga running in this process, by tenant + '\n' + key.
+  std::mutex cancels_mutex_;
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancels_;
   common::metrics::Registry own_metrics_;
   common::metrics::Registry& metrics_;
   saga::RunnerMetrics runner_metrics_;

@@ -2,8 +2,10 @@
 
 #include <httplib.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "common/percent_encode.hpp"
 #include "orchestrator/http/trace_view.hpp"
@@ -90,7 +92,7 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
     };
   });
 
-  auto* sagas = app.add_subcommand("sagas", "List sagas by state; retry a stuck one");
+  auto* sagas = app.add_subcommand("sagas", "List sagas by state; retry, cancel or resolve one");
   sagas->require_subcommand(1);
   auto* list = sagas->add_subcommand("list", "A tenant's sagas, newest first");
   AddConnectionFlags(list, f);
@@ -113,6 +115,32 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
                              {{"Authorization", "Bearer " + f.api_key}}, "", "application/json"));
     };
   });
+
+  // cancel and resolve: an operator's decision, with who and why (the orchestrator logs both).
+  for (auto [name, help, why_flag, why_field] :
+       {std::tuple{"cancel", "Stop a running saga at its next step and compensate what ran",
+                   "--reason", "reason"},
+        std::tuple{"resolve",
+                   "Record that a stuck compensation was done by hand; the saga goes on and "
+                   "ends failed",
+                   "--note", "note"}}) {
+    auto* cmd = sagas->add_subcommand(name, help);
+    AddConnectionFlags(cmd, f);
+    cmd->add_option("key", f.key, "the saga's Idempotency-Key")->required();
+    cmd->add_option(why_flag, f.why, "why (kept with the saga and in the audit log)")->required();
+    cmd->add_option("--operator", f.operator_name, "who decides (default: $USER)");
+    cmd->callback([&f, &run, name = std::string(name), field = std::string(why_field)] {
+      run = [&f, name, field] {
+        std::string who = f.operator_name;
+        if (who.empty() && std::getenv("USER") != nullptr) who = std::getenv("USER");
+        nlohmann::json body = {{field, f.why}};
+        if (!who.empty()) body["operator"] = who;
+        Print(Connect(f)->Post(("/v1/sagas/" + common::PercentEncode(f.key) + "/" + name).c_str(),
+                               {{"Authorization", "Bearer " + f.api_key}}, body.dump(),
+                               "application/json"));
+      };
+    });
+  }
 
   auto* trace = app.add_subcommand("trace", "Print an order's trace as a waterfall");
   AddConnectionFlags(trace, f);

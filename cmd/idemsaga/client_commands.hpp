@@ -24,6 +24,9 @@ struct ClientFlags {
   std::string status;
   bool stuck_only = false;
   bool show_trace = false;
+  // An operator's decision (sagas cancel|resolve): why, and who (default: $USER).
+  std::string why;
+  std::string operator_name;
 };
 
 void AddClientCommands(CLI::App& app, ClientFlags& flags, std::function<void()>& run);

@@ -73,8 +73,9 @@ struct AdminRoutes {
   Recovery& recovery;
   TenantAuth& auth;
   const common::metrics::Registry& metrics;
+  const common::http::Limits& limits;
 };
-// GET /v1/sagas, POST /v1/sagas/{key}/retry, GET /metrics.
+// GET /v1/sagas, POST /v1/sagas/{key}/retry|cancel|resolve, GET /metrics.
 void AddAdminRoutes(common::http::Server& server, const AdminRoutes& deps);
 
 struct TraceRoutes {

@@ -118,6 +118,8 @@ nlohmann::json SagaView(const SagaRow& row) {
                          {"created_at", row.created_at},
                          {"updated_at", row.updated_at}};
   if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
+  if (!row.cancel_requested.is_null()) view["cancel_requested"] = row.cancel_requested;
+  if (!row.resolution.is_null()) view["resolution"] = row.resolution;
   if (row.response_status != 0) {
     view["response"] = {{"status", row.response_status},
                         {"body", nlohmann::json::parse(row.response_body, nullptr, false)}};

@@ -27,7 +27,8 @@ constexpr const char* kColumns = R"sql(
   coalesce(k.response_status, 0), coalesce(k.response_headers::text, 'null'),
   coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
   coalesce(k.root_span_id, ''), extract(epoch FROM k.expires_at - now())::float8,
-  k.saga_version)sql";
+  k.saga_version, coalesce(k.cancel_requested::text, 'null'),
+  coalesce(k.resolution::text, 'null'))sql";
 
 // Claims a new key, or reads the row already under it, in one round trip: a replay runs no
 // INSERT at all (it writes nothing and locks nothing). The first column says which. No row
@@ -62,11 +63,32 @@ const common::pg::Statement kTakeOver{std::string(R"sql(
     AND status NOT IN ('completed', 'failed') AND lease_expires_at < now()
   RETURNING )sql") + kColumns};
 
+// Also says whether an operator asked to cancel the saga: a replica that runs it learns so
+// within a third of a lease, at no extra round trip.
 const common::pg::Statement kRenew{R"sql(
   UPDATE idempotency_keys
   SET lease_expires_at = now() + make_interval(secs => $5), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status NOT IN ('completed', 'failed'))sql"};
+    AND status NOT IN ('completed', 'failed')
+  RETURNING cancel_requested IS NOT NULL)sql"};
+
+// The first request is kept: who asked first, and why.
+const common::pg::Statement kRequestCancel{R"sql(
+  UPDATE idempotency_keys
+  SET cancel_requested = coalesce(cancel_requested, $3::jsonb || jsonb_build_object('at', now())),
+      updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'started'
+  RETURNING 1)sql"};
+
+// Only a stuck compensation: its runner has deferred it, so nobody is undoing it right now
+// (a takeover clears `stuck` first, and this then changes nothing). Its lease expires now, so
+// recovery goes on with the rest at once.
+const common::pg::Statement kResolve{R"sql(
+  UPDATE idempotency_keys
+  SET stuck = false, resolution = $3::jsonb || jsonb_build_object('at', now()),
+      steps = $4::jsonb, lease_expires_at = now(), updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'compensating' AND stuck
+  RETURNING 1)sql"};
 
 const common::pg::Statement kBeginCompensation{R"sql(
   UPDATE idempotency_keys
@@ -198,6 +220,8 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   s.root_span_id = r(21).as<std::string>();
   s.expires_in_seconds = r(22).as<double>();
   s.saga_version = r(23).as<int>();
+  s.cancel_requested = nlohmann::json::parse(r(24).as<std::string>());
+  s.resolution = nlohmann::json::parse(r(25).as<std::string>());
   return s;
 }
 
@@ -274,9 +298,10 @@ bool ParentStore::Fenced(const Lease& lease, const char* what, bool applied) {
   return true;
 }
 
-bool ParentStore::Renew(const Lease& l) {
+bool ParentStore::Renew(const Lease& l, bool* cancel_requested) {
   auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kRenew, l.tenant_id, l.key, l.owner, l.epoch, Seconds(options_.lease));
+    if (cancel_requested != nullptr && !r.empty()) *cancel_requested = r[0][0].as<bool>();
     return r.affected_rows();
   });
   return !Fenced(l, "renew", n == 1);
@@ -332,6 +357,20 @@ bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key)
   return OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kRetryNow, tenant_id, key);
     return r.affected_rows() == 1;
+  });
+}
+
+bool ParentStore::RequestCancel(const std::string& tenant_id, const std::string& key,
+                                const nlohmann::json& request) {
+  return OneStatement([&](pqxx::nontransaction& tx) {
+    return Exec(tx, kRequestCancel, tenant_id, key, request.dump()).affected_rows() == 1;
+  });
+}
+
+bool ParentStore::Resolve(const std::string& tenant_id, const std::string& key,
+                          const nlohmann::json& resolution, const nlohmann::json& steps) {
+  return OneStatement([&](pqxx::nontransaction& tx) {
+    return Exec(tx, kResolve, tenant_id, key, resolution.dump(), steps.dump()).affected_rows() == 1;
   });
 }
 

@@ -57,6 +57,9 @@ struct SagaRow {
   std::string updated_at;
   std::string root_span_id;       // the order request's span
   double expires_in_seconds = 0;  // until garbage collection may delete the row
+  // Operators' decisions ({"operator","reason"|"note","at"}), null when none.
+  nlohmann::json cancel_requested;
+  nlohmann::json resolution;
 };
 
 // A request under a parent key: what the key is claimed for, and what a retry must match.
@@ -117,8 +120,9 @@ class ParentStore {
   std::optional<Claim> TakeOverExpired(const std::string& tenant_id, const std::string& key,
                                        const std::string& owner);
 
-  // Extends the lease; false when fenced.
-  bool Renew(const Lease& lease);
+  // Extends the lease; false when fenced. `cancel_requested` (if given) is set to whether an
+  // operator has asked to cancel the saga.
+  bool Renew(const Lease& lease, bool* cancel_requested = nullptr);
   // Commits the decision to compensate; false when fenced.
   bool BeginCompensation(const Lease& lease, const nlohmann::json& steps,
                          const std::string& failed_step, const nlohmann::json& failure);
@@ -142,6 +146,16 @@ class ParentStore {
   // Admin: a stuck saga's lease expires now, so recovery retries it at once. False if the
   // key is not a running saga of this tenant.
   bool RetryNow(const std::string& tenant_id, const std::string& key);
+  // Admin: records `request` ({"operator","reason"}, and "at" from the database clock) on a saga
+  // that is still running its actions (`started`); its owner stops at the next step boundary and
+  // compensates. False for any other state (the caller reads the row to say which).
+  bool RequestCancel(const std::string& tenant_id, const std::string& key,
+                     const nlohmann::json& request);
+  // Admin: records `resolution` and `steps` (the stuck step now compensated by hand) on a
+  // stuck compensation and lets its lease expire, so recovery goes on with the rest. False
+  // unless the saga is compensating and stuck (deferred: nobody is undoing it right now).
+  bool Resolve(const std::string& tenant_id, const std::string& key,
+               const nlohmann::json& resolution, const nlohmann::json& steps);
   // Admin: a tenant's sagas, newest first; `status` nullopt for all, `stuck_only` to filter.
   std::vector<SagaRow> List(const std::string& tenant_id, std::optional<SagaStatus> status,
                             bool stuck_only, int limit);

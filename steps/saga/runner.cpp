@@ -339,6 +339,12 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
   }
 }
 
+StepResult CancelledByOperator() {
+  return StepResult::Terminal(409, "saga_cancelled",
+                              "an operator cancelled this saga; the steps that ran were "
+                              "compensated");
+}
+
 const char* ToString(SagaEnd end) {
   switch (end) {
     case SagaEnd::kCompleted:
@@ -414,8 +420,25 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     }
     for (size_t i = 0; i < defs.size(); ++i) {
       if (should_stop_()) return result;  // kAbandoned
-      std::optional<SagaEnd> interrupted;
       auto& record = result.steps[i];
+      if (journal.CancelRequested()) {
+        common::Log("saga_cancelled", {{"tenant", input.tenant_id},
+                                       {"key", input.parent_key},
+                                       {"step", defs[i].name},
+                                       {"trace_id", input.trace_id}});
+        // A resumed saga re-runs its steps from the first: an earlier owner may have sent the
+        // ones this run has not reached, so those are undone too (a compensation of an action
+        // that never arrived leaves a tombstone and changes nothing else).
+        if (input.resumed) {
+          for (size_t j = i; j < result.steps.size(); ++j) {
+            result.steps[j].status = StepStatus::kInDoubt;
+          }
+        }
+        result.failure = CancelledByOperator();
+        result.failed_step = defs[i].name;
+        break;
+      }
+      std::optional<SagaEnd> interrupted;
       StepResult r = Act(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
                          saga_span);
       if (interrupted) {

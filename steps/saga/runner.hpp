@@ -92,6 +92,10 @@ enum class SagaEnd {
 
 const char* ToString(SagaEnd end);
 
+// The refusal a cancelled saga ends with (409 saga_cancelled), blamed on the step it did not
+// run.
+StepResult CancelledByOperator();
+
 struct SagaResult {
   SagaEnd end = SagaEnd::kAbandoned;
   std::vector<StepRecord> steps;
@@ -113,6 +117,9 @@ class Journal {
   // Commits `compensating` with the steps to undo before any compensation is sent.
   virtual bool BeginCompensation(const std::vector<StepRecord>& steps, const StepResult& cause,
                                  const std::string& failed_step) = 0;
+  // Whether an operator asked to cancel the saga: asked at every step boundary, where a
+  // cancelled saga stops and compensates what ran (as if the next step had been refused).
+  virtual bool CancelRequested() { return false; }
   // Marks the saga stuck (visible in the API, metrics and the log) and lets its lease run
   // out after `retry_in`, when recovery picks it up again. False: fenced.
   virtual bool DeferStuck(const std::vector<StepRecord>& steps,

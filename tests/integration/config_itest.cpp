@@ -38,6 +38,8 @@ const std::vector<std::vector<std::string>> kCommands = {{},
                                                          {"order"},
                                                          {"sagas", "list"},
                                                          {"sagas", "retry"},
+                                                         {"sagas", "cancel"},
+                                                         {"sagas", "resolve"},
                                                          {"trace"},
                                                          {"orders", "get"}};
 

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/crypto.hpp"
 #include "orchestrator/orchestrator.hpp"
@@ -130,6 +132,24 @@ class OrdersTest : public ::testing::Test {
                                std::chrono::milliseconds timeout = 20s) {
     return WaitForView(
         key, [&](const nlohmann::json& v) { return v.value("status", "") == status; }, timeout);
+  }
+
+  // The order saga with a third step, shipping, that refuses (422 undeliverable) after the
+  // payment participant's GC collected the charge's key (past its retention): the charge's
+  // compensation then finds no record of an action that certainly happened, and goes stuck.
+  OrderSagaFactory ShippingThatLosesTheCharge() {
+    return [this](steps::client::ParticipantClient& inventory,
+                  steps::client::ParticipantClient& payment) {
+      auto d = steps::MakePlaceOrderSaga(inventory, payment);
+      d.Step(
+          "shipping",
+          [this](saga::StepContext&) {
+            pay_db_.Exec("DELETE FROM idempotency_keys");
+            return saga::StepResult::Terminal(422, "undeliverable", "no such address");
+          },
+          [](saga::StepContext&) { return saga::StepResult::Succeeded({}); });
+      return d;
+    };
   }
 
   ScratchDatabase orch_db_, inv_db_, pay_db_;
@@ -331,6 +351,76 @@ TEST_F(OrdersTest, MetricsCountKeysStepsCompensationsAndDurationsAndPassPromtool
   EXPECT_EQ(page.find("demo"), std::string::npos);
   EXPECT_EQ(test_support::PromtoolProblems(page), "");
   EXPECT_EQ(test_support::PromtoolProblems(client_->Get("/metrics")->body), "");
+}
+
+// An operator cancels an order while its first step runs: it stops before the next step,
+// undoes the reservation, charges nothing, and answers the waiting client 409
+// saga_cancelled; the row says who cancelled it and why.
+TEST_F(OrdersTest, ACancelledSagaStopsAtItsNextStepBoundaryAndCompensatesWhatRan) {
+  std::promise<void> entered, release;
+  auto released = release.get_future().share();
+  auto factory = [&](steps::client::ParticipantClient& inventory,
+                     steps::client::ParticipantClient& payment) {
+    return Wrapped(steps::MakePlaceOrderSaga(inventory, payment), "inventory",
+                   [&](saga::StepFn inner) -> saga::StepFn {
+                     return [&, inner](saga::StepContext& ctx) {
+                       auto r = inner(ctx);
+                       entered.set_value();
+                       released.wait();
+                       return r;
+                     };
+                   });
+  };
+  Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), factory);
+  std::optional<httplib::Result> answer_or;
+  std::thread client([&] {
+    auto c = orch_->Client();
+    answer_or.emplace(Post(c, "/v1/orders", Order("cancel-1")));
+  });
+  entered.get_future().wait();
+  auto cancel = [&](const std::string& key, const std::string& body) {
+    return client_->Post(("/v1/sagas/" + key + "/cancel").c_str(),
+                         {{"Authorization", "Bearer dev-key-demo"}}, body, "application/json");
+  };
+  EXPECT_EQ(cancel("cancel-1", R"({})")->status, 400);  // why is required
+  auto accepted = cancel("cancel-1", R"({"reason":"customer called","operator":"bob"})");
+  EXPECT_EQ(accepted->status, 202) << accepted->body;
+  release.set_value();
+  client.join();
+  auto& answer = *answer_or;
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 409) << answer->body;
+  EXPECT_EQ(ErrorCode(answer), "saga_cancelled");
+  auto body = nlohmann::json::parse(answer->body);
+  EXPECT_EQ(body["step"], "payment");
+  EXPECT_EQ(body["compensated"], nlohmann::json::array({"inventory"}));
+  EXPECT_EQ(Charges(), 0);
+  EXPECT_EQ(Reservations("released"), 1);
+  EXPECT_EQ(Available("widget"), 1000000);
+  auto view = View("cancel-1");
+  EXPECT_EQ(view["status"], "failed");
+  EXPECT_EQ(view["cancel_requested"]["operator"], "bob");
+  EXPECT_EQ(view["cancel_requested"]["reason"], "customer called");
+  // Ended: a second cancel is refused and the stored answer stands.
+  auto late = cancel("cancel-1", R"({"reason":"again"})");
+  EXPECT_EQ(late->status, 409);
+  EXPECT_EQ(ErrorCode(late), "not_cancellable");
+  EXPECT_EQ(Submit(Order("cancel-1"))->body, answer->body);
+}
+
+TEST_F(OrdersTest, ACompletedSagaCannotBeCancelledAndKeepsItsCharge) {
+  auto done = Submit(Order("done-1"));
+  ASSERT_EQ(done->status, 201);
+  auto r = client_->Post("/v1/sagas/done-1/cancel", {{"Authorization", "Bearer dev-key-demo"}},
+                         R"({"reason":"too late"})", "application/json");
+  EXPECT_EQ(r->status, 409);
+  EXPECT_EQ(ErrorCode(r), "not_cancellable");
+  EXPECT_EQ(Charges("captured"), 1);
+  EXPECT_EQ(Submit(Order("done-1"))->body, done->body);
+  EXPECT_EQ(View("done-1")["cancel_requested"], nullptr);
+  auto other = client_->Post("/v1/sagas/done-1/cancel", {{"Authorization", "Bearer dev-key-acme"}},
+                             R"({"reason":"not mine"})", "application/json");
+  EXPECT_EQ(other->status, 404);
 }
 
 TEST_F(OrdersTest, AnOutOfStockOrderChargesNothing) {
@@ -768,22 +858,7 @@ TEST_F(OrdersTest, AnOrchestratorRefusesToStartWhenAParticipantForgetsKeysTooSoo
 // §7: a participant that no longer has the record of an applied action (collected, restored
 // from an old backup) must not count as compensated: the customer would stay charged.
 TEST_F(OrdersTest, ACompensationThatFindsItsAppliedActionForgottenGoesStuckNotDone) {
-  std::atomic<bool> forget{true};
-  auto factory = [&](steps::client::ParticipantClient& inventory,
-                     steps::client::ParticipantClient& payment) {
-    auto d = steps::MakePlaceOrderSaga(inventory, payment);
-    d.Step(
-        "shipping",
-        [&](saga::StepContext&) {
-          if (forget) {
-            // The participant's GC collects the charge's key (past its retention).
-            pay_db_.Exec("DELETE FROM idempotency_keys");
-          }
-          return saga::StepResult::Terminal(422, "undeliverable", "no such address");
-        },
-        [](saga::StepContext&) { return saga::StepResult::Succeeded({}); });
-    return d;
-  };
+  auto factory = ShippingThatLosesTheCharge();
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
   options.sagas.response_budget = 500ms;
   options.retry.stuck_retry_interval = 200ms;
@@ -795,6 +870,59 @@ TEST_F(OrdersTest, ACompensationThatFindsItsAppliedActionForgottenGoesStuckNotDo
   EXPECT_EQ(view["status"], "compensating");
   EXPECT_TRUE(view["response"].is_null()) << "never 'failed, compensated' with the charge kept";
   EXPECT_EQ(Charges("captured"), 1);  // still owed a refund: visible, not dropped
+}
+
+// An operator resolves the stuck compensation above by hand (the charge refunded at the
+// payment provider): the saga goes on to undo the steps before it (the reservation), ends
+// failed with the answer any failure gets, and the note is kept for operators only.
+TEST_F(OrdersTest, AStuckCompensationFixedByHandIsResolvedAndEndsFailedWithItsUsualAnswer) {
+  auto factory = ShippingThatLosesTheCharge();
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.sagas.response_budget = 500ms;
+  options.retry.stuck_retry_interval = 3s;
+  Start(options, factory);
+  ASSERT_EQ(Submit(Order("fix-1"))->status, 202);
+  WaitForView("fix-1", [](const nlohmann::json& v) { return v.value("stuck", false); });
+  auto resolve = [&](const std::string& key, const std::string& body,
+                     const std::string& api_key = "dev-key-demo") {
+    return client_->Post(("/v1/sagas/" + key + "/resolve").c_str(),
+                         {{"Authorization", "Bearer " + api_key}}, body, "application/json");
+  };
+  // Refused while it is running, for a bad body, and for another tenant (as if absent).
+  EXPECT_EQ(resolve("fix-1", R"({"note":""})")->status, 400);
+  EXPECT_EQ(resolve("fix-1", R"({"note":"x","by":"me"})")->status, 400);
+  EXPECT_EQ(resolve("fix-1", R"({"note":"x"})", "dev-key-acme")->status, 404);
+  pay_db_.Exec("UPDATE charges SET status = 'refunded', refunded_at = now()");  // the fix
+  int status = 0;
+  std::string answer;
+  // Recovery may be retrying it at this instant (then it is not stuck for a moment).
+  WaitFor(
+      [&] {
+        auto r = resolve("fix-1", R"({"note":"refunded by hand, ticket 42","operator":"alice"})");
+        status = r ? r->status : 0;
+        answer = r ? r->body : "";
+        return status != 409;
+      },
+      10s, 100ms);
+  ASSERT_EQ(status, 202) << answer;
+  EXPECT_EQ(nlohmann::json::parse(answer)["step"], "payment");
+  auto view = WaitForStatus("fix-1", "failed");
+  EXPECT_EQ(view["status"], "failed");
+  EXPECT_EQ(Reservations("released"), 1);  // undone by the saga, after the operator's step
+  EXPECT_FALSE(view["stuck"].get<bool>());
+  EXPECT_EQ(view["resolution"]["operator"], "alice");
+  EXPECT_EQ(view["resolution"]["note"], "refunded by hand, ticket 42");
+  EXPECT_EQ(view["resolution"]["step"], "payment");
+  EXPECT_TRUE(view["resolution"].contains("at"));
+  // The client's answer is a failure like any other: the refused step, what was undone.
+  auto replay = Submit(Order("fix-1"));
+  EXPECT_EQ(replay->status, 422) << replay->body;
+  auto body = nlohmann::json::parse(replay->body);
+  EXPECT_EQ(body["code"], "undeliverable");
+  EXPECT_EQ(body["compensated"], nlohmann::json::array({"payment", "inventory"}));
+  EXPECT_EQ(replay->body.find("ticket 42"), std::string::npos);
+  EXPECT_EQ(resolve("fix-1", R"({"note":"again"})")->status, 409);
+  EXPECT_EQ(Charges("refunded"), 1);
 }
 
 // §7: a row this build cannot read must neither crash the process nor be dropped.

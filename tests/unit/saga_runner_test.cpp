@@ -64,6 +64,11 @@ class FakeJournal : public saga::Journal {
     return true;
   }
   std::chrono::milliseconds KeepLeaseEvery() const override { return keep_lease_every; }
+  bool CancelRequested() override {
+    return cancel_after_boundaries >= 0 && boundaries++ >= cancel_after_boundaries;
+  }
+  int cancel_after_boundaries = -1;  // the cancel arrives once this many steps have begun
+  int boundaries = 0;
   std::chrono::milliseconds keep_lease_every{2000};
   std::chrono::milliseconds deferred_for{0};
   int lease_checks = 0;
@@ -118,6 +123,33 @@ TEST_F(RunnerTest, CompensatesCompletedStepsInReverseWhenALaterStepIsDeclined) {
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"shipping", "inventory"}));
   EXPECT_EQ(r.failed_step, "payment");
   EXPECT_EQ(r.failure.error_code, "card_declined");
+}
+
+TEST_F(RunnerTest, ACancelStopsAtTheNextStepBoundaryAndCompensatesWhatRan) {
+  auto def = Saga({"inventory", "payment", "shipping"});
+  journal_.cancel_after_boundaries = 1;  // asked while inventory ran
+  auto r = Run(def);
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-inventory-compensate"}));
+  EXPECT_EQ(r.failed_step, "payment");
+  EXPECT_EQ(r.failure.error_code, "saga_cancelled");
+  EXPECT_EQ(r.failure.http_status, 409);
+  EXPECT_EQ(r.steps[1].status, saga::StepStatus::kNotRun);
+  EXPECT_EQ(journal_.events, (std::vector<std::string>{"begin_compensation:payment"}));
+}
+
+// A resumed saga starts again from its first step, so a cancel at its first boundary cannot
+// know what the earlier owner sent: every step is undone (a tombstone where nothing arrived).
+TEST_F(RunnerTest, ACancelledResumedSagaCompensatesEveryStepAnEarlierOwnerMayHaveSent) {
+  auto def = Saga({"inventory", "payment"});
+  journal_.cancel_after_boundaries = 0;
+  saga::SagaInput input;
+  input.resumed = true;
+  auto r = Run(def, input);
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(fake_.calls,
+            (std::vector<std::string>{"A-payment-compensate", "A-inventory-compensate"}));
+  EXPECT_EQ(r.compensated, (std::vector<std::string>{"payment", "inventory"}));
 }
 
 TEST_F(RunnerTest, CommitsTheDecisionToCompensateBeforeAnyCompensationIsSent) {
