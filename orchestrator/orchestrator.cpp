@@ -69,7 +69,28 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
         auto limits = options_.limits;
         limits.large_bodies["/v1/traces"] = common::trace::kMaxOtlpBody;
         return limits;
-      }()) {
+      }()),
+      reconcile_discrepancies_(
+          metrics_
+              .Gauge("idemsaga_reconcile_discrepancies",
+                     "Sagas and participant keys that disagreed at the last reconciliation.")
+              .With({})),
+      reconcile_runs_(metrics_.Counter("idemsaga_reconcile_runs_total",
+                                       "Reconciliations by result: clean, discrepancies, or "
+                                       "error (a participant could not be read).",
+                                       {"result"})),
+      reconciler_("reconcile",
+                  options_.reconcile_interval.count() > 0 ? options_.reconcile_interval
+                                                          : std::chrono::hours(24),
+                  [this] {
+                    auto report = Reconcile(options_.reconcile_since);
+                    if (!report.clean()) {
+                      common::Log("reconcile_discrepancies",
+                                  {{"discrepancies", std::to_string(report.discrepancies.size())},
+                                   {"errors", std::to_string(report.errors.size())},
+                                   {"report", report.ToJson().dump()}});
+                    }
+                  }) {
   common::http::AddHealthRoutes(server_, pool_);
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
@@ -159,6 +180,21 @@ int Orchestrator::CheckParticipantRetention() {
   return checked;
 }
 
+ReconcileReport Orchestrator::Reconcile(std::chrono::seconds since) {
+  std::map<std::string, ReconcileParticipant> participants;
+  for (const auto& [name, p] : options_.participants) {
+    if (!p.base_url.empty()) participants[name] = {p.base_url, options_.service_token};
+  }
+  auto report = Reconciler(store_, participants, {.since = since}).Run();
+  reconcile_discrepancies_.Set(static_cast<double>(report.discrepancies.size()));
+  reconcile_runs_
+      .With({!report.errors.empty()         ? "error"
+             : report.discrepancies.empty() ? "clean"
+                                            : "discrepancies"})
+      .Inc();
+  return report;
+}
+
 int Orchestrator::Bind(const std::string& host, int port) {
   int bound = server_.Bind(host, port);
   if (bound < 0) {
@@ -171,6 +207,7 @@ void Orchestrator::Serve() {
   // Recovery starts with serving, not at construction: a process that fails its start-up
   // checks never takes over anyone's saga.
   recovery_.Start();
+  if (options_.reconcile_interval.count() > 0) reconciler_.Start();
   server_.Serve();
 }
 
@@ -178,6 +215,7 @@ void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {
     server_.Stop();
     recovery_.Stop();
+    reconciler_.Stop();
     auto deadline = std::chrono::steady_clock::now() + grace;
     while (sagas_.running() > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -16,10 +16,12 @@
 #include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
+#include "common/periodic.hpp"
 #include "common/pg/pool.hpp"
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
 #include "orchestrator/http/routes.hpp"
+#include "orchestrator/reconcile.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -65,6 +67,10 @@ struct OrchestratorOptions {
   common::trace::Exporter::Options exporter;
   // How long GET .../trace waits for spans still on their way from participants.
   std::chrono::milliseconds trace_settle{1500};
+  // How often this process reconciles the window below with the participants (0: never);
+  // idemsaga_reconcile_discrepancies says what the last run found.
+  std::chrono::milliseconds reconcile_interval{std::chrono::minutes(15)};
+  std::chrono::seconds reconcile_since{std::chrono::hours(1)};
 };
 
 class Orchestrator {
@@ -94,6 +100,9 @@ class Orchestrator {
   std::chrono::seconds RequiredParticipantRetention() const;
 
   ParentStore& store() { return store_; }
+  // One reconciliation of `since` against every configured participant (what the periodic
+  // job runs; also counted in the metrics).
+  ReconcileReport Reconcile(std::chrono::seconds since);
   const saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
   const common::metrics::Registry& metrics() const { return metrics_; }
@@ -118,6 +127,9 @@ class Orchestrator {
   Recovery recovery_;
   http::TenantAuth auth_;
   common::http::Server server_;
+  common::metrics::Gauge& reconcile_discrepancies_;
+  common::metrics::Family<common::metrics::Counter>& reconcile_runs_;
+  common::Periodic reconciler_;  // after all it uses: stopped first
   std::once_flag shutdown_once_;
 };
 

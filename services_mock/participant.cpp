@@ -67,6 +67,7 @@ void Participant::AdminRoutes(common::http::Server& server) {
   // What an orchestrator checks at start-up: that its keys outlive every parent that may
   // still retry or compensate them.
   server.Get(steps::guard::kPolicyPath, http_.Policy());
+  server.Get(steps::guard::kKeysPath, http_.Keys());
   server.Get("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
     res.set_content(ToJson(faults_.Get()).dump(), "application/json");

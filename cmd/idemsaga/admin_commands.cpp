@@ -3,11 +3,13 @@
 
 #include "cmd/idemsaga/commands.hpp"
 #include "common/crypto.hpp"
+#include "common/defaults.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/pool.hpp"
 #include "common/pg/url.hpp"
+#include "orchestrator/reconcile.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
 namespace idemsaga_cmd {
@@ -86,11 +88,76 @@ void AddTenantCommand(CLI::App& app, Run& run) {
   });
 }
 
+struct ReconcileFlags {
+  std::string database_url;
+  std::vector<std::string> participants;
+  std::string service_token = common::defaults::kServiceToken;
+  std::string since = "1h";
+  std::string format = "text";
+  int retention_hours = 24;
+};
+
+// Exit codes: 0 all agree, 1 a discrepancy, 2 a participant or row could not be read.
+void AddReconcileCommand(CLI::App& app, Run& run) {
+  auto flags_ptr = std::make_shared<ReconcileFlags>();
+  auto& flags = *flags_ptr;
+  auto* cmd = app.add_subcommand(
+      "reconcile",
+      "Check finished sagas against every participant's keys; exit 1 on a discrepancy");
+  cmd->add_option("--database-url", flags.database_url, "the orchestrator's database")
+      ->envname("IDEMSAGA_DATABASE_URL")
+      ->required();
+  cmd->add_option("--participant", flags.participants,
+                  "NAME=URL of a participant to ask (repeatable; default: the demo inventory, "
+                  "payment and shipping on 127.0.0.1:8081-8083)")
+      ->envname("IDEMSAGA_PARTICIPANTS")
+      ->delimiter(',')
+      ->check(CheckParticipantFlag);
+  cmd->add_option("--service-token", flags.service_token, "token presented to participants")
+      ->envname("IDEMSAGA_SERVICE_TOKEN");
+  cmd->add_option("--since", flags.since, "the window: sagas created this long ago at most")
+      ->check(CheckDuration)
+      ->capture_default_str();
+  cmd->add_option("--format", flags.format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--retention-hours", flags.retention_hours,
+                  "the orchestrator's key retention (the window is clamped to it)")
+      ->check(CLI::Range(1, 24 * 365))
+      ->capture_default_str();
+  cmd->callback([flags_ptr, &run] {
+    run = [flags_ptr] {
+      auto& flags = *flags_ptr;
+      std::map<std::string, orchestrator::ReconcileParticipant> participants;
+      if (flags.participants.empty()) {
+        for (auto [name, port] : {std::pair{"inventory", common::defaults::kInventoryPort},
+                                  {"payment", common::defaults::kPaymentPort},
+                                  {"shipping", common::defaults::kShippingPort}}) {
+          participants[name] = {common::defaults::LocalUrl(port), flags.service_token};
+        }
+      }
+      for (const auto& p : flags.participants) {
+        auto eq = p.find('=');
+        participants[p.substr(0, eq)] = {p.substr(eq + 1), flags.service_token};
+      }
+      common::pg::Pool pool({.url = flags.database_url, .size = 1});
+      orchestrator::ParentStore store(pool,
+                                      {.retention = std::chrono::hours(flags.retention_hours)});
+      auto report = orchestrator::Reconciler(store, participants,
+                                             {.since = *orchestrator::ParseDuration(flags.since)})
+                        .Run();
+      std::cout << (flags.format == "json" ? report.ToJson().dump(2) + "\n" : report.ToText());
+      SetExitCode(!report.errors.empty() ? 2 : report.discrepancies.empty() ? 0 : 1);
+    };
+  });
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app, Run& run) {
   AddMigrateCommand(app, run);
   AddTenantCommand(app, run);
+  AddReconcileCommand(app, run);
 }
 
 }  // namespace idemsaga_cmd

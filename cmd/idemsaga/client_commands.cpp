@@ -7,13 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "cmd/idemsaga/commands.hpp"
 #include "common/percent_encode.hpp"
 #include "orchestrator/http/trace_view.hpp"
 
 namespace idemsaga_cmd {
 namespace {
-
-int exit_code = 0;
 
 void AddConnectionFlags(CLI::App* cmd, ClientFlags& f) {
   cmd->add_option("--url", f.url, "orchestrator base URL")->capture_default_str();
@@ -35,7 +34,7 @@ void PrintTrace(const ClientFlags& f) {
   if (!r || r->status != 200) {
     std::cerr << "could not read the trace: " << (r ? r->body : httplib::to_string(r.error()))
               << std::endl;
-    exit_code = 1;
+    SetExitCode(1);
     return;
   }
   std::cout << orchestrator::RenderWaterfall(nlohmann::json::parse(r->body));
@@ -45,7 +44,7 @@ void Print(const httplib::Result& r) {
   if (!r) {
     std::cerr << "request failed: " << httplib::to_string(r.error())
               << " (retrying with the same key is safe)" << std::endl;
-    exit_code = 1;
+    SetExitCode(1);
     return;
   }
   std::cout << "HTTP " << r->status << std::endl;
@@ -54,12 +53,10 @@ void Print(const httplib::Result& r) {
   }
   auto body = nlohmann::json::parse(r->body, nullptr, false);
   std::cout << (body.is_discarded() ? r->body : body.dump(2)) << std::endl;
-  if (r->status >= 400) exit_code = 1;
+  if (r->status >= 400) SetExitCode(1);
 }
 
 }  // namespace
-
-int ExitCode() { return exit_code; }
 
 void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run) {
   auto* order = app.add_subcommand("order", "Submit an order (POST /v1/orders)");

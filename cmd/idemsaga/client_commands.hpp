@@ -31,7 +31,4 @@ struct ClientFlags {
 
 void AddClientCommands(CLI::App& app, ClientFlags& flags, std::function<void()>& run);
 
-// 0, or 1 when a client command got an error status (for scripts).
-int ExitCode();
-
 }  // namespace idemsaga_cmd

@@ -16,7 +16,7 @@ using Run = std::function<void()>;
 void AddParticipantCommands(CLI::App& app, Run& run);
 // idemsaga orchestrator: the coordinator service (service_commands.cpp).
 void AddOrchestratorCommand(CLI::App& app, Run& run);
-// idemsaga migrate and idemsaga tenant create (admin_commands.cpp).
+// idemsaga migrate, idemsaga tenant create and idemsaga reconcile (admin_commands.cpp).
 void AddAdminCommands(CLI::App& app, Run& run);
 // idemsaga dev: the whole stack on a private PostgreSQL cluster (dev_command.cpp).
 void AddDevCommand(CLI::App& app, Run& run);
@@ -25,6 +25,16 @@ void AddDevCommand(CLI::App& app, Run& run);
 // collector, and ParseHeaders of what was given.
 void AddOtlpHeaderOption(CLI::App* cmd, std::vector<std::string>& headers);
 std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& headers);
+
+// What main() returns once the command has run: 0, or what the command set (a client command
+// that got an error status: 1; reconcile: 1 or 2).
+int ExitCode();
+void SetExitCode(int code);
+
+// --participant NAME=URL: the base URL of the participant sagas call by NAME ("" when valid).
+std::string CheckParticipantFlag(const std::string& value);
+// A duration flag such as 90s, 30m, 1h or 2d ("" when valid).
+std::string CheckDuration(const std::string& value);
 
 // Twelve-factor configuration: every long flag of `app` and its subcommands that names no
 // variable of its own reads IDEMSAGA_<FLAG> (--lease-seconds: IDEMSAGA_LEASE_SECONDS) when

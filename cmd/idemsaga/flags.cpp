@@ -3,6 +3,8 @@
 
 #include "cmd/idemsaga/commands.hpp"
 #include "common/log.hpp"
+#include "orchestrator/reconcile.hpp"
+#include "steps/saga/definition.hpp"
 
 namespace idemsaga_cmd {
 
@@ -26,6 +28,26 @@ std::map<std::string, std::string> ParseHeaders(const std::vector<std::string>& 
     out[h.substr(0, colon)] = value;
   }
   return out;
+}
+
+namespace {
+int exit_code = 0;
+}  // namespace
+
+int ExitCode() { return exit_code; }
+void SetExitCode(int code) { exit_code = code; }
+
+std::string CheckParticipantFlag(const std::string& value) {
+  auto eq = value.find('=');
+  if (eq == std::string::npos || !saga::IsValidStepName(value.substr(0, eq)) ||
+      value.compare(eq + 1, 7, "http://") != 0) {
+    return "expected NAME=http://HOST:PORT with NAME of [a-z0-9_]";
+  }
+  return "";
+}
+
+std::string CheckDuration(const std::string& value) {
+  return orchestrator::ParseDuration(value) ? "" : "expected a duration such as 90s, 30m, 1h or 2d";
 }
 
 void ReadFlagsFromEnvironment(CLI::App& app) {

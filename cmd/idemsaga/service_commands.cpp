@@ -110,16 +110,6 @@ struct OrchestratorFlags {
   orchestrator::OrchestratorOptions options;
 };
 
-// --participant NAME=URL: the base URL of the participant sagas call by NAME.
-std::string CheckParticipantFlag(const std::string& value) {
-  auto eq = value.find('=');
-  if (eq == std::string::npos || !saga::IsValidStepName(value.substr(0, eq)) ||
-      value.compare(eq + 1, 7, "http://") != 0) {
-    return "expected NAME=http://HOST:PORT with NAME of [a-z0-9_]";
-  }
-  return "";
-}
-
 }  // namespace
 
 void AddParticipantCommands(CLI::App& app, Run& run) {
@@ -187,6 +177,14 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
                   "how long finished keys are kept, counted from the end of their saga")
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
+  cmd->add_option("--reconcile-interval-ms", o.reconcile_interval,
+                  "how often to reconcile sagas with the participants' keys (0: never)")
+      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--reconcile-since",
+         [&o](const std::string& v) { o.reconcile_since = *orchestrator::ParseDuration(v); },
+         "the window each reconciliation checks, e.g. 1h (default)")
+      ->check(CheckDuration);
   cmd->add_option("--shutdown-grace-ms", flags.grace,
                   "on SIGTERM, how long running sagas may finish")
       ->capture_default_str();

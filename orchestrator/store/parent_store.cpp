@@ -185,6 +185,16 @@ const common::pg::Statement kFinish{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed'))sql"};
 
+const common::pg::Statement kTenants{"SELECT tenant_id FROM tenants ORDER BY tenant_id"};
+
+// A tenant's sagas created in the last $2 seconds, in key order after $3: the primary key's
+// range, filtered by age.
+const common::pg::Statement kCreatedSince{std::string("SELECT ") + kColumns + R"sql(
+  FROM idempotency_keys k
+  WHERE tenant_id = $1 AND idempotency_key > $3
+    AND created_at > now() - make_interval(secs => $2)
+  ORDER BY idempotency_key LIMIT $4)sql"};
+
 const common::pg::Statement kTenantForKey{"SELECT tenant_id FROM tenants WHERE api_key_hash = $1"};
 
 const common::pg::Statement kUpsertTenant{R"sql(
@@ -371,6 +381,26 @@ bool ParentStore::Resolve(const std::string& tenant_id, const std::string& key,
                           const nlohmann::json& resolution, const nlohmann::json& steps) {
   return OneStatement([&](pqxx::nontransaction& tx) {
     return Exec(tx, kResolve, tenant_id, key, resolution.dump(), steps.dump()).affected_rows() == 1;
+  });
+}
+
+std::vector<std::string> ParentStore::TenantIds() {
+  return OneStatement([&](pqxx::nontransaction& tx) {
+    std::vector<std::string> out;
+    for (const auto& r : Exec(tx, kTenants)) out.push_back(r[0].as<std::string>());
+    return out;
+  });
+}
+
+std::vector<SagaRow> ParentStore::CreatedSince(const std::string& tenant_id,
+                                               std::chrono::seconds since, const std::string& after,
+                                               int limit) {
+  return OneStatement([&](pqxx::nontransaction& tx) {
+    std::vector<SagaRow> out;
+    for (const auto& r : Exec(tx, kCreatedSince, tenant_id, Seconds(since), after, limit)) {
+      out.push_back(ToRow(r));
+    }
+    return out;
   });
 }
 

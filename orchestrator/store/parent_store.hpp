@@ -156,6 +156,11 @@ class ParentStore {
   // unless the saga is compensating and stuck (deferred: nobody is undoing it right now).
   bool Resolve(const std::string& tenant_id, const std::string& key,
                const nlohmann::json& resolution, const nlohmann::json& steps);
+  // Reconciliation: every tenant, and a tenant's sagas created in the last `since`, `limit`
+  // at a time in key order after `after`.
+  std::vector<std::string> TenantIds();
+  std::vector<SagaRow> CreatedSince(const std::string& tenant_id, std::chrono::seconds since,
+                                    const std::string& after, int limit);
   // Admin: a tenant's sagas, newest first; `status` nullopt for all, `stuck_only` to filter.
   std::vector<SagaRow> List(const std::string& tenant_id, std::optional<SagaStatus> status,
                             bool stuck_only, int limit);

@@ -532,6 +532,44 @@ Response Guard::CompensateExternal(const Request& req, const std::string& action
 
 double Guard::RetentionSeconds() const { return static_cast<double>(options_.retention.count()); }
 
+nlohmann::json KeyRecord::ToJson() const {
+  return {{"key", key},
+          {"status", status},
+          {"response_status", response_status},
+          {"compensated", compensated},
+          {"age_seconds", age_seconds}};
+}
+
+namespace {
+
+// Every write sets expires_at to now() + retention, so a key written or compensated in the
+// last `since` expires later than now() + retention - since.
+const common::pg::Statement kListKeys{R"sql(
+  SELECT idempotency_key, status, coalesce(response_status, 0), compensated_at IS NOT NULL,
+         extract(epoch FROM now() - created_at)::float8
+  FROM idempotency_keys
+  WHERE tenant_id = $1 AND expires_at > now() + make_interval(secs => $2::float8 - $3::float8)
+    AND idempotency_key > $4
+  ORDER BY idempotency_key LIMIT $5)sql"};
+
+}  // namespace
+
+std::vector<KeyRecord> Guard::ListKeys(const std::string& tenant_id, std::chrono::seconds since,
+                                       const std::string& after, int limit) {
+  auto retention = std::chrono::duration_cast<std::chrono::seconds>(options_.retention);
+  since = std::min(since, retention);
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::nontransaction tx(conn);
+    std::vector<KeyRecord> out;
+    for (const auto& r : Exec(tx, kListKeys, tenant_id, static_cast<double>(retention.count()),
+                              static_cast<double>(since.count()), after, limit)) {
+      out.push_back({r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<int>(),
+                     r[3].as<bool>(), r[4].as<double>()});
+    }
+    return out;
+  });
+}
+
 long long Guard::DeleteExpired(int batch) {
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::work tx(conn);

@@ -89,6 +89,18 @@ inline constexpr int kActionUnknownStatus = 409;
 // Where a participant serves {"key_retention_seconds": N} (service token), for the
 // orchestrator's start-up check.
 inline constexpr const char* kPolicyPath = "/v1/idempotency";
+// Where a reconciler reads a tenant's recent keys (HttpGuard::Keys).
+inline constexpr const char* kKeysPath = "/v1/idempotency/keys";
+
+// A key as a reconciler sees it: what the guard stored under it, not the answer's bytes.
+struct KeyRecord {
+  std::string key;
+  std::string status;        // completed | tombstone | pending
+  int response_status = 0;   // the stored answer's (409 for a tombstone; 0 while pending)
+  bool compensated = false;  // an action since undone by its compensation
+  double age_seconds = 0;    // since it was first written
+  nlohmann::json ToJson() const;
+};
 
 struct GuardOptions {
   // How long a RunExternal claim is held before another request may take it over: longer than
@@ -182,6 +194,12 @@ class Guard {
   // that undoing twice under two compensation keys is harmless there.
   Response CompensateExternal(const Request& req, const std::string& action_key,
                               const ExternalUndo& undo, bool action_applied = false);
+
+  // A tenant's keys written or compensated in the last `since` (at most the retention),
+  // `limit` at a time in key order after `after`: what a reconciler compares with the sagas
+  // that derived them. Reads the expiry index (a key's expiry moves with each write).
+  std::vector<KeyRecord> ListKeys(const std::string& tenant_id, std::chrono::seconds since,
+                                  const std::string& after, int limit);
 
   // Deletes up to `batch` keys past their expiry (GuardOptions::retention).
   long long DeleteExpired(int batch);

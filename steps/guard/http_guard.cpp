@@ -210,6 +210,39 @@ HttpGuard::Handler HttpGuard::ExternalCompensation(Guard::ExternalUndo undo) con
   };
 }
 
+HttpGuard::Handler HttpGuard::Keys() const {
+  return [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    auto number = [&](const char* name, long long lo, long long hi,
+                      long long fallback) -> std::optional<long long> {
+      if (!req.has_param(name)) return fallback;
+      auto v = req.get_param_value(name);
+      if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) {
+        return std::nullopt;
+      }
+      long long n = std::stoll(v);
+      return n < lo || n > hi ? std::nullopt : std::optional<long long>(n);
+    };
+    auto tenant = req.get_param_value("tenant");
+    auto since = number("since_seconds", 1, 10LL * 365 * 86400, -1);
+    auto limit = number("limit", 1, 1000, 500);
+    auto after = req.get_param_value("after");
+    if (!common::IsValidTenantId(tenant) || !since || *since < 0 || !limit ||
+        after.size() > kMaxStepKeyLength) {
+      return SetError(res, 400, "invalid_request",
+                      "tenant (a tenant id), since_seconds (1 or more) and optionally after (a "
+                      "key) and limit (1-1000) are required");
+    }
+    auto keys =
+        guard_.ListKeys(tenant, std::chrono::seconds(*since), after, static_cast<int>(*limit));
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& k : keys) list.push_back(k.ToJson());
+    nlohmann::json next = nullptr;
+    if (static_cast<long long>(keys.size()) == *limit) next = keys.back().key;
+    res.set_content(nlohmann::json{{"keys", list}, {"next", next}}.dump(), "application/json");
+  };
+}
+
 HttpGuard::Handler HttpGuard::Policy() const {
   return [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;

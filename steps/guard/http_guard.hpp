@@ -81,6 +81,10 @@ class HttpGuard {
   Handler ExternalCompensation(Guard::ExternalUndo undo) const;
   // GET kPolicyPath: {"key_retention_seconds": N}, what an orchestrator checks at start-up.
   Handler Policy() const;
+  // GET kKeysPath?tenant=T&since_seconds=S[&after=K][&limit=N] (service token): a tenant's
+  // keys written in the last S seconds, N (1-1000, default 500) at a time in key order:
+  // {"keys": [KeyRecord...], "next": the last key, or null at the end}. For reconciliation.
+  Handler Keys() const;
 
   // True when the request carries the service token; otherwise answers 401.
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;

@@ -421,7 +421,15 @@ bool Driver::Attempt(KeyRecord& r, int replica_hint) {
   ++r.statuses[status];
   if (!res) return false;
   auto body = nlohmann::json::parse(res->body, nullptr, false);
-  std::string saga_status = body.is_object() ? body.value("status", "") : "";
+  // A completed saga's answer says "status": "completed"; a failed one is a problem (RFC
+  // 9457) whose "status" is the HTTP status and "saga_status" says "failed".
+  std::string saga_status;
+  for (const char* field : {"saga_status", "status"}) {
+    if (saga_status.empty() && body.is_object() && body.contains(field) &&
+        body[field].is_string()) {
+      saga_status = body[field].get<std::string>();
+    }
+  }
   if (status / 100 == 2 && status != 202) r.acks.push_back(res->body);
   if (saga_status == "completed" || saga_status == "failed") {
     r.final = true;
@@ -451,7 +459,9 @@ std::string Report::Line(const std::string& scenario, const std::string& extra) 
                   " completed_mismatch=" + std::to_string(completed_mismatch) +
                   " failed_leftover=" + std::to_string(failed_leftover) +
                   " lost_acks=" + std::to_string(lost_acks) +
-                  " replay_mismatch=" + std::to_string(replay_mismatch);
+                  " replay_mismatch=" + std::to_string(replay_mismatch) +
+                  " reconcile_discrepancies=" + std::to_string(reconcile_discrepancies) + "/" +
+                  std::to_string(reconcile_sagas) + "_sagas";
   return extra.empty() ? s : s + " " + extra;
 }
 
@@ -459,8 +469,34 @@ bool Report::Clean() const {
   return terminal == orders && double_charges == 0 && double_reservations == 0 &&
          double_shipments == 0 && orphan_reservations == 0 && orphan_charges == 0 &&
          orphan_shipments == 0 && completed_mismatch == 0 && failed_leftover == 0 &&
-         lost_acks == 0 && replay_mismatch == 0;
+         lost_acks == 0 && replay_mismatch == 0 && reconcile_discrepancies == 0;
 }
+
+namespace {
+
+// I7: runs `idemsaga reconcile` over the stack as an operator would.
+void Reconcile(const Stack& stack, Report& rep) {
+  std::string out = ::testing::TempDir() + "reconcile-" + common::RandomHex(6) + ".json";
+  std::vector<std::string> argv = {
+      IDEMSAGA_BINARY, "reconcile", "--database-url", stack.DatabaseUrl("orchestrator"),
+      "--since",       "2h",        "--format",       "json"};
+  for (const auto& p : kParticipants) {
+    argv.insert(argv.end(), {"--participant", p + "=" + stack.ParticipantUrl(p)});
+  }
+  int rc = common::RunProgram(argv, out);
+  rep.reconcile_report = Slurp(out);
+  std::remove(out.c_str());
+  auto j = nlohmann::json::parse(rep.reconcile_report, nullptr, false);
+  if (rc < 0 || j.is_discarded() || !j.contains("discrepancies")) {
+    rep.reconcile_discrepancies = -1;
+    return;
+  }
+  rep.reconcile_discrepancies =
+      static_cast<long long>(j["discrepancies"].size() + j["errors"].size());
+  rep.reconcile_sagas = j.value("sagas_checked", 0LL);
+}
+
+}  // namespace
 
 Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records) {
   using Id = std::pair<std::string, std::string>;  // tenant, parent key
@@ -555,6 +591,7 @@ Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records
     }
     if (r.final && r.final_body != stored_body[id]) ++rep.replay_mismatch;
   }
+  Reconcile(stack, rep);
   return rep;
 }
 

@@ -142,11 +142,16 @@ struct Report {
   long long orders = 0, terminal = 0, double_charges = 0, double_reservations = 0,
             double_shipments = 0, orphan_reservations = 0, orphan_charges = 0, orphan_shipments = 0,
             completed_mismatch = 0, failed_leftover = 0, lost_acks = 0, replay_mismatch = 0;
+  // I7: what `idemsaga reconcile` reported (discrepancies and unreadable participants; -1
+  // when it could not run), and its report.
+  long long reconcile_discrepancies = 0, reconcile_sagas = 0;
+  std::string reconcile_report;
   std::string Line(const std::string& scenario, const std::string& extra = "") const;
   bool Clean() const;
 };
 
-// I1, I2, I4, I6 over the four databases, and I3 (terminal) over `records`. A completed
+// I1, I2, I4, I6 over the four databases, I3 (terminal) over `records`, and I7: the product's
+// own reconciliation (`idemsaga reconcile`, the real binary) finds nothing. A completed
 // place_order holds one reservation and one charge; a completed ship_order also one shipment,
 // of that reservation; a failed saga of either holds none.
 Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records);

@@ -159,7 +159,7 @@ std::string StatusOf(const std::string& database_url, const std::string& sql,
 
 void Expect(const chaos::Report& report, const std::string& line) {
   std::cout << line << std::endl;
-  EXPECT_TRUE(report.Clean()) << line;
+  EXPECT_TRUE(report.Clean()) << line << "\nreconcile: " << report.reconcile_report;
 }
 
 constexpr const char* kReservations = "SELECT count(*) FROM reservations";

@@ -345,6 +345,45 @@ TEST_F(InventoryTest, ACompensationBeforeItsActionIsCountedAsATombstoneBothWays)
   EXPECT_EQ(Rows("reservations"), 0);
 }
 
+// The reconciler's read: a tenant's recent keys, page by page, with the service token only.
+TEST_F(InventoryTest, RecentKeysArePagedPerTenantAndNeedTheServiceToken) {
+  const std::string body = R"({"items":[{"sku":"widget","quantity":1}]})";
+  for (const char* key : {"K1-inventory", "K2-inventory", "K3-inventory"}) {
+    ASSERT_EQ(Post(client_, "/v1/reservations", {.key = key, .body = body})->status, 201);
+  }
+  ASSERT_EQ(
+      Post(client_, "/v1/reservations", {.key = "K9-inventory", .body = body, .tenant = "acme"})
+          ->status,
+      201);
+  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  std::vector<std::string> seen;
+  std::string after;
+  for (int page = 0; page < 5; ++page) {
+    std::string path = "/v1/idempotency/keys?tenant=demo&since_seconds=3600&limit=2";
+    if (!after.empty()) path += "&after=" + after;
+    auto r = client_.Get(path.c_str(), auth);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto j = nlohmann::json::parse(r->body);
+    for (const auto& k : j["keys"]) {
+      seen.push_back(k["key"]);
+      EXPECT_EQ(k["status"], "completed");
+      EXPECT_EQ(k["response_status"], 201);
+      EXPECT_EQ(k["compensated"], false);
+    }
+    if (j["next"].is_null()) break;
+    after = j["next"];
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"K1-inventory", "K2-inventory", "K3-inventory"}));
+  EXPECT_EQ(client_.Get("/v1/idempotency/keys?tenant=demo&since_seconds=3600")->status, 401);
+  for (const char* bad :
+       {"tenant=demo", "since_seconds=60", "tenant=de%20mo&since_seconds=60",
+        "tenant=demo&since_seconds=0", "tenant=demo&since_seconds=-1",
+        "tenant=demo&since_seconds=60&limit=1001", "tenant=demo&since_seconds=1e3"}) {
+    auto r = client_.Get(("/v1/idempotency/keys?" + std::string(bad)).c_str(), auth);
+    EXPECT_EQ(r->status, 400) << bad << " " << r->body;
+  }
+}
+
 TEST_F(InventoryTest, HealthAndReadiness) {
   EXPECT_EQ(client_.Get("/healthz")->status, 200);
   EXPECT_EQ(client_.Get("/readyz")->status, 200);

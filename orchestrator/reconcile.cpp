@@ -1,0 +1,216 @@
+#include "orchestrator/reconcile.hpp"
+
+#include <httplib.h>
+
+#include <set>
+#include <sstream>
+
+#include "steps/guard/guard.hpp"
+#include "steps/saga/definition.hpp"
+
+namespace orchestrator {
+namespace {
+
+constexpr int kPage = 500;
+
+struct Found {
+  std::string participant;
+  steps::guard::KeyRecord record;
+};
+
+bool Applied(const steps::guard::KeyRecord& k) {
+  return k.status == "completed" && k.response_status >= 200 && k.response_status < 300;
+}
+
+// Reads every key `tenant` wrote in the window from one participant, page by page.
+void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std::string& tenant,
+              std::chrono::seconds since, std::chrono::milliseconds timeout,
+              std::map<std::string, Found>& keys) {
+  httplib::Client client(p.base_url);
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  std::string after;
+  for (;;) {
+    httplib::Params params{{"tenant", tenant},
+                           {"since_seconds", std::to_string(since.count())},
+                           {"limit", std::to_string(kPage)}};
+    if (!after.empty()) params.emplace("after", after);
+    auto r = client.Get(steps::guard::kKeysPath, params,
+                        {{"Authorization", "Bearer " + p.service_token}});
+    if (!r) throw std::runtime_error(name + ": " + httplib::to_string(r.error()));
+    if (r->status != 200) {
+      throw std::runtime_error(name + ": HTTP " + std::to_string(r->status) + " " + r->body);
+    }
+    auto body = nlohmann::json::parse(r->body);
+    for (const auto& k : body.at("keys")) {
+      steps::guard::KeyRecord rec{k.at("key").get<std::string>(), k.at("status").get<std::string>(),
+                                  k.at("response_status").get<int>(),
+                                  k.at("compensated").get<bool>(),
+                                  k.at("age_seconds").get<double>()};
+      keys[rec.key] = {name, rec};
+    }
+    if (body.at("next").is_null()) return;
+    after = body["next"].get<std::string>();
+  }
+}
+
+}  // namespace
+
+nlohmann::json Discrepancy::ToJson() const {
+  return {{"tenant", tenant_id},
+          {"idempotency_key", parent_key},
+          {"saga", saga},
+          {"saga_status", saga_status},
+          {"step", step},
+          {"key", key},
+          {"participant", participant},
+          {"problem", problem},
+          {"detail", detail}};
+}
+
+nlohmann::json ReconcileReport::ToJson() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& d : discrepancies) list.push_back(d.ToJson());
+  return {{"since_seconds", since.count()},
+          {"sagas_checked", sagas_checked},
+          {"keys_read", keys_read},
+          {"discrepancies", list},
+          {"errors", errors},
+          {"clean", clean()}};
+}
+
+std::string ReconcileReport::ToText() const {
+  std::ostringstream out;
+  out << "reconcile: the last " << since.count() << " s, " << sagas_checked << " sagas, "
+      << keys_read << " participant keys: " << discrepancies.size() << " discrepanc"
+      << (discrepancies.size() == 1 ? "y" : "ies") << ", " << errors.size() << " error"
+      << (errors.size() == 1 ? "" : "s") << "\n";
+  for (const auto& d : discrepancies) {
+    out << "  " << d.problem << "  tenant=" << d.tenant_id << " key=" << d.key;
+    if (!d.parent_key.empty()) {
+      out << " saga=" << d.saga << "/" << d.parent_key << " (" << d.saga_status
+          << ") step=" << d.step;
+    }
+    out << " participant=" << (d.participant.empty() ? "-" : d.participant) << ": " << d.detail
+        << "\n";
+  }
+  for (const auto& e : errors) out << "  error: " << e << "\n";
+  return out.str();
+}
+
+Reconciler::Reconciler(ParentStore& store, std::map<std::string, ReconcileParticipant> participants,
+                       ReconcileOptions options)
+    : store_(store), participants_(std::move(participants)), options_(options) {
+  options_.since = std::min(options_.since, store_.options().retention);
+}
+
+ReconcileReport Reconciler::Run() {
+  ReconcileReport report;
+  report.since = options_.since;
+  for (const auto& tenant : store_.TenantIds()) Tenant(tenant, report);
+  return report;
+}
+
+void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
+  std::map<std::string, Found> keys;
+  for (const auto& [name, p] : participants_) {
+    try {
+      ReadKeys(name, p, tenant, options_.since, options_.timeout, keys);
+    } catch (const std::exception& e) {
+      report.errors.push_back("tenant " + tenant + ": participant " + e.what());
+    }
+  }
+  report.keys_read += static_cast<long long>(keys.size());
+
+  std::set<std::string> derived;  // every key a saga in the window derived
+  std::string after;
+  for (;;) {
+    auto rows = store_.CreatedSince(tenant, options_.since, after, kPage);
+    for (const auto& row : rows) {
+      bool finished = row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed;
+      if (finished) ++report.sagas_checked;
+      for (const auto& s : row.steps) {
+        if (!s.is_object() || !s.contains("name")) {
+          report.errors.push_back("tenant " + tenant + ": saga " + row.key +
+                                  " has a step record this build cannot read");
+          continue;
+        }
+        auto step = s["name"].get<std::string>();
+        auto action = saga::ActionKey(row.key, step);
+        derived.insert(action);
+        derived.insert(saga::CompensationKey(row.key, step));
+        if (!finished) continue;  // in flight: nothing to judge yet
+        Discrepancy d{tenant, row.key, row.saga_name, std::string(ToString(row.status)),
+                      step,   action};
+        auto it = keys.find(action);
+        if (it != keys.end()) d.participant = it->second.participant;
+        const auto* k = it == keys.end() ? nullptr : &it->second.record;
+        if (row.status == SagaStatus::kCompleted) {
+          if (k == nullptr) {
+            d.problem = "action_missing";
+            d.detail = "no participant has this action's key";
+          } else if (k->status == "pending") {
+            d.problem = "action_pending";
+            d.detail = "the participant still holds the call open";
+          } else if (!Applied(*k)) {
+            d.problem = "action_refused";
+            d.detail = k->status == "tombstone"
+                           ? "the participant refused it (a compensation came first)"
+                           : "the participant stored HTTP " + std::to_string(k->response_status);
+          } else if (k->compensated) {
+            d.problem = "action_compensated";
+            d.detail = "the participant undid it";
+          }
+        } else if (k != nullptr && k->status == "pending") {
+          d.problem = "action_pending";
+          d.detail = "the participant still holds the call open";
+        } else if (k != nullptr && Applied(*k) && !k->compensated) {
+          d.problem = "action_still_applied";
+          d.detail = "the saga failed, yet the participant's action stands (never undone)";
+        }
+        if (!d.problem.empty()) report.discrepancies.push_back(std::move(d));
+      }
+    }
+    if (static_cast<int>(rows.size()) < kPage) break;
+    after = rows.back().key;
+  }
+
+  // A key no saga in the window derived: its saga may be older (a long run), so look for a
+  // parent under each prefix it could have been derived from ("<parent>-<step>[-compensate]").
+  std::map<std::string, bool> parent_exists;
+  for (const auto& [key, found] : keys) {
+    if (derived.count(key) || found.record.age_seconds < options_.settle.count()) continue;
+    bool has_parent = false;
+    int tries = 0;  // a derived key ends in "-<step>" or "-<step>-compensate"; steps may hold "-"
+    for (size_t pos = key.rfind('-');
+         pos != std::string::npos && pos > 0 && !has_parent && tries++ < 4;
+         pos = key.rfind('-', pos - 1)) {
+      auto parent = key.substr(0, pos);
+      auto [it, fresh] = parent_exists.try_emplace(parent, false);
+      if (fresh) it->second = store_.Get(tenant, parent).has_value();
+      has_parent = it->second;
+    }
+    if (has_parent) continue;
+    report.discrepancies.push_back({tenant, "", "", "", "", key, found.participant,
+                                    "key_without_parent",
+                                    "no saga derived this key (answered HTTP " +
+                                        std::to_string(found.record.response_status) + ")"});
+  }
+}
+
+std::optional<std::chrono::seconds> ParseDuration(const std::string& text) {
+  if (text.empty() || text.size() > 12) return std::nullopt;
+  size_t digits = text.find_first_not_of("0123456789");
+  if (digits == 0) return std::nullopt;
+  long long n = std::stoll(text.substr(0, digits));
+  std::string unit = digits == std::string::npos ? "s" : text.substr(digits);
+  long long scale = unit == "s"   ? 1
+                    : unit == "m" ? 60
+                    : unit == "h" ? 3600
+                    : unit == "d" ? 86400
+                                  : 0;
+  if (scale == 0 || n <= 0) return std::nullopt;
+  return std::chrono::seconds(n * scale);
+}
+
+}  // namespace orchestrator
