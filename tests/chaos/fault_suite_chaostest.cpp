@@ -17,10 +17,12 @@
 #include <pqxx/pqxx>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/log.hpp"
 #include "tests/chaos/chaos_harness.hpp"
+#include "tests/support/metrics_text.hpp"
 #include "tests/support/wait.hpp"
 
 namespace {
@@ -470,6 +472,22 @@ TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
   Expect(report, report.Line("replicas", "ship_orders=" + std::to_string(ShipOrders(records)) +
                                              " replicas=3 killed=1 resumed_by_others=" +
                                              std::to_string(resumed)));
+  // The real processes' /metrics after the storm: what promtool says of each page, and a
+  // sample of the survivor's counters for the record.
+  std::vector<std::string> urls = {stack.OrchestratorUrl(1)};
+  for (const auto& p : chaos::kParticipants) urls.push_back(stack.ParticipantUrl(p));
+  for (const auto& url : urls) {
+    httplib::Client c(url);
+    auto page = c.Get("/metrics");
+    ASSERT_TRUE(page && page->status == 200) << url;
+    EXPECT_EQ(test_support::PromtoolProblems(page->body), "") << url;
+    if (url != urls.front()) continue;
+    std::istringstream lines(page->body);
+    for (std::string line; std::getline(lines, line);) {
+      bool sample = line.rfind("idemsaga_", 0) == 0 && line.find("_bucket{") == std::string::npos;
+      if (sample && line.substr(line.rfind(' ') + 1) != "0") std::cout << "  " << line << "\n";
+    }
+  }
 }
 
 TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {
