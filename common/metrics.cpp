@@ -170,17 +170,17 @@ Family<Metric>& Registry::Make(const std::string& name, const std::string& help,
 }
 
 Family<Counter>& Registry::Counter(const std::string& name, const std::string& help,
-                                   std::vector<std::string> labels) {
+                                   const std::vector<std::string>& labels) {
   return Make<metrics::Counter>(name, help, "counter", labels);
 }
 
 Family<Gauge>& Registry::Gauge(const std::string& name, const std::string& help,
-                               std::vector<std::string> labels) {
+                               const std::vector<std::string>& labels) {
   return Make<metrics::Gauge>(name, help, "gauge", labels);
 }
 
 Family<Histogram>& Registry::Histogram(const std::string& name, const std::string& help,
-                                       std::vector<std::string> labels,
+                                       const std::vector<std::string>& labels,
                                        std::vector<double> bounds) {
   if (!std::is_sorted(bounds.begin(), bounds.end())) {
     throw std::logic_error("histogram bounds must ascend: " + name);
@@ -230,8 +230,8 @@ std::string Registry::Render() const {
   std::lock_guard lock(mutex_);
   std::string out;
   for (const auto& e : entries_) {
-    out += "# HELP " + e->name + " " + Escape(e->help, false) + "\n# TYPE " + e->name + " " + e->type +
-           "\n";
+    out += "# HELP " + e->name + " " + Escape(e->help, false) + "\n# TYPE " + e->name + " " +
+           e->type + "\n";
     std::visit(
         [&](const auto& data) {
           using T = std::decay_t<decltype(data)>;

@@ -97,11 +97,11 @@ class Registry {
   // guards in one process share theirs); with another type or labels it throws
   // std::logic_error. Names must match [a-z_:][a-z0-9_:]*.
   Family<metrics::Counter>& Counter(const std::string& name, const std::string& help,
-                                    std::vector<std::string> labels = {});
+                                    const std::vector<std::string>& labels = {});
   Family<metrics::Gauge>& Gauge(const std::string& name, const std::string& help,
-                                std::vector<std::string> labels = {});
+                                const std::vector<std::string>& labels = {});
   Family<metrics::Histogram>& Histogram(const std::string& name, const std::string& help,
-                                        std::vector<std::string> labels,
+                                        const std::vector<std::string>& labels,
                                         std::vector<double> bounds = DurationBuckets());
   // A single value read from `read` at each scrape (a count kept elsewhere, as an atomic).
   void CounterFrom(const std::string& name, const std::string& help, std::function<double()> read);

@@ -179,7 +179,9 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
   // parent under each prefix it could have been derived from ("<parent>-<step>[-compensate]").
   std::map<std::string, bool> parent_exists;
   for (const auto& [key, found] : keys) {
-    if (derived.count(key) || found.record.age_seconds < options_.settle.count()) continue;
+    if (derived.count(key) ||
+        found.record.age_seconds < static_cast<double>(options_.settle.count()))
+      continue;
     bool has_parent = false;
     int tries = 0;  // a derived key ends in "-<step>" or "-<step>-compensate"; steps may hold "-"
     for (size_t pos = key.rfind('-');

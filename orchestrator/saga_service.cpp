@@ -386,7 +386,8 @@ std::optional<std::string> SagaService::Resolve(const SagaRow& row,
     auto step = saga::StepRecord::FromJson(steps[i]);
     if (step.status != saga::StepStatus::kCompensating) continue;
     step.status = saga::StepStatus::kCompensated;
-    step.detail = "compensated by hand (" + operator_name + "): " + note;
+    step.detail = "compensated by hand (";
+    step.detail.append(operator_name).append("): ").append(note);
     steps[i] = step.ToJson();
     nlohmann::json resolution = {{"operator", operator_name}, {"note", note}, {"step", step.name}};
     if (!store_.Resolve(row.tenant_id, row.key, resolution, steps)) return std::nullopt;

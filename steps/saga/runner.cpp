@@ -495,8 +495,9 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       return result;
     }
     // Only where another compensation follows: the point is a saga half undone.
-    bool more = std::any_of(result.steps.begin(), result.steps.begin() + i,
-                            [](const auto& s) { return s.status == StepStatus::kCompensating; });
+    bool more =
+        std::any_of(result.steps.begin(), result.steps.begin() + static_cast<std::ptrdiff_t>(i),
+                    [](const auto& s) { return s.status == StepStatus::kCompensating; });
     if (more) common::CrashPoint("between_compensations");
   }
   // Reverse order, including steps compensated by an earlier owner before a crash.
