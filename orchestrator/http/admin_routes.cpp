@@ -42,6 +42,11 @@ std::optional<Decision> ReadDecision(const httplib::Request& req, httplib::Respo
                                      const common::http::Limits& limits) {
   auto body = common::http::ParseJsonBody(req, res, limits);
   if (!body) return std::nullopt;
+  if (!body->is_object()) {
+    SetError(res, 400, "invalid_request",
+             std::string("the body must be a JSON object: {\"") + why_field + "\": \"...\"}");
+    return std::nullopt;
+  }
   auto text = [&](const char* name, size_t max) -> std::optional<std::string> {
     auto it = body->find(name);
     if (it == body->end()) return std::string();
@@ -83,6 +88,12 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
                         "status must be started, compensating, completed or failed");
       }
     }
+    std::string saga = req.get_param_value("saga");
+    if (saga.size() > 64 ||
+        saga.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+      return SetError(res, 400, "invalid_request",
+                      "saga must be a saga's name: up to 64 of a-z, 0-9 and _");
+    }
     bool stuck = req.get_param_value("stuck") == "true";
     int limit = 50;
     if (req.has_param("limit")) {
@@ -94,7 +105,7 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
       limit = std::stoi(v);
     }
     nlohmann::json sagas = nlohmann::json::array();
-    for (const auto& row : d.store.List(*tenant, status, stuck, limit))
+    for (const auto& row : d.store.List(*tenant, status, stuck, limit, saga))
       sagas.push_back(SagaView(row));
     res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");
   });

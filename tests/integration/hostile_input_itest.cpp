@@ -239,4 +239,83 @@ TEST_F(HostileInput, ThousandsOfMalformedRequestsPerServiceGetA4xxAndStoreNothin
             << " accepted_runs=" << runs.accepted_keys.size() << std::endl;
 }
 
+// The operators' routes: generated decision bodies and listing queries. A completed saga
+// cannot be cancelled or resolved, so no request may store a decision, and none may be a 5xx.
+TEST_F(HostileInput, OperatorRoutesRefuseMalformedDecisionsAndQueriesWithA4xx) {
+  auto orch = orch_.Client();
+  httplib::Headers auth = {{"Authorization", "Bearer dev-key-demo"}};
+  ASSERT_EQ(test_support::Post(orch, "/v1/orders", test_support::Order("op-1"))->status, 201);
+  std::mt19937 rng(7);
+  int sent = 0, server_errors = 0;
+  auto check = [&](const httplib::Result& r, const std::string& what) {
+    ++sent;
+    ASSERT_TRUE(r) << what;
+    if (r->status >= 500) {
+      ++server_errors;
+      ADD_FAILURE() << r->status << " for " << what.substr(0, 160) << ": " << r->body;
+    }
+    EXPECT_GE(r->status, 400) << what;
+  };
+  for (const auto& [path, valid] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/sagas/op-1/cancel", R"({"reason":"customer called","operator":"bob"})"},
+           {"/v1/sagas/op-1/resolve", R"({"note":"refunded by hand","operator":"bob"})"},
+           {"/v1/sagas/op-1/retry", R"({})"}}) {
+    for (int i = 0; i < 400; ++i) {
+      std::string body = i < 12 ? std::vector<std::string>{"[1]",
+                                                           "\"x\"",
+                                                           "1",
+                                                           "true",
+                                                           "null",
+                                                           "[]",
+                                                           "{}",
+                                                           "{\"reason\":[]}",
+                                                           "{\"note\":{}}",
+                                                           "{\"operator\":1}",
+                                                           "[{\"reason\":\"r\"}]",
+                                                           valid}[i]
+                                : Mutate(valid, rng);
+      check(orch.Post(path.c_str(), auth, body, "application/json"), path + " " + body);
+    }
+  }
+  const std::vector<std::string> values = {"",
+                                           "x",
+                                           "started",
+                                           "COMPLETED",
+                                           "true",
+                                           "-1",
+                                           "0",
+                                           "501",
+                                           "1e3",
+                                           "%00",
+                                           "%ff",
+                                           "a%2Fb",
+                                           "' OR 1=1 --",
+                                           std::string(100, 'a'),
+                                           "place_order",
+                                           "\xc3\x28"};
+  for (int i = 0; i < 600; ++i) {
+    std::string query;
+    for (const char* name : {"status", "saga", "limit", "stuck"}) {
+      if (rng() % 2)
+        query +=
+            std::string(query.empty() ? "?" : "&") + name + "=" + values[rng() % values.size()];
+    }
+    auto r = orch.Get(("/v1/sagas" + query).c_str(), auth);
+    ++sent;
+    ASSERT_TRUE(r) << query;
+    if (r->status >= 500) {
+      ++server_errors;
+      ADD_FAILURE() << r->status << " for " << query << ": " << r->body;
+    }
+  }
+  EXPECT_EQ(server_errors, 0);
+  EXPECT_EQ(orch_db_.Count("SELECT count(*) FROM idempotency_keys WHERE cancel_requested IS NOT "
+                           "NULL OR resolution IS NOT NULL"),
+            0);
+  EXPECT_EQ(orch_db_.Text("SELECT status FROM idempotency_keys WHERE idempotency_key = 'op-1'"),
+            "completed");
+  std::cout << "hostile_input operators: requests=" << sent << " status_5xx=" << server_errors
+            << std::endl;
+}
+
 }  // namespace
