@@ -7,6 +7,7 @@
 #include "common/crypto.hpp"
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
+#include "orchestrator/http/pages.hpp"
 #include "steps/guard/guard.hpp"
 
 namespace orchestrator {
@@ -96,6 +97,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
                                  options_.trace_settle});
   http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});
   http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_, options_.limits});
+  http::AddPageRoutes(server_);
   AddMetrics();
 }
 

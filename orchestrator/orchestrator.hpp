@@ -106,6 +106,7 @@ class Orchestrator {
   const saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
   const common::metrics::Registry& metrics() const { return metrics_; }
+  const common::http::Server& server() const { return server_; }
 
  private:
   // Connects the counts kept elsewhere (store, pools, exporter, recovery) to metrics_.

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "common/http/openapi.hpp"
+
 namespace services_mock {
 
 const char* NameOf(ParticipantKind kind) {
@@ -46,6 +48,10 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
       RegisterShippingRoutes(server_, participant_);
       break;
   }
+  const auto& texts = OpenApiTexts();
+  common::http::AddOpenApiRoute(
+      server_, common::http::MergeOpenApi(nlohmann::json::parse(texts.at("participant")),
+                                          nlohmann::json::parse(texts.at(NameOf(kind_)))));
 }
 
 ParticipantService::~ParticipantService() { Stop(); }

@@ -27,6 +27,10 @@ void RegisterInventoryRoutes(common::http::Server& server, Participant& particip
 void RegisterPaymentRoutes(common::http::Server& server, Participant& participant);
 void RegisterShippingRoutes(common::http::Server& server, Participant& participant);
 
+// docs/openapi/participant.json (what every participant serves) and each participant's own
+// routes (inventory.json, ...) by name, embedded at build time; served merged at /openapi.json.
+const std::map<std::string, std::string>& OpenApiTexts();
+
 class ParticipantService {
  public:
   ParticipantService(ParticipantKind kind, const std::string& database_url,
@@ -39,6 +43,7 @@ class ParticipantService {
   void Stop();
   Faults& faults() { return faults_; }
   common::trace::Exporter* exporter() { return exporter_.get(); }
+  const common::http::Server& server() const { return server_; }
 
  private:
   ParticipantKind kind_;

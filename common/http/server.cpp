@@ -222,6 +222,7 @@ thread_local const void* WorkerPool::current_owner_ = nullptr;
 
 struct Route {
   std::string method;
+  std::string pattern;
   std::regex regex;
   Server::Handler handler;
 };
@@ -785,7 +786,14 @@ void detail::ServerCore::AddRoute(std::string method, const std::string& pattern
                                   Server::Handler handler) {
   std::regex regex(pattern);  // throws std::regex_error on a bad pattern, before the lock
   std::unique_lock lock(routes_mutex);
-  routes.push_back({std::move(method), std::move(regex), std::move(handler)});
+  routes.push_back({std::move(method), pattern, std::move(regex), std::move(handler)});
+}
+
+std::vector<Server::RouteInfo> Server::Routes() const {
+  std::shared_lock lock(impl_->routes_mutex);
+  std::vector<RouteInfo> out;
+  for (const auto& r : impl_->routes) out.push_back({r.method, r.pattern});
+  return out;
 }
 
 Server& Server::Get(const std::string& pattern, Handler handler) {

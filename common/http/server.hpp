@@ -50,6 +50,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/http/problem.hpp"
 
@@ -116,6 +117,13 @@ class Server {
   Server& Put(const std::string& pattern, Handler handler);
   Server& Delete(const std::string& pattern, Handler handler);
   Server& Patch(const std::string& pattern, Handler handler);
+
+  // The routes registered, in matching order (for a contract test: every route documented).
+  struct RouteInfo {
+    std::string method;
+    std::string pattern;
+  };
+  std::vector<RouteInfo> Routes() const;
 
   const Limits& limits() const;
   // The body limit of `path`.

@@ -86,8 +86,8 @@ struct TraceRoutes {
   std::string service_token;         // what the OTLP intake requires
   std::chrono::milliseconds settle;  // how long a trace read waits for spans on their way
 };
-// POST /v1/traces (the OTLP intake), GET /v1/orders/{key}/trace, the trace page at /ui/. Add
-// these first: /v1/orders/{key}/trace must match before /v1/orders/{key}.
+// POST /v1/traces (the OTLP intake) and GET /v1/orders/{key}/trace. Add these first:
+// /v1/orders/{key}/trace must match before /v1/orders/{key}.
 void AddTraceRoutes(common::http::Server& server, const TraceRoutes& deps);
 
 }  // namespace http

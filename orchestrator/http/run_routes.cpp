@@ -95,17 +95,36 @@ void Start(const RunRoutes& d, const httplib::Request& req, httplib::Response& r
 
 nlohmann::json SagaView(const SagaRow& row) {
   nlohmann::json steps = nlohmann::json::array();
+  // What an operator reads first: the compensation that is stuck, else the step that failed,
+  // else the latest step that recorded an error (a retried attempt, say).
+  nlohmann::json last_error;
+  int last_error_rank = 0;
   for (const auto& s : row.steps) {
     if (!s.is_object()) {  // a row this build cannot read: show it as it is
       steps.push_back({{"unreadable", s}});
       continue;
     }
-    steps.push_back({{"name", s.value("name", "")},
-                     {"derived_key", s.value("action_key", "")},
-                     {"status", s.value("status", "")},
-                     {"attempts", s.value("attempts", 0)},
-                     {"compensation_attempts", s.value("compensation_attempts", 0)},
-                     {"replayed", s.value("replayed", false)}});
+    std::string status = s.value("status", "");
+    nlohmann::json step = {{"name", s.value("name", "")},
+                           {"derived_key", s.value("action_key", "")},
+                           {"status", status},
+                           {"attempts", s.value("attempts", 0)},
+                           {"compensation_attempts", s.value("compensation_attempts", 0)},
+                           {"replayed", s.value("replayed", false)}};
+    std::string detail = s.value("detail", "");
+    if (!detail.empty()) {
+      step["detail"] = detail;
+      bool compensating = status == "compensating";
+      int rank = compensating ? 3 : step["name"] == row.failed_step ? 2 : 1;
+      if (rank >= last_error_rank) {
+        last_error_rank = rank;
+        last_error = {{"step", step["name"]},
+                      {"detail", detail},
+                      {"attempts", compensating ? step["compensation_attempts"] : step["attempts"]},
+                      {"compensation", compensating}};
+      }
+    }
+    steps.push_back(std::move(step));
   }
   nlohmann::json view = {{"idempotency_key", row.key},
                          {"order_id", row.order_id},
@@ -118,6 +137,7 @@ nlohmann::json SagaView(const SagaRow& row) {
                          {"created_at", row.created_at},
                          {"updated_at", row.updated_at}};
   if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
+  view["last_error"] = last_error;
   if (!row.cancel_requested.is_null()) view["cancel_requested"] = row.cancel_requested;
   if (!row.resolution.is_null()) view["resolution"] = row.resolution;
   if (row.response_status != 0) {

@@ -2,6 +2,7 @@
 // self-contained document (inline CSS and JS; no CDN, no fonts), talking only to this origin.
 // The API key is pasted once and kept in the browser's localStorage; `#key=...&order=...` in
 // the URL does the same (handy for links and headless checks).
+#include "orchestrator/http/pages.hpp"
 #include "orchestrator/http/trace_view.hpp"
 
 namespace orchestrator {
@@ -32,22 +33,17 @@ main{display:grid;grid-template-columns:300px 1fr;height:calc(100vh - 49px)}
 .span-row.compensation .bar{background:var(--comp)}.span-row.compensation .name{color:var(--comp)}
 .dur{text-align:right;color:var(--dim)}.legend span{margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}
 #msg{color:var(--err);margin-left:auto}
+nav a{color:var(--orch);margin-right:10px;text-decoration:none}nav a.here{color:var(--text);font-weight:bold}
 </style></head><body>
-<header><h1>idemsaga traces</h1>
+<header><h1>idemsaga</h1><nav><a class="here" href="/ui/">Traces</a><a href="/ui/sagas">Sagas</a></nav>
 <input id="apikey" type="password" placeholder="tenant API key (kept in this browser)">
 <button id="save">Use key</button><button id="reload">Refresh</button><span id="msg"></span></header>
 <main><section id="orders"></section><section id="detail"><div id="summary">Pick an order on the left.</div>
 <div class="legend"><span><i style="background:var(--ok)"></i>ok</span><span><i style="background:var(--err)"></i>failed</span>
 <span><i style="background:var(--comp)"></i>compensation</span></div><div id="waterfall"></div></section></main>
 <script>
-"use strict";
-const $ = (id) => document.getElementById(id);
-const el = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls; if (text !== undefined) e.textContent = text; return e; };
-const params = new URLSearchParams(location.hash.slice(1));
-if (params.get("key")) localStorage.setItem("idemsaga.apiKey", params.get("key"));
-let apiKey = localStorage.getItem("idemsaga.apiKey") || "";
-$("apikey").value = apiKey;
-async function api(path) {
+)html" + std::string(http::kPageScriptPrelude) +
+                                  R"html(async function api(path) {
   const r = await fetch(path, { headers: { Authorization: "Bearer " + apiKey } });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error(body.detail || ("HTTP " + r.status));

@@ -1,5 +1,5 @@
 // The trace intake (OTLP/HTTP JSON from participants or anyone with the service token), an
-// order's trace, and the trace page.
+// order's trace.
 #include <thread>
 
 #include "common/crypto.hpp"
@@ -61,17 +61,6 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
                           {"spans", nlohmann::json::array()}};
     for (const auto& s : spans) out["spans"].push_back(SpanJson(s));
     res.set_content(out.dump(), "application/json");
-  });
-
-  server.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
-    res.status = 301;
-    res.set_header("Location", "/ui/");
-  });
-  server.Get("/ui/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(TracePageHtml(), "text/html; charset=utf-8");
-    // The page talks only to this origin.
-    res.set_header("Content-Security-Policy",
-                   "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
   });
 }
 

@@ -134,13 +134,13 @@ const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
   FROM ((SELECT * FROM idempotency_keys
          WHERE tenant_id = $1 AND status IN ('started', 'compensating')
            AND $2 IN ('', 'started', 'compensating') AND ($2 = '' OR status = $2)
-           AND (NOT $3 OR stuck)
+           AND (NOT $3 OR stuck) AND ($5 = '' OR saga_name = $5)
          ORDER BY created_at DESC LIMIT $4)
         UNION ALL
         (SELECT * FROM idempotency_keys
          WHERE tenant_id = $1 AND status IN ('completed', 'failed')
            AND $2 IN ('', 'completed', 'failed') AND ($2 = '' OR status = $2)
-           AND (NOT $3 OR stuck)
+           AND (NOT $3 OR stuck) AND ($5 = '' OR saga_name = $5)
          ORDER BY created_at DESC LIMIT $4)) k
   ORDER BY k.created_at DESC
   LIMIT $4)sql"};
@@ -405,12 +405,12 @@ std::vector<SagaRow> ParentStore::CreatedSince(const std::string& tenant_id,
 }
 
 std::vector<SagaRow> ParentStore::List(const std::string& tenant_id,
-                                       std::optional<SagaStatus> status, bool stuck_only,
-                                       int limit) {
+                                       std::optional<SagaStatus> status, bool stuck_only, int limit,
+                                       const std::string& saga) {
   return OneStatement([&](pqxx::nontransaction& tx) {
     std::vector<SagaRow> out;
     for (const auto& r : Exec(tx, kList, tenant_id, std::string(status ? ToString(*status) : ""),
-                              stuck_only, limit)) {
+                              stuck_only, limit, saga)) {
       out.push_back(ToRow(r));
     }
     return out;

@@ -161,9 +161,10 @@ class ParentStore {
   std::vector<std::string> TenantIds();
   std::vector<SagaRow> CreatedSince(const std::string& tenant_id, std::chrono::seconds since,
                                     const std::string& after, int limit);
-  // Admin: a tenant's sagas, newest first; `status` nullopt for all, `stuck_only` to filter.
+  // Admin: a tenant's sagas, newest first, `limit` at most; `status` nullopt and `saga` ""
+  // for all, `stuck_only` to filter.
   std::vector<SagaRow> List(const std::string& tenant_id, std::optional<SagaStatus> status,
-                            bool stuck_only, int limit);
+                            bool stuck_only, int limit, const std::string& saga = "");
   // Garbage collection: deletes up to `batch` finished keys past their retention, with
   // their traces' spans.
   long long DeleteExpired(int batch);

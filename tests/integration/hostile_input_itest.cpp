@@ -9,17 +9,9 @@
 
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
-#include "orchestrator/orchestrator.hpp"
-#include "services_mock/service.hpp"
-#include "tests/support/pg_harness.hpp"
-#include "tests/support/serving.hpp"
+#include "tests/support/stack.hpp"
 
 namespace {
-
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
-using test_support::ScratchDatabase;
-using test_support::Serving;
 
 // Byte-level and structural mutations of a valid body: most are invalid, a few stay valid
 // (and must then be accepted and stored like any other request).
@@ -118,25 +110,6 @@ struct Tally {
 
 class HostileInput : public ::testing::Test {
  protected:
-  HostileInput()
-      : orch_db_("orchestrator"),
-        inv_db_("inventory"),
-        pay_db_("payment"),
-        ship_db_("shipping"),
-        inventory_(ParticipantKind::kInventory, inv_db_.url(), services_mock::ParticipantOptions{}),
-        payment_(ParticipantKind::kPayment, pay_db_.url(), services_mock::ParticipantOptions{}),
-        shipping_(ParticipantKind::kShipping, ship_db_.url(), services_mock::ParticipantOptions{}),
-        orch_([&] {
-          orchestrator::OrchestratorOptions o;
-          o.database_url = orch_db_.url();
-          o.participants["inventory"].base_url = inventory_.Url();
-          o.participants["payment"].base_url = payment_.Url();
-          o.participants["shipping"].base_url = shipping_.Url();
-          return o;
-        }()) {
-    orch_.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
-  }
-
   // Sends `n` generated requests to `path` on `client`, each with `auth` headers.
   Tally Storm(httplib::Client& client, const std::string& path, const std::string& valid,
               const httplib::Headers& auth, int n, unsigned seed,
@@ -175,9 +148,12 @@ class HostileInput : public ::testing::Test {
     return t;
   }
 
-  ScratchDatabase orch_db_, inv_db_, pay_db_, ship_db_;
-  Serving<ParticipantService> inventory_, payment_, shipping_;
-  Serving<orchestrator::Orchestrator> orch_;
+  test_support::Stack stack_;
+  test_support::Serving<orchestrator::Orchestrator>& orch_ = stack_.orch;
+  test_support::Serving<services_mock::ParticipantService>&inventory_ = stack_.inventory,
+  &payment_ = stack_.payment, &shipping_ = stack_.shipping;
+  const test_support::ScratchDatabase &orch_db_ = stack_.orch_db, &inv_db_ = stack_.inv_db,
+                                      &pay_db_ = stack_.pay_db, &ship_db_ = stack_.ship_db;
 };
 
 TEST_F(HostileInput, ThousandsOfMalformedRequestsPerServiceGetA4xxAndStoreNothing) {
