@@ -89,10 +89,9 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
       }
     }
     std::string saga = req.get_param_value("saga");
-    if (saga.size() > 64 ||
-        saga.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+    if (!saga.empty() && !saga::IsValidStepName(saga)) {  // saga names follow the same rule
       return SetError(res, 400, "invalid_request",
-                      "saga must be a saga's name: up to 64 of a-z, 0-9 and _");
+                      "saga must be a saga's name: 1 to 32 of a-z, 0-9 and _");
     }
     bool stuck = req.get_param_value("stuck") == "true";
     int limit = 50;

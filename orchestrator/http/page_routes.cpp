@@ -10,7 +10,11 @@ const char* const kPageScriptPrelude = R"js("use strict";
 const $ = (id) => document.getElementById(id);
 const el = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls; if (text !== undefined) e.textContent = text; return e; };
 const params = new URLSearchParams(location.hash.slice(1));
-if (params.get("key")) localStorage.setItem("idemsaga.apiKey", params.get("key"));
+if (params.get("key")) {
+  localStorage.setItem("idemsaga.apiKey", params.get("key"));
+  params.delete("key");  // out of the address bar and the history
+  history.replaceState(null, "", location.pathname + location.search + (params.toString() ? "#" + params : ""));
+}
 let apiKey = localStorage.getItem("idemsaga.apiKey") || "";
 $("apikey").value = apiKey;
 )js";
@@ -19,9 +23,10 @@ namespace {
 
 void SendPage(httplib::Response& res, const std::string& html) {
   res.set_content(html, "text/html; charset=utf-8");
-  // A page talks only to this origin.
+  // It talks only to this origin, and may not be framed (its buttons act).
   res.set_header("Content-Security-Policy",
-                 "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
+                 "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                 "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
 }
 
 }  // namespace

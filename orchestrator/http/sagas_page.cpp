@@ -72,14 +72,15 @@ function query(extra) {
   if (extra || $("stuck").checked) q.set("stuck", "true");
   return "/v1/sagas?" + q;
 }
-async function act(verb, s) {
+async function act(verb, s, button) {
+  button.disabled = true;  // one request per click
   const who = $("operator").value.trim();
   localStorage.setItem("idemsaga.operator", who);
   try {
     if (verb === "retry") await api("/v1/sagas/" + encodeURIComponent(s.idempotency_key) + "/retry", {});
     else {
       const reason = window.prompt("Why cancel " + s.idempotency_key + "?", "cancelled from the sagas page");
-      if (!reason) return;
+      if (!reason) { button.disabled = false; return; }
       const body = { reason }; if (who) body.operator = who;
       await api("/v1/sagas/" + encodeURIComponent(s.idempotency_key) + "/cancel", body);
     }
@@ -108,19 +109,22 @@ function row(s) {
                el("span", "dim", " · " + s.last_error.attempts + " attempt" + (s.last_error.attempts === 1 ? "" : "s")));
   }
   const actions = el("td");
-  if (running && s.stuck) { const b = el("button", "retry", "Retry"); b.onclick = () => act("retry", s); actions.append(b, " "); }
-  if (s.status === "started" && !s.cancel_requested) { const b = el("button", "cancel", "Cancel"); b.onclick = () => act("cancel", s); actions.append(b); }
+  if (running && s.stuck) { const b = el("button", "retry", "Retry"); b.onclick = () => act("retry", s, b); actions.append(b, " "); }
+  if (s.status === "started" && !s.cancel_requested) { const b = el("button", "cancel", "Cancel"); b.onclick = () => act("cancel", s, b); actions.append(b); }
   if (s.cancel_requested) actions.append(el("span", "dim", "cancel requested by " + s.cancel_requested.operator));
   tr.append(key, el("td", "", s.saga + " v" + s.saga_version), status, steps, err,
             el("td", "dim", (s.updated_at || "").replace("T", " ").slice(0, 19)), actions);
   return tr;
 }
+let loads = 0;
 async function load() {
+  const mine = ++loads;  // a slower, older load must not draw over a newer one
   if (!apiKey) { say("Paste a tenant API key first."); return; }
   try {
     if ($("saga").options.length === 1) await loadSagaNames();
     // Stuck ones first, even when older than the newest hundred.
     const [stuck, recent] = await Promise.all([api(query(true)), $("stuck").checked ? { sagas: [] } : api(query(false))]);
+    if (mine !== loads) return;
     const seen = new Set(), list = [];
     for (const s of stuck.sagas.concat(recent.sagas)) {
       if (!seen.has(s.idempotency_key)) { seen.add(s.idempotency_key); list.push(s); }
@@ -128,9 +132,13 @@ async function load() {
     $("rows").replaceChildren(...list.map(row));
     $("empty").hidden = list.length > 0;
     document.body.dataset.loaded = String(list.length);
-  } catch (e) { say(e.message); }
+  } catch (e) {
+    if (mine !== loads) return;
+    $("rows").replaceChildren();  // never leave rows of another key or filter on screen
+    say(e.message);
+  }
 }
-$("save").onclick = () => { apiKey = $("apikey").value.trim(); localStorage.setItem("idemsaga.apiKey", apiKey); load(); };
+$("save").onclick = () => { apiKey = $("apikey").value.trim(); localStorage.setItem("idemsaga.apiKey", apiKey); say(""); load(); };
 for (const id of ["saga", "status", "stuck"]) $(id).onchange = load;
 $("reload").onclick = load;
 load();

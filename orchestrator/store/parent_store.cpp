@@ -129,7 +129,10 @@ const common::pg::Statement kRetryNow{R"sql(
     AND stuck)sql"};
 
 // A branch per listing index (V004): each reads its index newest first and stops at the limit;
-// a branch the status filter rules out is skipped before it reads anything.
+// a branch the status filter rules out is skipped before it reads anything, and so is the
+// finished branch of a stuck-only listing (finishing clears `stuck`). A saga-name filter has
+// no index of its own: it reads on until `limit` rows match (for a rarely run saga, the
+// tenant's retained keys; an index on every key insert would cost each order more).
 const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
   FROM ((SELECT * FROM idempotency_keys
          WHERE tenant_id = $1 AND status IN ('started', 'compensating')
@@ -140,7 +143,7 @@ const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
         (SELECT * FROM idempotency_keys
          WHERE tenant_id = $1 AND status IN ('completed', 'failed')
            AND $2 IN ('', 'completed', 'failed') AND ($2 = '' OR status = $2)
-           AND (NOT $3 OR stuck) AND ($5 = '' OR saga_name = $5)
+           AND NOT $3 AND ($5 = '' OR saga_name = $5)
          ORDER BY created_at DESC LIMIT $4)) k
   ORDER BY k.created_at DESC
   LIMIT $4)sql"};

@@ -7,9 +7,12 @@
 #include <fstream>
 
 #include "tests/support/stack.hpp"
+#include "tests/support/wait.hpp"
 #include "tests/support/webdriver.hpp"
 
 namespace {
+
+using namespace std::chrono_literals;
 
 // A running saga that another replica holds (so nothing here runs it), and one whose
 // compensation is stuck, as the runner records them.
@@ -134,9 +137,14 @@ TEST_F(SagasPageTest, ShowsStuckSagasFirstAndItsButtonsRetryAndCancel) {
   ASSERT_TRUE(browser->WaitFor(
       "return document.getElementById('msg').textContent.includes('retry requested')"))
       << browser->Execute("return document.getElementById('msg').textContent");
-  EXPECT_GT(orch_db_.Count(
-                "SELECT lease_epoch FROM idempotency_keys WHERE idempotency_key = 'order-stuck-1'"),
-            epoch);
+  // Recovery may hold the row at this instant; the retry's takeover shows within moments.
+  EXPECT_TRUE(test_support::WaitFor(
+      [&] {
+        return orch_db_.Count(
+                   "SELECT lease_epoch FROM idempotency_keys "
+                   "WHERE idempotency_key = 'order-stuck-1'") > epoch;
+      },
+      10s));
 }
 
 TEST_F(SagasPageTest, AWrongKeySaysSoAndShowsNothing) {

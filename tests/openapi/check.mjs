@@ -5,9 +5,12 @@
 //   node check.mjs --url http://127.0.0.1:8080 --bearer tenantApiKey=dev-key-demo ...
 //       reads the served /openapi.json, validates it, then sends every documented operation
 //       its documented example (path parameters, required query parameters, headers, body,
-//       credentials by security scheme), and the same request without credentials and with
-//       a body it must refuse; every answer must have a documented status and content type,
-//       and a JSON body must validate against the documented schema.
+//       credentials by security scheme), and the same request without credentials, with a
+//       body that is not JSON and with the example plus a field no schema has; every answer
+//       must have a documented status, content type and required headers, a JSON body must
+//       validate against the documented schema, and the last three must be refused (4xx).
+//       It sends real requests that change data (orders, charges, faults): point it at a
+//       stack you can throw away.
 //
 // Prints one JSON line ({"documents", "requests", "results", "failures"}) and exits 1 on any
 // failure. Operations run POSTs before GETs, in document order, so that an example key that a
@@ -52,7 +55,14 @@ function deref(doc, node) {
 }
 
 async function conformance(doc) {
-  const ajv = new Ajv2020({ strict: false, allErrors: true, validateSchema: false });
+  // Strict: a keyword Ajv does not know (a typo such as `minimun`) is an error, not a no-op;
+  // OpenAPI's own schema keywords are declared, and the document's top-level fields (the
+  // document is added whole so that its $refs resolve).
+  const ajv = new Ajv2020({ strict: true, strictTypes: false, strictRequired: false, allErrors: true, validateSchema: false });
+  for (const keyword of ["example", "discriminator", "xml", "externalDocs", "openapi", "info", "paths",
+                         "components", "tags", "security", "servers", "webhooks", "jsonSchemaDialect"]) {
+    ajv.addKeyword(keyword);
+  }
   addFormats(ajv);
   ajv.addSchema(doc, "openapi.json");
   const operations = [];
@@ -93,13 +103,16 @@ async function conformance(doc) {
       const json = bodySpec.content?.["application/json"];
       if (!json || json.example === undefined) return fail(where, "request body has no application/json example");
       headers["Content-Type"] = "application/json";
-      body = variant === "refused body" ? '{"idemsaga_no_such_field": [' : JSON.stringify(json.example);
+      body = JSON.stringify(json.example);
+      if (variant === "not JSON") body = '{"idemsaga_no_such_field": [';
+      if (variant === "unknown field") body = JSON.stringify({ ...json.example, idemsaga_no_such_field: 1 });
     }
     const qs = query.toString();
     const url = opt.url + target + (qs ? "?" + qs : "");
     let res;
     try {
-      res = await fetch(url, { method: method.toUpperCase(), headers, body, redirect: "manual" });
+      res = await fetch(url, { method: method.toUpperCase(), headers, body, redirect: "manual",
+                               signal: AbortSignal.timeout(20000) });
     } catch (e) {
       return fail(where, "request failed: " + e.message);
     }
@@ -108,6 +121,9 @@ async function conformance(doc) {
     const documented = op.responses?.[String(res.status)];
     if (!documented) return fail(where, "answered " + res.status + ", not documented: " + text.slice(0, 300));
     const response = deref(doc, documented);
+    for (const [name, header] of Object.entries(response.headers || {})) {
+      if (deref(doc, header).required && !res.headers.has(name)) fail(where, res.status + " lacks the required header " + name);
+    }
     const type = mediaType(res.headers.get("content-type"));
     if (!response.content) {
       if (text.length) fail(where, res.status + " documents no body, got " + type + ": " + text.slice(0, 200));
@@ -136,7 +152,13 @@ async function conformance(doc) {
     await send(o, "example");
     const security = o.op.security ?? doc.security ?? [];
     if (security.length && Object.keys(security[0]).length) await send(o, "no credentials");
-    if (o.op.requestBody) await send(o, "refused body");
+    const example = deref(doc, o.op.requestBody)?.content?.["application/json"]?.example;
+    if (o.op.requestBody) await send(o, "not JSON");
+    // Every body refuses a field it does not know, but where the operation says it ignores
+    // them (`x-unknown-fields: ignored`: the OTLP intake, as OTLP/JSON requires).
+    if (example && typeof example === "object" && !Array.isArray(example) && o.op["x-unknown-fields"] !== "ignored") {
+      await send(o, "unknown field");
+    }
   }
   return operations.length;
 }

@@ -39,8 +39,7 @@ class WebDriver {
   }
   ~WebDriver() {
     if (!session_.empty()) client_->Delete(("/session/" + session_).c_str());
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
+    EndDriver();
   }
   WebDriver(const WebDriver&) = delete;
   WebDriver& operator=(const WebDriver&) = delete;
@@ -86,9 +85,25 @@ class WebDriver {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    // A process group of its own: ending it ends the Chromium it started too, even when the
+    // session could not be deleted.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    int rc = posix_spawn(&pid_, argv[0], &actions, &attr, argv.data(), environ);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) throw std::runtime_error("cannot start chromedriver");
+    try {
+      Connect(width, height);
+    } catch (...) {
+      EndDriver();  // no destructor runs for a constructor that throws
+      throw;
+    }
+  }
+
+  void Connect(int width, int height) {
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     client_->set_read_timeout(60);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -113,6 +128,16 @@ class WebDriver {
                        {"unhandledPromptBehavior", "ignore"},
                        {"goog:chromeOptions", options}}}}}});
     session_ = r.at("sessionId").get<std::string>();
+  }
+
+  void EndDriver() {
+    kill(-pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {  // 5 s, then for good
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
   }
 
   std::string Find(const std::string& css) {
