@@ -25,6 +25,7 @@ struct ParticipantFlags {
   std::vector<std::string> otlp_headers;
   bool migrate = false;
   int retention_hours = 24 * 7;
+  std::string duplicates = "wait";
   services_mock::FaultSettings faults;
 };
 
@@ -66,6 +67,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
                   "its longest saga; it checks at start-up)")
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
+  cmd->add_option("--duplicates", flags.duplicates,
+                  "a request whose key a concurrent duplicate holds: wait for it and replay its "
+                  "answer, or fail-fast with 409 + Retry-After (an advisory lock)")
+      ->check(CLI::IsMember({"wait", "fail-fast"}))
+      ->capture_default_str();
   cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
@@ -81,12 +87,14 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
         common::pg::Migrate(conn, services_mock::NameOf(kind));
       }
       auto [host, port] = common::http::SplitHostPort(flags.listen);
-      ParticipantService svc(kind, flags.database_url,
-                             {.service_token = flags.service_token,
-                              .otlp_endpoint = flags.otlp_endpoint,
-                              .otlp_headers = ParseHeaders(flags.otlp_headers),
-                              .guard = {.retention = std::chrono::hours(flags.retention_hours)}},
-                             flags.faults);
+      ParticipantService svc(
+          kind, flags.database_url,
+          {.service_token = flags.service_token,
+           .otlp_endpoint = flags.otlp_endpoint,
+           .otlp_headers = ParseHeaders(flags.otlp_headers),
+           .guard = {.retention = std::chrono::hours(flags.retention_hours),
+                     .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)}},
+          flags.faults);
       int bound = svc.Bind(host, port);
       std::thread server([&] { svc.Serve(); });
       std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound

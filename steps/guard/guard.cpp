@@ -27,6 +27,11 @@ const common::pg::Statement kClaim{R"sql(
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
   RETURNING 1)sql"};
 
+// Duplicates::kFailFast: one lock per (tenant, key) for this transaction, or false at once.
+// A 64-bit hash: two keys that collide only make one of them wait for a retry.
+const common::pg::Statement kTryKeyLock{R"sql(
+  SELECT pg_try_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 0)))sql"};
+
 // Stores the key and its answer in one row, after the effect: the first writer of the key.
 const common::pg::Statement kInsertAnswered{R"sql(
   INSERT INTO idempotency_keys
@@ -274,12 +279,23 @@ common::trace::Span Guard::StartSpan(const std::string& name, const Request& req
   return span;
 }
 
+std::optional<Duplicates> ParseDuplicates(std::string_view name) {
+  if (name == "wait") return Duplicates::kWait;
+  if (name == "fail-fast") return Duplicates::kFailFast;
+  return std::nullopt;
+}
+
 template <typename Body>
 Response Guard::InTransaction(const Request& req, const Body& body) {
+  struct KeyBusy {};
   for (int attempt = 1;; ++attempt) {
     try {
       return pool_.With([&](pqxx::connection& conn) {
         pqxx::work tx(conn);
+        if (options_.duplicates == Duplicates::kFailFast &&
+            !Exec(tx, kTryKeyLock, req.tenant_id, req.key)[0][0].as<bool>()) {
+          throw KeyBusy{};
+        }
         Response res = body(tx);
         auto commit = StartSpan("guard commit", req);
         tx.commit();  // a read-only commit when `body` answered from what was stored
@@ -288,6 +304,10 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
       });
     } catch (const pqxx::transaction_rollback&) {
       if (attempt >= kRaceAttempts) throw;
+    } catch (const KeyBusy&) {
+      return Json(kInProgressStatus, "idempotency_key_in_progress",
+                  "a request with this Idempotency-Key is being processed right now; retry later",
+                  "in_progress");
     } catch (const ActionUnknown&) {
       return Json(kActionUnknownStatus, "action_unknown",
                   "the action this compensation undoes succeeded, but there is no record of it "

@@ -29,9 +29,11 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <pqxx/pqxx>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "common/pg/pool.hpp"
 #include "common/trace/span.hpp"
@@ -102,6 +104,19 @@ struct KeyRecord {
   nlohmann::json ToJson() const;
 };
 
+// What a request does when a duplicate of it (same tenant and key) is in flight.
+enum class Duplicates {
+  // Waits on the key's unique index until the first commits (bounded by the session's
+  // lock_timeout), then replays its answer: the duplicate holds a connection and a worker
+  // meanwhile.
+  kWait,
+  // Tries a transaction-scoped advisory lock on (tenant, key) first and, when another request
+  // holds it, answers 409 idempotency_key_in_progress + Retry-After at once, before any effect
+  // runs. Costs one statement per request. Transaction-scoped only: libpqxx 6.4 reconnects
+  // silently, which would drop a session lock without a word.
+  kFailFast,
+};
+
 struct GuardOptions {
   // How long a RunExternal claim is held before another request may take it over: longer than
   // the external call can take (its timeouts), or two calls may overlap.
@@ -111,7 +126,11 @@ struct GuardOptions {
   // retention plus its longest saga (the orchestrator checks at start-up): a step retried by a
   // resumed saga, or a compensation, must always find its key.
   std::chrono::seconds retention{std::chrono::hours(24 * 7)};
+  Duplicates duplicates = Duplicates::kWait;
 };
+
+// "wait" or "fail-fast" (flags); nullopt for anything else.
+std::optional<Duplicates> ParseDuplicates(std::string_view name);
 
 // Thrown by an external effect when its call certainly did not reach the third party (the
 // connection was refused): the claim is released at once and a retry may call again. Any

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -353,6 +354,96 @@ TEST_P(GuardTest, TheHeadersTheHandlerNamesAreStoredAndReplayed) {
   EXPECT_TRUE(Run(Req("H2-payment"), RecordEffect()).headers.empty());
   EXPECT_TRUE(refused.headers.empty());
 }
+
+// Duplicates::kFailFast against kWait: while one request holds a key (its effect is running),
+// duplicates under fail-fast are answered 409 in_progress without ever waiting on a lock in
+// PostgreSQL (sampled from pg_stat_activity); under wait they sit on the unique index. The
+// effect runs once either way.
+class DuplicatesTest : public ::testing::TestWithParam<steps::guard::Duplicates> {
+ protected:
+  DuplicatesTest()
+      : db_("payment"),
+        pool_({.url = db_.url(), .size = 32}),
+        guard_(pool_, nullptr, {.duplicates = GetParam()}) {
+    db_.Exec("CREATE TABLE effects (key text)");
+  }
+  ScratchDatabase db_;
+  common::pg::Pool pool_;
+  Guard guard_;
+};
+
+TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnce) {
+  const bool fail_fast = GetParam() == steps::guard::Duplicates::kFailFast;
+  std::promise<void> entered, release;
+  auto released = release.get_future().share();
+  Request req{"demo", "held-payment", "POST", "/v1/charges", {{"amount", 1}}};
+  auto effect = [&](pqxx::work& tx) {
+    tx.exec_params("INSERT INTO effects (key) VALUES ($1)", "held-payment");
+    entered.set_value();
+    released.wait();
+    return Response{201, R"({"id":"ch_1"})"};
+  };
+  Response first;
+  std::thread holder([&] { first = guard_.Run(req, effect, EffectScope::kAny); });
+  entered.get_future().wait();
+
+  constexpr int kDuplicates = 12;
+  std::vector<Response> answers(kDuplicates);
+  std::atomic<int> done{0};
+  std::vector<std::thread> duplicates;
+  auto storm_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kDuplicates; ++i) {
+    duplicates.emplace_back([&, i] {
+      answers[i] = guard_.Run(req, [](pqxx::work&) -> Response {
+        throw std::logic_error("a duplicate must never run the effect");
+      });
+      ++done;
+    });
+  }
+  // While they are answered, count sessions of this database waiting on a lock.
+  int lock_waits_seen = 0;
+  while (done < kDuplicates) {
+    lock_waits_seen = std::max<int>(
+        lock_waits_seen,
+        static_cast<int>(db_.Count("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                   "current_database() AND wait_event_type = 'Lock'")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto& t : duplicates) t.join();
+  auto answered_in = std::chrono::steady_clock::now() - storm_start;
+  std::cout << "duplicates=" << (fail_fast ? "fail-fast" : "wait") << " requests=" << kDuplicates
+            << " most_sessions_waiting_on_a_lock=" << lock_waits_seen << " all_answered_in_ms="
+            << std::chrono::duration_cast<std::chrono::milliseconds>(answered_in).count()
+            << std::endl;
+  release.set_value();
+  holder.join();
+
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 409) << a.body;
+    EXPECT_EQ(a.outcome, "in_progress");
+    EXPECT_NE(a.body.find("idempotency_key_in_progress"), std::string::npos);
+  }
+  if (fail_fast) {
+    EXPECT_EQ(lock_waits_seen, 0);
+  } else {
+    EXPECT_GT(lock_waits_seen, 0);  // the instrument sees waiting when there is some
+  }
+  EXPECT_EQ(first.status, 201);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects"), 1);
+  // Once the holder committed, a duplicate replays its answer in both modes.
+  auto later = guard_.Run(req, [](pqxx::work&) -> Response { throw std::logic_error("ran"); });
+  EXPECT_TRUE(later.replayed);
+  EXPECT_EQ(later.body, first.body);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DuplicatesTest,
+                         ::testing::Values(steps::guard::Duplicates::kWait,
+                                           steps::guard::Duplicates::kFailFast),
+                         [](const auto& info) {
+                           return info.param == steps::guard::Duplicates::kWait
+                                      ? std::string("Wait")
+                                      : std::string("FailFast");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Scopes, GuardTest,
                          ::testing::Values(EffectScope::kAny, EffectScope::kTransactionOnly),
