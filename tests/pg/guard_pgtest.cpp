@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <set>
@@ -389,14 +390,19 @@ TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnc
 
   constexpr int kDuplicates = 12;
   std::vector<Response> answers(kDuplicates);
+  std::vector<double> latency_ms(kDuplicates);
   std::atomic<int> done{0};
   std::vector<std::thread> duplicates;
   auto storm_start = std::chrono::steady_clock::now();
   for (int i = 0; i < kDuplicates; ++i) {
     duplicates.emplace_back([&, i] {
+      auto sent = std::chrono::steady_clock::now();
       answers[i] = guard_.Run(req, [](pqxx::work&) -> Response {
         throw std::logic_error("a duplicate must never run the effect");
       });
+      latency_ms[i] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
+              .count();
       ++done;
     });
   }
@@ -411,8 +417,12 @@ TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnc
   }
   for (auto& t : duplicates) t.join();
   auto answered_in = std::chrono::steady_clock::now() - storm_start;
+  std::sort(latency_ms.begin(), latency_ms.end());
+  // Each duplicate is a thread (a server's worker) and a pooled connection for its latency.
   std::cout << "duplicates=" << (fail_fast ? "fail-fast" : "wait") << " requests=" << kDuplicates
-            << " most_sessions_waiting_on_a_lock=" << lock_waits_seen << " all_answered_in_ms="
+            << " most_sessions_waiting_on_a_lock=" << lock_waits_seen
+            << " p50_ms=" << latency_ms[kDuplicates / 2] << " max_ms=" << latency_ms.back()
+            << " all_answered_in_ms="
             << std::chrono::duration_cast<std::chrono::milliseconds>(answered_in).count()
             << std::endl;
   release.set_value();
