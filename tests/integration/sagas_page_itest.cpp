@@ -14,27 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A running saga that another replica holds (so nothing here runs it), and one whose
-// compensation is stuck, as the runner records them.
-constexpr const char* kSeed = R"sql(
-  INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, request_body,
-    saga_name, order_id, status, lease_owner, lease_epoch, lease_expires_at, steps, stuck,
-    failed_step, trace_id, created_at, expires_at)
-  VALUES
-   ('demo', 'ship-running-1', repeat('a', 64), '{}', 'ship_order', 'ord_running', 'started',
-    'replica-b', 1, now() + interval '1 hour',
-    '[{"name":"inventory","action_key":"ship-running-1-inventory","status":"succeeded","attempts":1,"compensation_attempts":0},
-      {"name":"payment","action_key":"ship-running-1-payment","status":"not_run","attempts":2,"compensation_attempts":0,
-       "detail":"HTTP 503: payment is unavailable, retrying"}]',
-    false, NULL, repeat('c', 32), now() - interval '2 minutes', now() + interval '1 day'),
-   ('demo', 'order-stuck-1', repeat('b', 64), '{}', 'place_order', 'ord_stuck', 'compensating',
-    'replica-b', 1, now() + interval '1 hour',
-    '[{"name":"inventory","action_key":"order-stuck-1-inventory","status":"compensating","attempts":1,"compensation_attempts":7,
-       "detail":"release answered HTTP 500: reservation store offline"},
-      {"name":"payment","action_key":"order-stuck-1-payment","status":"failed","attempts":1,"compensation_attempts":0,
-       "detail":"card_declined"}]',
-    true, 'payment', repeat('d', 32), now() - interval '1 hour', now() + interval '1 day'))sql";
-
 class SagasPageTest : public ::testing::Test {
  protected:
   // The rows the page shows: key, class, text, buttons, trace link.
@@ -81,7 +60,31 @@ TEST_F(SagasPageTest, ShowsStuckSagasFirstAndItsButtonsRetryAndCancel) {
   ASSERT_EQ(Post(client, "/v1/orders", Order("acme-order-1", test_support::kOrder, "dev-key-acme"))
                 ->status,
             201);
-  orch_db_.Exec(kSeed);
+  // A running saga and one whose compensation is stuck, as the runner records them.
+  test_support::SeedSaga(
+      orch_db_,
+      {.key = "ship-running-1",
+       .saga = "ship_order",
+       .steps =
+           R"([{"name":"inventory","action_key":"ship-running-1-inventory","status":"succeeded",
+                     "attempts":1,"compensation_attempts":0},
+                    {"name":"payment","action_key":"ship-running-1-payment","status":"not_run",
+                     "attempts":2,"compensation_attempts":0,
+                     "detail":"HTTP 503: payment is unavailable, retrying"}])",
+       .created_seconds_ago = 120});
+  test_support::SeedSaga(
+      orch_db_,
+      {.key = "order-stuck-1",
+       .status = "compensating",
+       .stuck = true,
+       .steps =
+           R"([{"name":"inventory","action_key":"order-stuck-1-inventory","status":"compensating",
+                     "attempts":1,"compensation_attempts":7,
+                     "detail":"release answered HTTP 500: reservation store offline"},
+                    {"name":"payment","action_key":"order-stuck-1-payment","status":"failed",
+                     "attempts":1,"compensation_attempts":0,"detail":"card_declined"}])",
+       .failed_step = "payment",
+       .created_seconds_ago = 3600});
 
   browser->Navigate(orch_.Url() + "/ui/sagas#key=dev-key-demo");
   ASSERT_EQ(browser->WaitFor("return document.body.dataset.loaded"), "5");

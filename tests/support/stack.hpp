@@ -47,4 +47,30 @@ struct Stack {
   Serving<orchestrator::Orchestrator> orch;
 };
 
+// A running saga written straight into the orchestrator's database, as the runner records
+// one, with its lease held by another replica for an hour (so nothing here runs it until an
+// operator acts): `status` started or compensating, `steps` the runner's JSON step records.
+struct SeededSaga {
+  std::string key;
+  std::string saga = "place_order";
+  std::string status = "started";
+  bool stuck = false;
+  std::string steps = "[]";
+  std::string failed_step;  // "" for none
+  int created_seconds_ago = 0;
+  std::string tenant = "demo";
+};
+inline void SeedSaga(const ScratchDatabase& db, const SeededSaga& s) {
+  db.Exec(R"sql(
+    INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, request_body,
+      saga_name, order_id, status, lease_owner, lease_epoch, lease_expires_at, steps, stuck,
+      failed_step, trace_id, created_at, expires_at)
+    VALUES ($1::text, $2::text, encode(sha256(convert_to($2::text, 'UTF8')), 'hex'), '{}',
+      $3::text, 'ord_' || md5($2::text), $4::text, 'replica-b', 1, now() + interval '1 hour',
+      $5::jsonb, $6::boolean, nullif($7::text, ''), md5('trace' || $2::text),
+      now() - make_interval(secs => $8::int), now() + interval '1 day'))sql",
+          s.tenant, s.key, s.saga, s.status, s.steps, s.stuck, s.failed_step,
+          s.created_seconds_ago);
+}
+
 }  // namespace test_support
