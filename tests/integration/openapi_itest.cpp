@@ -16,6 +16,32 @@
 
 namespace {
 
+// tests/openapi/check.mjs with `args`: its JSON report, "exit" added.
+nlohmann::json Check(std::vector<std::string> args) {
+  args.insert(args.begin(),
+              {"bash", std::string(IDEMSAGA_SOURCE_DIR) + "/scripts/openapi-check.sh"});
+  std::string log = ::testing::TempDir() + "openapi-check-" + common::RandomHex(4) + ".log";
+  int exit = common::RunProgram(args, log);
+  std::ifstream in(log);
+  std::string line, report, rest;
+  while (std::getline(in, line)) {
+    if (line.rfind("{\"documents\"", 0) == 0) {
+      report = line;
+    } else {
+      rest += line + "\n";
+    }
+  }
+  std::remove(log.c_str());
+  if (report.empty()) {
+    return {
+        {"exit", exit},
+        {"failures", {"no report; exit " + std::to_string(exit) + ": " + rest.substr(0, 3000)}}};
+  }
+  auto j = nlohmann::json::parse(report);
+  j["exit"] = exit;
+  return j;
+}
+
 class OpenApiTest : public ::testing::Test {
  protected:
   struct Service {
@@ -35,32 +61,6 @@ class OpenApiTest : public ::testing::Test {
     auto r = c.Get("/openapi.json");
     if (!r || r->status != 200) return nullptr;
     return nlohmann::json::parse(r->body);
-  }
-
-  // tests/openapi/check.mjs with `args`: its JSON report, "exit" added.
-  static nlohmann::json Check(std::vector<std::string> args) {
-    args.insert(args.begin(),
-                {"bash", std::string(IDEMSAGA_SOURCE_DIR) + "/scripts/openapi-check.sh"});
-    std::string log = ::testing::TempDir() + "openapi-check-" + common::RandomHex(4) + ".log";
-    int exit = common::RunProgram(args, log);
-    std::ifstream in(log);
-    std::string line, report, rest;
-    while (std::getline(in, line)) {
-      if (line.rfind("{\"documents\"", 0) == 0) {
-        report = line;
-      } else {
-        rest += line + "\n";
-      }
-    }
-    std::remove(log.c_str());
-    if (report.empty()) {
-      return {
-          {"exit", exit},
-          {"failures", {"no report; exit " + std::to_string(exit) + ": " + rest.substr(0, 3000)}}};
-    }
-    auto j = nlohmann::json::parse(report);
-    j["exit"] = exit;
-    return j;
   }
 
   test_support::Stack stack_;
@@ -159,20 +159,17 @@ TEST(OpenApiCheck, CatchesAnUndocumentedStatusABodyOffItsSchemaAndAMissingHeader
         {"required": true, "schema": {"type": "string"}}}}}}}}})"));
   int port = server.Bind("127.0.0.1", 0);
   std::thread serving([&] { server.Serve(); });
-  std::vector<std::string> args = {"bash",
-                                   std::string(IDEMSAGA_SOURCE_DIR) + "/scripts/openapi-check.sh",
-                                   "--url", "http://127.0.0.1:" + std::to_string(port)};
-  std::string log = ::testing::TempDir() + "openapi-negative.log";
-  int exit = common::RunProgram(args, log);
+  auto report = Check({"--url", "http://127.0.0.1:" + std::to_string(port)});
   server.Stop();
   serving.join();
-  std::ifstream in(log);
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(exit, 1) << out;
-  EXPECT_NE(out.find("GET /thing: 200 body does not match its schema"), std::string::npos) << out;
-  EXPECT_NE(out.find("GET /gone: answered 410, not documented"), std::string::npos) << out;
-  EXPECT_NE(out.find("GET /moved: 301 lacks the required header Location"), std::string::npos)
-      << out;
+  std::string failures = report["failures"].dump();
+  EXPECT_EQ(report["exit"], 1) << report.dump(1);
+  EXPECT_NE(failures.find("GET /thing: 200 body does not match its schema"), std::string::npos)
+      << failures;
+  EXPECT_NE(failures.find("GET /gone: answered 410, not documented"), std::string::npos)
+      << failures;
+  EXPECT_NE(failures.find("GET /moved: 301 lacks the required header Location"), std::string::npos)
+      << failures;
 }
 
 TEST_F(OpenApiTest, EveryDocumentedOperationAnswersAsDocumented) {

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <httplib.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -162,23 +163,12 @@ class WebDriver {
     return path == "/session" ? j.at("value") : j;
   }
   static std::string Base64Decode(const std::string& in) {
-    std::string out;
-    int val = 0, bits = -8;
-    for (unsigned char c : in) {
-      int d = c >= 'A' && c <= 'Z'   ? c - 'A'
-              : c >= 'a' && c <= 'z' ? c - 'a' + 26
-              : c >= '0' && c <= '9' ? c - '0' + 52
-              : c == '+'             ? 62
-              : c == '/'             ? 63
-                                     : -1;
-      if (d < 0) continue;
-      val = (val << 6) + d;
-      bits += 6;
-      if (bits >= 0) {
-        out.push_back(static_cast<char>((val >> bits) & 0xFF));
-        bits -= 8;
-      }
-    }
+    std::string out(in.size() / 4 * 3, '\0');
+    int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                            reinterpret_cast<const unsigned char*>(in.data()),
+                            static_cast<int>(in.size()));
+    if (n < 0) throw std::runtime_error("webdriver: a screenshot that is not base64");
+    out.resize(static_cast<size_t>(n) - (in.size() - in.find_last_not_of('=') - 1));  // padding
     return out;
   }
 
