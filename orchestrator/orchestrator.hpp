@@ -99,6 +99,11 @@ class Orchestrator {
   // This orchestrator's retention plus its longest saga.
   std::chrono::seconds RequiredParticipantRetention() const;
 
+  // Places an order that came by another way than the server (the AMQP intake): the same
+  // checks, claim and answer as POST /v1/orders, under the same fingerprint, so one key sent
+  // both ways is one order. See http::StartRun.
+  KeyOutcome SubmitOrder(const httplib::Request& req, httplib::Response& res);
+
   ParentStore& store() { return store_; }
   // One reconciliation of `since` against every configured participant (what the periodic
   // job runs; also counted in the metrics).
@@ -106,6 +111,7 @@ class Orchestrator {
   const saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
   const common::metrics::Registry& metrics() const { return metrics_; }
+  common::metrics::Registry& metrics() { return metrics_; }
   const common::http::Server& server() const { return server_; }
 
  private:

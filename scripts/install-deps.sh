@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libpqxx-dev libcpp-httplib-dev nlohmann-json3-dev libboost-dev libcli11-dev libssl-dev
-  libjemalloc-dev
+  libjemalloc-dev librabbitmq-dev libhiredis-dev
   libgtest-dev libgmock-dev
   postgresql-15 postgresql-client-15
   curl util-linux

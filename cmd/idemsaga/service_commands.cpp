@@ -1,5 +1,6 @@
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cmd/idemsaga/commands.hpp"
@@ -8,6 +9,7 @@
 #include "common/log.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
+#include "orchestrator/amqp/intake.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "services_mock/service.hpp"
 
@@ -116,6 +118,7 @@ struct OrchestratorFlags {
   std::chrono::milliseconds grace{10000};
   std::vector<std::string> participants;  // NAME=URL
   orchestrator::OrchestratorOptions options;
+  orchestrator::amqp::IntakeOptions amqp;  // no url: no intake
 };
 
 }  // namespace
@@ -196,6 +199,19 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
   cmd->add_option("--shutdown-grace-ms", flags.grace,
                   "on SIGTERM, how long running sagas may finish")
       ->capture_default_str();
+  cmd->add_option("--amqp-url", flags.amqp.url,
+                  "also take orders from RabbitMQ: amqp://user:password@host:port/vhost")
+      ->envname("IDEMSAGA_AMQP_URL");
+  cmd->add_option("--amqp-queue", flags.amqp.queue,
+                  "the queue orders come from (refused ones go to QUEUE.dead)")
+      ->capture_default_str();
+  cmd->add_option("--amqp-consumers", flags.amqp.consumers,
+                  "connections consuming it, each with one message in hand at a time")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--amqp-max-wait-ms", flags.amqp.max_wait,
+                  "how long a message waits for its saga before going back to the queue")
+      ->capture_default_str();
   cmd->callback([flags_ptr, &run] {
     run = [flags_ptr] {
       auto& flags = *flags_ptr;
@@ -214,8 +230,20 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
       std::thread server([&] { o.Serve(); });
+      std::optional<orchestrator::amqp::Intake> intake;
+      if (!flags.amqp.url.empty()) {
+        intake.emplace(
+            flags.amqp,
+            [&o](const httplib::Request& req, httplib::Response& res) {
+              return o.SubmitOrder(req, res);
+            },
+            &o.metrics());
+        intake->Start();
+      }
       std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
       idemsaga_cmd::WaitForStopSignal();
+      // The queue first: a message whose answer is not final yet goes back to it.
+      if (intake) intake->Stop();
       o.Shutdown(flags.grace);
       server.join();
     };

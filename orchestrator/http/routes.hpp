@@ -63,6 +63,14 @@ struct RunRoutes {
   TenantAuth& auth;
   const common::http::Limits& limits;
 };
+// Starts `definition` for an HTTP-shaped request (auth, Idempotency-Key, JSON body, typed
+// input, claim) and writes the answer to `res`, as POST `route` does; the request may have
+// come another way (the AMQP intake builds one from a message). Returns what the key said:
+// kNone when the request was refused before the key was consulted (nothing stored). Throws
+// when the database fails (then nothing is answered, and a retry with the key is safe).
+KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+                    const saga::Definition& definition, const std::string& route);
+
 // POST /v1/orders (place_order), POST /v1/runs/{saga}, GET /v1/runs, GET /v1/runs/{saga}/{key},
 // GET /v1/orders/{key}.
 void AddRunRoutes(common::http::Server& server, const RunRoutes& deps);

@@ -34,10 +34,10 @@ struct ResponseOnSpan {
   }
 };
 
-// Starts `definition` for the request (auth, key, body, typed input, claim) and answers.
-// `route` is the path its fingerprint and span name use.
-void Start(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
-           const saga::Definition& definition, const std::string& route) {
+}  // namespace
+
+KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+                    const saga::Definition& definition, const std::string& route) {
   // A caller's trace is continued; otherwise this request starts the saga's trace.
   auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
   common::trace::SpanContext parent;
@@ -48,21 +48,25 @@ void Start(const RunRoutes& d, const httplib::Request& req, httplib::Response& r
   if (!tenant) {
     SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
     res.set_header("WWW-Authenticate", "Bearer");
-    return;
+    return KeyOutcome::kNone;
   }
   span.Set("tenant", *tenant);
   auto key =
       common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
                                   req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
-  if (!key.ok()) return SetError(res, 400, key.error, key.message);
+  if (!key.ok()) {
+    SetError(res, 400, key.error, key.message);
+    return KeyOutcome::kNone;
+  }
   span.Set("idempotency_key", key.key);
   auto body = common::http::ParseJsonBody(req, res, d.limits);
-  if (!body) return;
+  if (!body) return KeyOutcome::kNone;
   std::shared_ptr<const std::any> input;
   try {
     input = definition.ParseInput(*body);
   } catch (const saga::InvalidInput& e) {
-    return SetError(res, 400, "invalid_request", e.what());
+    SetError(res, 400, "invalid_request", e.what());
+    return KeyOutcome::kNone;
   }
   common::Log("saga_request", {{"tenant", *tenant},
                                {"key", key.key},
@@ -89,9 +93,8 @@ void Start(const RunRoutes& d, const httplib::Request& req, httplib::Response& r
   Send(answer, res);
   res.set_header("traceparent",
                  common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id));
+  return answer.outcome;
 }
-
-}  // namespace
 
 nlohmann::json SagaView(const SagaRow& row) {
   nlohmann::json steps = nlohmann::json::array();
@@ -190,7 +193,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
   if (const auto* order = d.registry.Latest(kOrderSaga)) {
     server.Post("/v1/orders", [d, order](const httplib::Request& req, httplib::Response& res) {
-      Start(d, req, res, *order, "/v1/orders");
+      StartRun(d, req, res, *order, "/v1/orders");
     });
   }
   // Every registered saga, its latest version: /v1/runs/{saga} starts one under the request's
@@ -208,7 +211,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
       return SetError(res, 404, "saga_not_found",
                       "no saga of this name is served here (GET /v1/runs lists them)");
     }
-    Start(d, req, res, *definition, "/v1/runs/" + definition->name());
+    StartRun(d, req, res, *definition, "/v1/runs/" + definition->name());
   });
   server.Get(R"(/v1/runs/([^/]+)/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
     if (auto row = PathSaga(req, res, d.auth, d.store, 2)) View(*row, req.matches[1].str(), res);

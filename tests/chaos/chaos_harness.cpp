@@ -183,7 +183,9 @@ Process::Process(std::vector<std::string> argv, const std::map<std::string, std:
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string s = *e;
-    if (s.rfind("IDEMSAGA_CRASH_POINTS=", 0) != 0) env_strings.push_back(s);
+    std::string name = s.substr(0, s.find('='));
+    // `env` replaces what it names (the first of two entries is the one getenv finds).
+    if (name != "IDEMSAGA_CRASH_POINTS" && env.count(name) == 0) env_strings.push_back(s);
   }
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
@@ -365,6 +367,7 @@ void Stack::StartOrchestrator(int i, const std::string& crash_points) {
     argv.push_back("--participant");
     argv.push_back(which + "=" + ParticipantUrl(which));
   }
+  argv.insert(argv.end(), options_.orchestrator_args.begin(), options_.orchestrator_args.end());
   orchestrators_[i] =
       std::make_unique<Process>(argv, env, dir_ + "/orchestrator-" + std::to_string(i) + ".log");
   WaitReady(OrchestratorUrl(i), *orchestrators_[i]);

@@ -56,6 +56,7 @@ struct StackOptions {
   int sweep_interval_ms = 200;
   int participant_timeout_ms = 2000;
   int max_attempts = 6;
+  std::vector<std::string> orchestrator_args;  // added to every orchestrator's command line
 };
 
 // The participants every stack runs, and every orchestrator is given (ship_order needs all

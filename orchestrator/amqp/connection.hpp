@@ -1,0 +1,89 @@
+// One AMQP 0-9-1 connection to RabbitMQ (rabbitmq-c underneath) with one channel: what the
+// order intake and its tests need, and no more. Messages go through the default exchange,
+// straight to a queue by name.
+//
+// Not thread-safe (nor is rabbitmq-c's connection): one thread owns a Connection. Every
+// failure (the broker gone, a channel closed by it, a timeout) throws AmqpError, after which
+// the connection is unusable: make a new one.
+//   amqp::Connection c("amqp://guest:guest@127.0.0.1:5672/");
+//   c.DeclareQueue("orders"); c.Confirm(); c.Publish("orders", {.body = "{}"});
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace orchestrator::amqp {
+
+struct AmqpError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Message {
+  // Headers with string values; a header of another type is listed in `other_headers`.
+  std::map<std::string, std::string> headers;
+  std::map<std::string, char> other_headers;  // name -> AMQP field kind
+  std::string content_type;
+  std::string message_id;
+  std::string correlation_id;
+  std::string reply_to;
+  std::string body;
+  bool persistent = true;  // delivery mode 2: a durable queue keeps it across a broker restart
+};
+
+struct Delivery {
+  uint64_t tag = 0;
+  bool redelivered = false;
+  Message message;
+};
+
+class Connection {
+ public:
+  // amqp://user:password@host:port/vhost (the AMQP URI spec: guest:guest@localhost:5672 for
+  // parts left out; no path is the vhost "/", which as a path is %2f, while a bare trailing
+  // "/" names the vhost ""). `timeout` bounds the connect and every wait for the broker.
+  explicit Connection(const std::string& url,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // A durable queue; one that exists already is used as it is (a quorum queue, say, or one
+  // declared with other arguments). Returns how many messages it holds.
+  uint32_t DeclareQueue(const std::string& queue);
+  // Publisher confirms: from now on Publish returns once the broker has the message (on disk,
+  // for a persistent message to a durable queue) and throws if it refused it.
+  void Confirm();
+  // At most `count` unacknowledged deliveries at a time.
+  void Prefetch(uint16_t count);
+  void Consume(const std::string& queue);
+  // The next delivery, or nullopt when none came within `wait`.
+  std::optional<Delivery> Next(std::chrono::milliseconds wait);
+  void Ack(uint64_t tag);
+  // requeue: back to the queue (redelivered later); otherwise dropped.
+  void Reject(uint64_t tag, bool requeue);
+  void Publish(const std::string& queue, const Message& message);
+  // One message taken from `queue` and acknowledged at once (basic.get), or nullopt if empty.
+  std::optional<Message> Get(const std::string& queue);
+  // Services the connection (heartbeats) for `wait` while its owner has nothing else to do
+  // with it; throws if the broker closed it meanwhile.
+  void Idle(std::chrono::milliseconds wait);
+
+ private:
+  void Check(const char* what);  // throws unless the last RPC succeeded
+  // Handles a frame that arrived out of turn: throws on a channel or connection close.
+  void OutOfTurn(const void* frame);
+  void WaitForConfirm();
+  void OpenChannel();
+
+  void* state_;  // amqp_connection_state_t
+  int channel_ = 0;
+  bool confirms_ = false;
+  uint64_t published_ = 0;  // publish sequence number, for confirms
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace orchestrator::amqp

@@ -1,0 +1,206 @@
+#include "orchestrator/amqp/intake.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+
+#include "common/http/problem.hpp"
+#include "common/idempotency_key.hpp"
+#include "common/log.hpp"
+#include "orchestrator/amqp/connection.hpp"
+
+namespace orchestrator::amqp {
+namespace {
+
+bool SameName(std::string_view a, std::string_view b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+// The HTTP request the message stands for: POST /v1/orders with the message's body and the
+// headers the route reads. Header names are matched as HTTP matches them (any case); every
+// match is passed on, so a key given twice is refused as it would be over HTTP.
+httplib::Request ToRequest(const Message& m) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/orders";
+  req.body = m.body;
+  bool has_key = false;
+  for (const auto& [name, value] : m.headers) {
+    for (const char* wanted : {"Authorization", "Idempotency-Key", "traceparent"}) {
+      if (!SameName(name, wanted)) continue;
+      req.headers.emplace(wanted, value);
+      has_key |= SameName(name, "Idempotency-Key");
+    }
+  }
+  for (const auto& [name, kind] : m.other_headers) {
+    // A key that is not a string (a number, a table) is no key: an sf-string of it would be
+    // a guess. Passed on as something the route refuses as a bad key.
+    if (SameName(name, "Idempotency-Key")) {
+      req.headers.emplace("Idempotency-Key", "(" + std::string(1, kind) + ")");
+      has_key = true;
+    }
+  }
+  // The message id is the key's bytes as they are, so it travels as an sf-string.
+  if (!has_key && !m.message_id.empty()) {
+    req.headers.emplace("Idempotency-Key", common::FormatIdempotencyKey(m.message_id));
+  }
+  req.headers.emplace("Content-Type",
+                      m.content_type.empty() ? std::string("application/json") : m.content_type);
+  return req;
+}
+
+Message Reply(const Message& request, const httplib::Response& res) {
+  Message reply;
+  reply.correlation_id = request.correlation_id;
+  reply.body = res.body;
+  reply.content_type = res.get_header_value("Content-Type");
+  for (const auto& [name, value] : res.headers) {
+    if (!SameName(name, "Content-Type")) reply.headers[name] = value;
+  }
+  reply.headers["status"] = std::to_string(res.status);
+  return reply;
+}
+
+// The message as it came, minus the tenant's credential (a dead-letter queue is read by
+// operators, not tenants), with why it was refused.
+Message DeadLetter(const Message& m, const httplib::Response& res) {
+  Message dead = m;
+  std::erase_if(dead.headers, [](const auto& h) { return SameName(h.first, "Authorization"); });
+  auto [code, detail] = common::http::ErrorOf(nlohmann::json::parse(res.body, nullptr, false));
+  dead.headers["x-idemsaga-status"] = std::to_string(res.status);
+  dead.headers["x-idemsaga-error"] = code;
+  dead.headers["x-idemsaga-detail"] = detail;
+  return dead;
+}
+
+}  // namespace
+
+Intake::Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics)
+    : options_(std::move(options)), submit_(std::move(submit)) {
+  if (metrics != nullptr) {
+    messages_ = &metrics->Counter(
+        "idemsaga_amqp_messages_total",
+        "Order messages taken from the queue, by what became of them: replied (final answer "
+        "published, acked), dead_lettered, requeued (an outage, or a saga that ran too long); "
+        "redelivered counts deliveries the broker had handed out before.",
+        {"outcome"});
+  }
+}
+
+Intake::~Intake() { Stop(); }
+
+void Intake::Start() {
+  for (int i = 0; i < options_.consumers; ++i) threads_.emplace_back([this, i] { Run(i); });
+  common::Log("amqp_intake_started",
+              {{"queue", options_.queue}, {"consumers", std::to_string(options_.consumers)}});
+}
+
+void Intake::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_.exchange(true)) return;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void Intake::Count(const char* outcome) {
+  if (messages_ != nullptr) messages_->With({outcome}).Inc();
+}
+
+bool Intake::Pause(std::chrono::milliseconds d) {
+  std::unique_lock lock(mutex_);
+  return !cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+}
+
+// One consumer: a connection of its own, one message in hand at a time.
+class Intake::Consumer {
+ public:
+  Consumer(Intake& intake, Connection& conn) : intake_(intake), conn_(conn) {}
+
+  void Handle(const Delivery& d) {
+    if (d.redelivered) intake_.Count("redelivered");
+    const Message& m = d.message;
+    httplib::Request req = ToRequest(m);
+    auto deadline = std::chrono::steady_clock::now() + intake_.options_.max_wait;
+    auto wait = std::chrono::milliseconds(100);
+    for (;;) {
+      httplib::Response res;
+      KeyOutcome outcome;
+      try {
+        outcome = intake_.submit_(req, res);
+      } catch (const std::exception& e) {
+        // The database failed: nothing was answered, so the message is tried again.
+        common::Log("amqp_order_unavailable",
+                    {{"queue", intake_.options_.queue}, {"error", e.what()}});
+        return Requeue(d, std::chrono::seconds(1));
+      }
+      if (res.status >= 500) return Requeue(d, std::chrono::seconds(1));
+      if (outcome == KeyOutcome::kNone || outcome == KeyOutcome::kMismatch) {
+        conn_.Publish(intake_.options_.queue + ".dead", DeadLetter(m, res));
+        if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, res));
+        conn_.Ack(d.tag);
+        common::Log("amqp_order_dead_lettered", {{"queue", intake_.options_.queue},
+                                                 {"status", std::to_string(res.status)},
+                                                 {"message_id", m.message_id}});
+        intake_.Count("dead_lettered");
+        return;
+      }
+      bool running = outcome == KeyOutcome::kInProgress || res.status == 202;
+      if (!running) {
+        if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, res));
+        conn_.Ack(d.tag);
+        intake_.Count("replied");
+        return;
+      }
+      // Its saga goes on (here after a 202, or in a process that died and whose lease
+      // recovery takes over): ask again until its answer is stored.
+      if (intake_.stopping_ || std::chrono::steady_clock::now() + wait > deadline) {
+        return Requeue(d, std::chrono::milliseconds(0));
+      }
+      conn_.Idle(wait);
+      wait = std::min(wait * 2, std::chrono::milliseconds(2000));
+    }
+  }
+
+ private:
+  void Requeue(const Delivery& d, std::chrono::milliseconds pause) {
+    // Paused first, so that an outage is not a hot loop of redeliveries.
+    if (pause.count() > 0 && !intake_.stopping_) conn_.Idle(pause);
+    conn_.Reject(d.tag, true);
+    intake_.Count("requeued");
+  }
+
+  Intake& intake_;
+  Connection& conn_;
+};
+
+void Intake::Run(int index) {
+  while (!stopping_) {
+    try {
+      Connection conn(options_.url);
+      conn.DeclareQueue(options_.queue);
+      conn.DeclareQueue(options_.queue + ".dead");
+      conn.Confirm();
+      conn.Prefetch(1);
+      conn.Consume(options_.queue);
+      Consumer consumer(*this, conn);
+      while (!stopping_) {
+        if (auto d = conn.Next(std::chrono::milliseconds(200))) consumer.Handle(*d);
+      }
+      return;
+    } catch (const AmqpError& e) {
+      // The message in hand, if any, goes back to the queue with the connection.
+      common::Log(
+          "amqp_intake_disconnected",
+          {{"queue", options_.queue}, {"consumer", std::to_string(index)}, {"error", e.what()}});
+      Pause(options_.reconnect_backoff);
+    }
+  }
+}
+
+}  // namespace orchestrator::amqp

@@ -1,0 +1,83 @@
+// Orders from a RabbitMQ queue: each message is an order as POST /v1/orders takes it (the
+// body; `Idempotency-Key` and `Authorization: Bearer <API key>` as headers, the key falling
+// back to the message id), placed through the same checks and claim as the HTTP route.
+//
+// A message is acknowledged only once its order's answer is final and published to the
+// message's `reply_to` (with its `correlation_id`), so every crash before the ack
+// redelivers it, and the redelivery finds the key: it replays the stored answer (or waits
+// for the saga still running under it), never a second saga. A reply may therefore come
+// twice, byte for byte the same. A message refused before its key is claimed (bad JSON, a
+// missing or bad key, an unknown tenant, an invalid order) or whose key was used for
+// another order goes to the dead-letter queue `<queue>.dead` with the reason in its headers
+// (without the Authorization header), and is answered on `reply_to` with the error. A
+// database outage returns the message to the queue.
+//
+// Each consumer is one connection with a prefetch of one: at most `consumers` messages are
+// in hand at once, so a slow database slows consumption instead of piling work up here.
+//
+// Thread-safe: Start() once, Stop() from any thread.
+//   amqp::Intake intake({.url = url, .queue = "orders"},
+//                       [&](auto& req, auto& res) { return orch.SubmitOrder(req, res); });
+//   intake.Start(); ...; intake.Stop();
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.hpp"
+#include "orchestrator/saga_service.hpp"
+
+namespace orchestrator::amqp {
+
+struct IntakeOptions {
+  std::string url;  // amqp://user:password@host:port/vhost
+  std::string queue = "orders";
+  int consumers = 4;
+  // How long a message waits in hand for its saga (a 202, or a saga another process runs)
+  // before it goes back to the queue to be tried again later.
+  std::chrono::milliseconds max_wait{std::chrono::minutes(2)};
+  // How long to wait before connecting again after the broker went away.
+  std::chrono::milliseconds reconnect_backoff{500};
+};
+
+class Intake {
+ public:
+  // Places one order (Orchestrator::SubmitOrder): answers `res`, returns what the key said.
+  using Submit = std::function<KeyOutcome(const httplib::Request&, httplib::Response&)>;
+
+  // Counts messages in `metrics` (may be null):
+  //   idemsaga_amqp_messages_total{outcome}: replied (final answer published, acked),
+  //   dead_lettered, requeued (outage, or waited too long), and redelivered (deliveries the
+  //   broker marked as seen before).
+  Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics = nullptr);
+  ~Intake();
+
+  void Start();
+  // Stops consuming; messages in hand whose answer is not final go back to the queue.
+  void Stop();
+
+ private:
+  class Consumer;
+  void Run(int index);
+  void Count(const char* outcome);
+  // Sleeps up to `d`; false when stopping.
+  bool Pause(std::chrono::milliseconds d);
+
+  IntakeOptions options_;
+  Submit submit_;
+  common::metrics::Family<common::metrics::Counter>* messages_ = nullptr;
+  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace orchestrator::amqp

@@ -1,0 +1,373 @@
+// Orders from RabbitMQ (orchestrator --amqp-url): a real broker of the test's own, real
+// `idemsaga` processes, and the fault suite's invariant checker over the four databases.
+// Duplicated messages make one saga, a kill -9 between the claim and the ack makes one saga
+// and still answers, a broker restart under load loses and doubles nothing, and messages the
+// intake cannot take end in the dead-letter queue with their reason, storing nothing.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <pqxx/pqxx>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/idempotency_key.hpp"
+#include "common/log.hpp"
+#include "common/pg/cluster.hpp"
+#include "orchestrator/amqp/connection.hpp"
+#include "tests/chaos/chaos_harness.hpp"
+#include "tests/chaos/rabbitmq_broker.hpp"
+
+namespace {
+
+using chaos::KeyRecord;
+using chaos::OrderBody;
+using chaos::Stack;
+using orchestrator::amqp::Connection;
+using orchestrator::amqp::Message;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kSettle = std::chrono::seconds(90);
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+};
+
+class AmqpIntake : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    common::SetLogEnabled(false);
+    broker_dir_ = common::pg::PrivateCluster::MakeTempDir().string();
+    broker_ = new chaos::RabbitBroker(broker_dir_);
+  }
+  static void TearDownTestSuite() {
+    delete broker_;
+    broker_ = nullptr;
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(broker_dir_);
+  }
+
+  // A stack whose orchestrator will consume orders_NAME (and answer on HTTP as ever), with
+  // its participants started.
+  static std::unique_ptr<Stack> Started(const std::string& name) {
+    chaos::StackOptions o;
+    o.orchestrator_args = {"--amqp-url",     broker_->Url(),     "--amqp-queue",
+                           "orders_" + name, "--amqp-consumers", "4"};
+    auto stack = std::make_unique<Stack>("amqp_" + name, o);
+    stack->StartParticipants();
+    return stack;
+  }
+
+  // An order message: the key as an sf-string header, the tenant's API key, a reply queue.
+  static Message Order(const KeyRecord& r, const std::string& reply_to,
+                       const std::string& correlation_id) {
+    Message m;
+    m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(r.key);
+    m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
+    m.content_type = "application/json";
+    m.reply_to = reply_to;
+    m.correlation_id = correlation_id;
+    m.body = r.body;
+    return m;
+  }
+
+  // Replies on `queue` by correlation id, until `want` of them or the settle bound.
+  static std::map<std::string, std::vector<Reply>> Collect(Connection& c, const std::string& queue,
+                                                           size_t want) {
+    std::map<std::string, std::vector<Reply>> out;
+    size_t got = 0;
+    auto deadline = Clock::now() + kSettle;
+    while (got < want && Clock::now() < deadline) {
+      auto m = c.Get(queue);
+      if (!m) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+      Reply r{std::atoi(m->headers["status"].c_str()), m->body, m->headers};
+      out[m->correlation_id].push_back(r);
+      ++got;
+    }
+    return out;
+  }
+
+  // Each record's final answer from its replies: the first; every 2xx among them is an ack.
+  static void Record(KeyRecord& r, const std::vector<Reply>& replies) {
+    for (const auto& reply : replies) {
+      r.statuses[reply.status]++;
+      if (reply.status >= 200 && reply.status < 300) r.acks.push_back(reply.body);
+      if (!r.final) {
+        r.final = true;
+        r.final_status = reply.status;
+        r.final_body = reply.body;
+      }
+    }
+  }
+
+  // A publisher with confirms, once orders_NAME and replies_NAME exist.
+  static std::unique_ptr<Connection> Publisher(const std::string& name) {
+    auto c = std::make_unique<Connection>(broker_->Url());
+    c->DeclareQueue("orders_" + name);
+    c->DeclareQueue("replies_" + name);
+    c->Confirm();
+    return c;
+  }
+
+  static long long Count(const std::string& url, const std::string& sql) {
+    pqxx::connection c(url);
+    pqxx::nontransaction tx(c);
+    return tx.exec(sql)[0][0].as<long long>();
+  }
+
+  static std::string broker_dir_;
+  static chaos::RabbitBroker* broker_;
+};
+
+std::string AmqpIntake::broker_dir_;
+chaos::RabbitBroker* AmqpIntake::broker_ = nullptr;
+
+void Expect(const chaos::Report& report, const std::string& line) {
+  std::cout << line << std::endl;
+  EXPECT_TRUE(report.Clean()) << line << "\nreconcile: " << report.reconcile_report;
+}
+
+TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
+  auto started = Started("copies");
+  Stack& stack = *started;
+  stack.StartOrchestrator(0);
+  auto publisher = Publisher("copies");
+  Connection& c = *publisher;
+  // One key sent 50 times, beside 10 other orders (every fourth declined).
+  std::vector<KeyRecord> records;
+  for (int i = 0; i < 11; ++i)
+    records.push_back({"demo", "amqp-copies-" + std::to_string(i), OrderBody(i, i % 4 == 3)});
+  constexpr int kCopies = 50;
+  for (int d = 0; d < kCopies; ++d) {
+    c.Publish("orders_copies", Order(records[0], "replies_copies", "0/" + std::to_string(d)));
+  }
+  for (size_t i = 1; i < records.size(); ++i) {
+    c.Publish("orders_copies", Order(records[i], "replies_copies", std::to_string(i)));
+  }
+  auto replies = Collect(c, "replies_copies", kCopies + records.size() - 1);
+  std::set<std::string> bodies;
+  int copies_answered = 0;
+  for (const auto& [id, rs] : replies) {
+    size_t slash = id.find('/');
+    size_t index = std::stoul(id.substr(0, slash));
+    ASSERT_LT(index, records.size()) << id;
+    EXPECT_EQ(rs.size(), 1u) << "one reply per message: " << id;
+    Record(records[index], rs);
+    if (index == 0) {
+      ++copies_answered;
+      for (const auto& r : rs) bodies.insert(std::to_string(r.status) + " " + r.body);
+    }
+  }
+  EXPECT_EQ(copies_answered, kCopies);
+  EXPECT_EQ(bodies.size(), 1u) << "every copy is answered with the same bytes";
+  EXPECT_EQ(c.DeclareQueue("orders_copies"), 0u) << "every message acknowledged";
+  EXPECT_EQ(c.DeclareQueue("orders_copies.dead"), 0u);
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM idempotency_keys"),
+            static_cast<long long>(records.size()));
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("amqp_copies",
+                             "messages=" + std::to_string(kCopies + 10) +
+                                 " replies_for_copied_key=" + std::to_string(copies_answered)));
+  EXPECT_EQ(report.terminal, static_cast<long long>(records.size()));
+}
+
+TEST_F(AmqpIntake, KillNineBetweenClaimAndAckRedeliversAndMakesOneSaga) {
+  auto started = Started("kill");
+  Stack& stack = *started;
+  // The first claim kills the process: the key is claimed, the message not acknowledged.
+  stack.StartOrchestrator(0, "after_claim");
+  auto publisher = Publisher("kill");
+  Connection& c = *publisher;
+  std::vector<KeyRecord> records = {{"demo", "amqp-kill-0", OrderBody(0, false)},
+                                    {"demo", "amqp-kill-1", OrderBody(1, true)}};
+  c.Publish("orders_kill", Order(records[0], "replies_kill", "0"));
+  ASSERT_TRUE(stack.orchestrator(0).Exited(std::chrono::seconds(30)))
+      << "the orchestrator did not reach its crash point";
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"),
+                  "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'amqp-kill-0'"),
+            1)
+      << "claimed before the crash";
+  EXPECT_EQ(Count(stack.DatabaseUrl("payment"), "SELECT count(*) FROM charges"), 0);
+  stack.StartOrchestrator(0);
+  c.Publish("orders_kill", Order(records[1], "replies_kill", "1"));
+  auto replies = Collect(c, "replies_kill", 2);
+  for (size_t i = 0; i < records.size(); ++i) Record(records[i], replies[std::to_string(i)]);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+  EXPECT_EQ(replies["0"].size(), 1u);
+  EXPECT_EQ(c.DeclareQueue("orders_kill"), 0u);
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("amqp_kill_between_claim_and_ack"));
+  EXPECT_EQ(report.terminal, 2);
+}
+
+TEST_F(AmqpIntake, BrokerRestartUnderLoadEndsEveryOrderOnce) {
+  auto started = Started("restart");
+  Stack& stack = *started;
+  stack.StartOrchestrator(0);
+  Publisher("restart");
+  constexpr int kOrders = 80, kRestartAt = 30;
+  std::vector<KeyRecord> records;
+  for (int i = 0; i < kOrders; ++i) {
+    records.push_back({"demo", "amqp-restart-" + std::to_string(i), OrderBody(i, i % 4 == 3)});
+  }
+  // A publisher that sends each order until the broker confirms it, reconnecting as needed:
+  // an order whose confirm was lost is sent again, under its key.
+  std::unique_ptr<Connection> pub;
+  int republished = 0;
+  for (int i = 0; i < kOrders; ++i) {
+    if (i == kRestartAt) {
+      broker_->Stop();
+      broker_->Start();
+    }
+    for (int attempt = 0;; ++attempt) {
+      try {
+        if (!pub) {
+          pub = std::make_unique<Connection>(broker_->Url());
+          pub->Confirm();
+        }
+        pub->Publish("orders_restart", Order(records[i], "replies_restart", std::to_string(i)));
+        break;
+      } catch (const orchestrator::amqp::AmqpError&) {
+        pub.reset();
+        ++republished;
+        ASSERT_LT(attempt, 50) << "the broker did not come back";
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+  }
+  pub.reset();
+  // Replies until every order has one (a message redelivered after the restart may answer
+  // twice, with the same bytes).
+  Connection c(broker_->Url());
+  std::map<std::string, std::vector<Reply>> replies;
+  auto deadline = Clock::now() + kSettle;
+  while (replies.size() < static_cast<size_t>(kOrders) && Clock::now() < deadline) {
+    for (auto& [id, rs] : Collect(c, "replies_restart", 1)) {
+      replies[id].insert(replies[id].end(), rs.begin(), rs.end());
+    }
+  }
+  int duplicate_replies = 0;
+  for (auto& [id, rs] : replies) {
+    Record(records[std::stoul(id)], rs);
+    duplicate_replies += static_cast<int>(rs.size()) - 1;
+    for (const auto& r : rs) EXPECT_EQ(r.body, rs[0].body) << "replies of " << id << " differ";
+  }
+  EXPECT_EQ(replies.size(), static_cast<size_t>(kOrders));
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("amqp_broker_restart",
+                             "republished=" + std::to_string(republished) +
+                                 " duplicate_replies=" + std::to_string(duplicate_replies)));
+  EXPECT_EQ(report.terminal, kOrders);
+}
+
+TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNothing) {
+  auto started = Started("poison");
+  Stack& stack = *started;
+  stack.StartOrchestrator(0);
+  auto publisher = Publisher("poison");
+  Connection& c = *publisher;
+  KeyRecord good{"demo", "amqp-poison-good", OrderBody(1, false)};
+  c.Publish("orders_poison", Order(good, "replies_poison", "good"));
+  ASSERT_EQ(Collect(c, "replies_poison", 1)["good"].size(), 1u);
+
+  struct Case {
+    std::string name;
+    Message message;
+    std::string error;  // the problem code in the dead letter and the reply
+  };
+  std::vector<Case> cases;
+  auto base = [&](const std::string& key) {
+    return Order({"demo", key, OrderBody(2, false)}, "replies_poison", "");
+  };
+  {
+    Message m = base("amqp-poison-json");
+    m.body = "{\"customer_id\": ";
+    cases.push_back({"bad JSON", m, "invalid_json"});
+  }
+  {
+    Message m = base("unused");
+    m.headers.erase("Idempotency-Key");
+    cases.push_back({"no key and no message id", m, "idempotency_key_missing"});
+  }
+  {
+    Message m = base("amqp-poison-tenant");
+    m.headers["Authorization"] = "Bearer not-a-tenant";
+    cases.push_back({"unknown tenant", m, "unauthorized"});
+  }
+  {
+    Message m = base("amqp-poison-items");
+    m.body = R"({"customer_id":"c","amount_cents":1,"currency":"USD","payment_method":"pm"})";
+    cases.push_back({"an order without items", m, "invalid_request"});
+  }
+  {
+    Message m = base("amqp-poison-good");  // the good order's key, another body
+    cases.push_back({"a key reused for another order", m, "idempotency_key_reused"});
+  }
+  {
+    Message m = base("amqp-poison-type");
+    m.content_type = "text/plain";
+    cases.push_back({"not JSON by its content type", m, "unsupported_media_type"});
+  }
+  // Generated keys the route refuses: control bytes, too long, lists and parameters.
+  std::mt19937 rng(14);
+  for (int i = 0; i < 200; ++i) {
+    Message m = base("x");
+    std::string key;
+    switch (i % 4) {
+      case 0:
+        key = "k" + std::string(1, static_cast<char>(rng() % 32)) + std::to_string(i);
+        m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(key);
+        break;
+      case 1:
+        m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(std::string(201, 'a' + i % 26));
+        break;
+      case 2:
+        m.headers["Idempotency-Key"] = "\"a" + std::to_string(i) + "\", \"b\"";
+        break;
+      default:
+        m.headers["Idempotency-Key"] = "\"a" + std::to_string(i) + "\";p=1";
+    }
+    cases.push_back({"generated key " + std::to_string(i), m, "idempotency_key_invalid"});
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    cases[i].message.correlation_id = std::to_string(i);
+    c.Publish("orders_poison", cases[i].message);
+  }
+  auto replies = Collect(c, "replies_poison", cases.size());
+  int server_errors = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& rs = replies[std::to_string(i)];
+    ASSERT_EQ(rs.size(), 1u) << cases[i].name;
+    server_errors += rs[0].status >= 500 ? 1 : 0;
+    EXPECT_GE(rs[0].status, 400) << cases[i].name;
+    EXPECT_NE(rs[0].body.find("\"" + cases[i].error + "\""), std::string::npos)
+        << cases[i].name << ": " << rs[0].body;
+  }
+  EXPECT_EQ(server_errors, 0);
+  // The dead letters: each message once, with its reason, and no tenant's API key.
+  std::map<std::string, Message> dead;
+  for (auto m = c.Get("orders_poison.dead"); m; m = c.Get("orders_poison.dead")) {
+    dead[m->correlation_id] = *m;
+  }
+  ASSERT_EQ(dead.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& m = dead[std::to_string(i)];
+    EXPECT_EQ(m.headers.at("x-idemsaga-error"), cases[i].error) << cases[i].name;
+    EXPECT_FALSE(m.headers.at("x-idemsaga-detail").empty()) << cases[i].name;
+    EXPECT_EQ(m.headers.count("Authorization"), 0u) << cases[i].name;
+    EXPECT_EQ(m.body, cases[i].message.body) << cases[i].name;
+  }
+  EXPECT_EQ(c.DeclareQueue("orders_poison"), 0u);
+  // Nothing stored but the good order.
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM idempotency_keys"), 1);
+  EXPECT_EQ(Count(stack.DatabaseUrl("inventory"), "SELECT count(*) FROM reservations"), 1);
+  EXPECT_EQ(Count(stack.DatabaseUrl("payment"), "SELECT count(*) FROM charges"), 1);
+  std::cout << "amqp_poison: messages=" << cases.size() << " dead_lettered=" << dead.size()
+            << " status_5xx=" << server_errors << std::endl;
+}
+
+}  // namespace
