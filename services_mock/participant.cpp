@@ -6,6 +6,7 @@ namespace services_mock {
 namespace {
 
 using common::http::SetError;
+using common::http::SetUnavailable;
 
 // Closes the connection without any answer, as a crash after the commit would: the caller
 // cannot tell whether the effect happened.
@@ -16,18 +17,31 @@ void DropConnection(httplib::Response& res) { common::http::CloseWithoutResponse
 Participant::Participant(std::string service, common::pg::Pool& pool, Faults& faults,
                          ParticipantOptions options, const common::trace::Tracer* tracer)
     : service_(std::move(service)),
-      pool_(pool),
+      pool_(&pool),
       faults_(faults),
       options_(std::move(options)),
-      guard_(pool, tracer, options_.guard),
-      http_(guard_,
+      guard_(std::make_unique<steps::guard::Guard>(pool, tracer, options_.guard)),
+      http_(*guard_,
             {.service_token = options_.service_token,
              .limits = options_.limits,
              .metrics = &metrics_,
              .service = service_},
             tracer, FaultHooks()) {
-  common::pg::AddMetrics(metrics_, pool_);
+  common::pg::AddMetrics(metrics_, *pool_);
 }
+
+Participant::Participant(std::string service, Faults& faults, ParticipantOptions options,
+                         StoreHooks store, const common::trace::Tracer* tracer)
+    : service_(std::move(service)),
+      pool_(nullptr),
+      faults_(faults),
+      options_(std::move(options)),
+      store_(std::move(store)),
+      http_({.service_token = options_.service_token,
+             .limits = options_.limits,
+             .metrics = &metrics_,
+             .service = service_},
+            tracer, FaultHooks()) {}
 
 steps::guard::HttpGuardHooks Participant::FaultHooks() {
   return {.before = [this](httplib::Response& res) -> std::optional<std::string> {
@@ -59,15 +73,43 @@ void Participant::Compensation(common::http::Server& server, const std::string& 
   server.Post(path, http_.Compensation(std::move(undo)));
 }
 
+void Participant::GuardedAction(common::http::Server& server, const std::string& path,
+                                steps::guard::Validate validate, steps::guard::HttpGuard::Run run) {
+  server.Post(path, http_.Guarded("action", std::move(validate), std::move(run)));
+}
+
+void Participant::GuardedCompensation(common::http::Server& server, const std::string& path,
+                                      steps::guard::HttpGuard::RunCompensation run) {
+  server.Post(path, http_.GuardedCompensation(std::move(run)));
+}
+
 void Participant::AdminRoutes(common::http::Server& server) {
-  common::http::AddHealthRoutes(server, pool_);
+  if (pool_ != nullptr) {
+    common::http::AddHealthRoutes(server, *pool_);
+  } else {
+    server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    server.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+      if (store_.ready && store_.ready()) {
+        res.set_content(R"({"status":"ready"})", "application/json");
+      } else {
+        SetUnavailable(res, "the store is not reachable");
+      }
+    });
+  }
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(), common::metrics::kContentType);
   });
   // What an orchestrator checks at start-up: that its keys outlive every parent that may
   // still retry or compensate them.
-  server.Get(steps::guard::kPolicyPath, http_.Policy());
-  server.Get(steps::guard::kKeysPath, http_.Keys());
+  if (guard_) {
+    server.Get(steps::guard::kPolicyPath, http_.Policy());
+    server.Get(steps::guard::kKeysPath, http_.Keys());
+  } else {
+    server.Get(steps::guard::kPolicyPath, http_.Policy(options_.guard.retention));
+    if (store_.list_keys) server.Get(steps::guard::kKeysPath, http_.Keys(store_.list_keys));
+  }
   server.Get("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
     res.set_content(ToJson(faults_.Get()).dump(), "application/json");

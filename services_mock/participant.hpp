@@ -2,6 +2,9 @@
 // public call any service uses) with fault injection around it, and the admin, health and
 // metrics routes.
 //
+// A participant whose store is not PostgreSQL (the inventory on Redis) is built without a
+// pool: its routes wrap the store's calls (GuardedAction, GuardedCompensation) in the same edge.
+//
 // Thread-safe once routes are registered.
 //   Participant p("inventory", pool, faults, options);
 //   p.Action(server, "/v1/reservations", ValidateReservation, Reserve);
@@ -33,6 +36,12 @@ struct ParticipantOptions {
   common::http::Limits limits;
   size_t pool_size = 16;
   steps::guard::GuardOptions guard;
+  // Inventory only: "" keeps stock, reservations and keys in PostgreSQL; a
+  // redis://host:port[/db] URL keeps them in that Redis instead, and no database is used.
+  std::string redis_url;
+  // With redis_url: the persistence Redis must have at start-up, "everysec" (appendonly yes,
+  // appendfsync everysec or always), "always", or "unchecked" (services_mock::RedisFsync).
+  std::string redis_fsync = "everysec";
 };
 
 // A participant's action effect and compensation (steps/guard/http_guard.hpp); actions run
@@ -42,16 +51,30 @@ using Effect = steps::guard::RouteEffect;
 using Undo = steps::guard::RouteUndo;
 using steps::guard::kMaxStepKeyLength;
 
+// What a participant without a database asks its own store.
+struct StoreHooks {
+  std::function<bool()> ready;                  // GET /readyz
+  steps::guard::HttpGuard::ListKeys list_keys;  // GET /v1/idempotency/keys (empty: not served)
+};
+
 class Participant {
  public:
   // `tracer` may be null (no spans).
   Participant(std::string service, common::pg::Pool& pool, Faults& faults,
               ParticipantOptions options, const common::trace::Tracer* tracer = nullptr);
+  // No database: routes are added with GuardedAction and GuardedCompensation only.
+  Participant(std::string service, Faults& faults, ParticipantOptions options, StoreHooks store,
+              const common::trace::Tracer* tracer = nullptr);
 
   void Action(common::http::Server& server, const std::string& path, Validate validate,
               Effect effect);
   // The body is {"action_key": "..."}: the key of the action this compensation undoes.
   void Compensation(common::http::Server& server, const std::string& path, Undo undo);
+  // The same around a store of the participant's own (steps::guard::HttpGuard::Guarded).
+  void GuardedAction(common::http::Server& server, const std::string& path, Validate validate,
+                     steps::guard::HttpGuard::Run run);
+  void GuardedCompensation(common::http::Server& server, const std::string& path,
+                           steps::guard::HttpGuard::RunCompensation run);
   // /healthz, /readyz, /metrics (guard outcomes), GET /v1/idempotency (the guard's key
   // retention), GET and PUT /admin/faults.
   void AdminRoutes(common::http::Server& server);
@@ -59,8 +82,9 @@ class Participant {
   // True when the request carries the service token; otherwise answers 401.
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
 
-  common::pg::Pool& pool() { return pool_; }
-  steps::guard::Guard& guard() { return guard_; }
+  // Only for a participant built with a pool.
+  common::pg::Pool& pool() { return *pool_; }
+  steps::guard::Guard& guard() { return *guard_; }
 
  private:
   // Faults (hang, 503, latency, drop after commit) around each guarded request.
@@ -70,10 +94,11 @@ class Participant {
   // Guarded requests by outcome (steps::guard::HttpGuardOptions), injected faults among them
   // (unavailable, dropped), and the pool's waits.
   common::metrics::Registry metrics_;
-  common::pg::Pool& pool_;
+  common::pg::Pool* pool_;  // null without a database
   Faults& faults_;
   ParticipantOptions options_;
-  steps::guard::Guard guard_;
+  std::unique_ptr<steps::guard::Guard> guard_;  // null without a database
+  StoreHooks store_;
   steps::guard::HttpGuard http_;
 };
 

@@ -21,7 +21,6 @@ const char* NameOf(ParticipantKind kind) {
 ParticipantService::ParticipantService(ParticipantKind kind, const std::string& database_url,
                                        ParticipantOptions options, FaultSettings faults)
     : kind_(kind),
-      pool_({.url = database_url, .size = options.pool_size}),
       faults_(faults),
       exporter_(
           options.otlp_endpoint.empty()
@@ -30,23 +29,55 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
                     common::trace::Exporter::OtlpHttp(options.otlp_endpoint, options.otlp_headers),
                     common::trace::Exporter::Options{})),
       tracer_(NameOf(kind), exporter_.get()),
-      participant_(NameOf(kind), pool_, faults_, options, exporter_ ? &tracer_ : nullptr),
       server_(options.limits),
       gc_("participant_gc", std::chrono::minutes(1), [this] {
-        while (participant_.guard().DeleteExpired(1000) == 1000) {
+        // Redis expires its keys itself (and its scripts trim the key index).
+        if (!pool_) return;
+        while (participant_->guard().DeleteExpired(1000) == 1000) {
         }
       }) {
-  participant_.AdminRoutes(server_);
-  switch (kind_) {
-    case ParticipantKind::kInventory:
-      RegisterInventoryRoutes(server_, participant_);
-      break;
-    case ParticipantKind::kPayment:
-      RegisterPaymentRoutes(server_, participant_);
-      break;
-    case ParticipantKind::kShipping:
-      RegisterShippingRoutes(server_, participant_);
-      break;
+  const common::trace::Tracer* tracer = exporter_ ? &tracer_ : nullptr;
+  if (!options.redis_url.empty()) {
+    if (kind_ != ParticipantKind::kInventory) {
+      throw std::invalid_argument(std::string(NameOf(kind_)) +
+                                  ": only the inventory can keep its store in Redis");
+    }
+    auto fsync = ParseRedisFsync(options.redis_fsync);
+    if (!fsync) throw std::invalid_argument("unknown Redis fsync '" + options.redis_fsync + "'");
+    redis_ = std::make_unique<RedisPool>(
+        RedisPool::Options{.url = options.redis_url, .size = options.pool_size});
+    redis_inventory_ = std::make_unique<RedisInventory>(
+        *redis_, std::chrono::duration_cast<std::chrono::seconds>(options.guard.retention));
+    redis_inventory_->CheckServer(*fsync);
+    redis_inventory_->Seed();
+    auto* inventory = redis_inventory_.get();
+    participant_ = std::make_unique<Participant>(
+        NameOf(kind), faults_, options,
+        StoreHooks{.ready = [inventory] { return inventory->Ready(); },
+                   .list_keys =
+                       [inventory](const std::string& tenant, std::chrono::seconds since,
+                                   const std::string& after, int limit) {
+                         return inventory->ListKeys(tenant, since, after, limit);
+                       }},
+        tracer);
+    participant_->AdminRoutes(server_);
+    RegisterRedisInventoryRoutes(server_, *participant_, *redis_inventory_);
+  } else {
+    pool_ = std::make_unique<common::pg::Pool>(
+        common::pg::Pool::Options{.url = database_url, .size = options.pool_size});
+    participant_ = std::make_unique<Participant>(NameOf(kind), *pool_, faults_, options, tracer);
+    participant_->AdminRoutes(server_);
+    switch (kind_) {
+      case ParticipantKind::kInventory:
+        RegisterInventoryRoutes(server_, *participant_);
+        break;
+      case ParticipantKind::kPayment:
+        RegisterPaymentRoutes(server_, *participant_);
+        break;
+      case ParticipantKind::kShipping:
+        RegisterShippingRoutes(server_, *participant_);
+        break;
+    }
   }
   const auto& texts = OpenApiTexts();
   common::http::AddOpenApiRoute(

@@ -14,6 +14,7 @@
 #include "common/trace/exporter.hpp"
 #include "services_mock/faults.hpp"
 #include "services_mock/participant.hpp"
+#include "services_mock/redis_inventory.hpp"
 
 namespace services_mock {
 
@@ -33,6 +34,9 @@ const std::map<std::string, std::string>& OpenApiTexts();
 
 class ParticipantService {
  public:
+  // With options.redis_url (inventory only) `database_url` is unused: the store is Redis, whose
+  // server is checked (RedisInventory::CheckServer) and seeded here; throws when it is not
+  // fit, or unreachable.
   ParticipantService(ParticipantKind kind, const std::string& database_url,
                      ParticipantOptions options, FaultSettings faults = {});
   ~ParticipantService();
@@ -47,11 +51,13 @@ class ParticipantService {
 
  private:
   ParticipantKind kind_;
-  common::pg::Pool pool_;
+  std::unique_ptr<common::pg::Pool> pool_;           // null on Redis
+  std::unique_ptr<RedisPool> redis_;                 // null on PostgreSQL
+  std::unique_ptr<RedisInventory> redis_inventory_;  // null on PostgreSQL
   Faults faults_;
   std::unique_ptr<common::trace::Exporter> exporter_;  // null when spans go nowhere
   common::trace::Tracer tracer_;
-  Participant participant_;
+  std::unique_ptr<Participant> participant_;
   common::http::Server server_;
   common::Periodic gc_;
 };

@@ -28,6 +28,9 @@ struct ParticipantFlags {
   bool migrate = false;
   int retention_hours = 24 * 7;
   std::string duplicates = "wait";
+  std::string store = "postgres";
+  std::string redis_url = "redis://127.0.0.1:6379";
+  std::string redis_fsync = "everysec";
   services_mock::FaultSettings faults;
 };
 
@@ -53,9 +56,39 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
   std::string upper_name = name;
   for (char& c : upper_name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
-  cmd->add_option("--database-url", flags.database_url, "postgresql:// URL of its database")
-      ->envname("IDEMSAGA_" + upper_name + "_DATABASE_URL")
-      ->required();
+  cmd->add_option("--database-url", flags.database_url,
+                  "postgresql:// URL of its database (required unless --store redis)")
+      ->envname("IDEMSAGA_" + upper_name + "_DATABASE_URL");
+  if (kind == ParticipantKind::kInventory) {
+    cmd->add_option("--store", flags.store,
+                    "where stock, reservations and keys live: postgres (--database-url) or "
+                    "redis (--redis-url)")
+        ->check(CLI::IsMember({"postgres", "redis"}))
+        ->envname("IDEMSAGA_INVENTORY_STORE")
+        ->capture_default_str();
+    cmd->add_option("--redis-url", flags.redis_url, "redis://HOST:PORT[/DB] with --store redis")
+        ->envname("IDEMSAGA_INVENTORY_REDIS_URL")
+        ->capture_default_str();
+    cmd->add_option("--redis-fsync", flags.redis_fsync,
+                    "the persistence Redis must have at start-up: everysec (appendonly yes; a "
+                    "crash may lose ~1 s of keys), always (appendfsync always), or unchecked")
+        ->check(CLI::IsMember({"everysec", "always", "unchecked"}))
+        ->envname("IDEMSAGA_INVENTORY_REDIS_FSYNC")
+        ->capture_default_str();
+  } else {
+    // Only the inventory has a Redis store: say so rather than "unknown option".
+    cmd->add_option_function<std::string>(
+           "--store",
+           [name](const std::string& store) {
+             if (store != "postgres") {
+               throw CLI::ValidationError("--store", name +
+                                                         " keeps its store in PostgreSQL only; "
+                                                         "--store redis is for the inventory");
+             }
+           },
+           "postgres (the only store of the " + name + ")")
+        ->envname("IDEMSAGA_" + upper_name + "_STORE");
+  }
   cmd->add_option("--service-token", flags.service_token,
                   "bearer token callers must present (dev default: dev-service-token)")
       ->envname("IDEMSAGA_SERVICE_TOKEN");
@@ -82,7 +115,15 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
   cmd->add_option("--fault-latency-ms", flags.faults.latency_ms, "delay added to every answer")
       ->check(CLI::Range(0, 600000));
   cmd->callback([flags_ptr, kind, &run] {
-    run = [flags_ptr, kind] {
+    auto& flags = *flags_ptr;
+    const bool redis = flags.store == "redis";
+    if (!redis && flags.database_url.empty()) {
+      throw CLI::RequiredError("--database-url");
+    }
+    if (redis && flags.migrate) {
+      throw CLI::ValidationError("--migrate", "there is nothing to migrate with --store redis");
+    }
+    run = [flags_ptr, kind, redis] {
       auto& flags = *flags_ptr;
       if (flags.migrate) {
         pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
@@ -95,7 +136,9 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
            .otlp_endpoint = flags.otlp_endpoint,
            .otlp_headers = ParseHeaders(flags.otlp_headers),
            .guard = {.retention = std::chrono::hours(flags.retention_hours),
-                     .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)}},
+                     .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)},
+           .redis_url = redis ? flags.redis_url : "",
+           .redis_fsync = flags.redis_fsync},
           flags.faults);
       int bound = svc.Bind(host, port);
       std::thread server([&] { svc.Serve(); });

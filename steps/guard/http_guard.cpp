@@ -13,7 +13,13 @@ using common::http::SetError;
 
 HttpGuard::HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer,
                      HttpGuardHooks hooks)
-    : guard_(guard), options_(std::move(options)), tracer_(tracer), hooks_(std::move(hooks)) {
+    : HttpGuard(std::move(options), tracer, std::move(hooks)) {
+  guard_ = &guard;
+}
+
+HttpGuard::HttpGuard(HttpGuardOptions options, const common::trace::Tracer* tracer,
+                     HttpGuardHooks hooks)
+    : guard_(nullptr), options_(std::move(options)), tracer_(tracer), hooks_(std::move(hooks)) {
   if (options_.metrics != nullptr) {
     requests_ = &options_.metrics->Counter(
         "idemsaga_guard_requests_total",
@@ -87,9 +93,9 @@ void WriteAnswer(const Response& answer, httplib::Response& res) {
   if (busy) res.set_header("Retry-After", "1");
 }
 
-void HttpGuard::Guarded(const char* kind, const httplib::Request& req, httplib::Response& res,
-                        const std::function<std::string(const Request&)>& validate,
-                        const std::function<Response(const Request&)>& run) const {
+void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Response& res,
+                      const std::function<std::string(const Request&)>& validate,
+                      const std::function<Response(const Request&)>& run) const {
   common::trace::Span span;
   if (tracer_ != nullptr) {
     auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
@@ -150,11 +156,11 @@ HttpGuard::Handler HttpGuard::Action(Validate validate, RouteEffect effect,
                                      EffectScope scope) const {
   return [this, validate = std::move(validate), effect = std::move(effect), scope](
              const httplib::Request& req, httplib::Response& res) {
-    Guarded(
+    Serve(
         "action", req, res,
         [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
         [&](const Request& r) {
-          return guard_.Run(
+          return guard_->Run(
               r, [&](pqxx::work& tx) { return effect(tx, r); }, scope);
         });
   };
@@ -181,8 +187,8 @@ std::string ValidateCompensation(const Request& r) {
 
 HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
   return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
-    Guarded("compensation", req, res, ValidateCompensation, [&](const Request& r) {
-      return guard_.Compensate(
+    Serve("compensation", req, res, ValidateCompensation, [&](const Request& r) {
+      return guard_->Compensate(
           r, r.body["action_key"].get<std::string>(),
           [&](pqxx::work& tx, const ActionRecord& action) { return undo(tx, r, action); },
           r.body.value("action_applied", false));
@@ -194,24 +200,47 @@ HttpGuard::Handler HttpGuard::ExternalAction(Validate validate,
                                              Guard::ExternalEffect effect) const {
   return [this, validate = std::move(validate), effect = std::move(effect)](
              const httplib::Request& req, httplib::Response& res) {
-    Guarded(
+    Serve(
         "action", req, res,
         [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
-        [&](const Request& r) { return guard_.RunExternal(r, effect); });
+        [&](const Request& r) { return guard_->RunExternal(r, effect); });
   };
 }
 
 HttpGuard::Handler HttpGuard::ExternalCompensation(Guard::ExternalUndo undo) const {
   return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
-    Guarded("compensation", req, res, ValidateCompensation, [&](const Request& r) {
-      return guard_.CompensateExternal(r, r.body["action_key"].get<std::string>(), undo,
-                                       r.body.value("action_applied", false));
+    Serve("compensation", req, res, ValidateCompensation, [&](const Request& r) {
+      return guard_->CompensateExternal(r, r.body["action_key"].get<std::string>(), undo,
+                                        r.body.value("action_applied", false));
+    });
+  };
+}
+
+HttpGuard::Handler HttpGuard::Guarded(const char* kind, Validate validate, Run run) const {
+  return [this, kind, validate = std::move(validate), run = std::move(run)](
+             const httplib::Request& req, httplib::Response& res) {
+    Serve(
+        kind, req, res,
+        [&](const Request& r) { return validate ? validate(r.body) : std::string(); }, run);
+  };
+}
+
+HttpGuard::Handler HttpGuard::GuardedCompensation(RunCompensation run) const {
+  return [this, run = std::move(run)](const httplib::Request& req, httplib::Response& res) {
+    Serve("compensation", req, res, ValidateCompensation, [&](const Request& r) {
+      return run(r, r.body["action_key"].get<std::string>(), r.body.value("action_applied", false));
     });
   };
 }
 
 HttpGuard::Handler HttpGuard::Keys() const {
-  return [this](const httplib::Request& req, httplib::Response& res) {
+  return Keys([this](const std::string& tenant_id, std::chrono::seconds since,
+                     const std::string& after,
+                     int limit) { return guard_->ListKeys(tenant_id, since, after, limit); });
+}
+
+HttpGuard::Handler HttpGuard::Keys(ListKeys list) const {
+  return [this, list = std::move(list)](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
     auto number = [&](const char* name, long long lo, long long hi,
                       long long fallback) -> std::optional<long long> {
@@ -233,8 +262,7 @@ HttpGuard::Handler HttpGuard::Keys() const {
                       "tenant (a tenant id), since_seconds (1 or more) and optionally after (a "
                       "key) and limit (1-1000) are required");
     }
-    auto keys =
-        guard_.ListKeys(tenant, std::chrono::seconds(*since), after, static_cast<int>(*limit));
+    auto keys = list(tenant, std::chrono::seconds(*since), after, static_cast<int>(*limit));
     nlohmann::json list = nlohmann::json::array();
     for (const auto& k : keys) list.push_back(k.ToJson());
     nlohmann::json next = nullptr;
@@ -243,10 +271,12 @@ HttpGuard::Handler HttpGuard::Keys() const {
   };
 }
 
-HttpGuard::Handler HttpGuard::Policy() const {
-  return [this](const httplib::Request& req, httplib::Response& res) {
+HttpGuard::Handler HttpGuard::Policy() const { return Policy(guard_->options().retention); }
+
+HttpGuard::Handler HttpGuard::Policy(std::chrono::seconds retention) const {
+  return [this, retention](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
-    nlohmann::json policy = {{"key_retention_seconds", guard_.options().retention.count()}};
+    nlohmann::json policy = {{"key_retention_seconds", retention.count()}};
     res.set_content(policy.dump(), "application/json");
   };
 }

@@ -12,10 +12,15 @@
 //   server.Post("/v1/bookings", http.Action(ValidateBooking, Book));
 //   server.Post("/v1/bookings/cancel", http.Compensation(CancelBooking));
 //   server.Post("/v1/emails", http.ExternalAction(ValidateEmail, SendThroughProvider));
+//
+// A store of the caller's own (the inventory on Redis) keeps the same edge: construct it
+// without a Guard and wrap the store's call with Guarded() / GuardedCompensation().
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
@@ -66,8 +71,20 @@ class HttpGuard {
   // `tracer` may be null (no spans).
   HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer = nullptr,
             HttpGuardHooks hooks = {});
+  // The edge alone, for a store other than Guard: only Guarded(), GuardedCompensation(),
+  // Policy(retention), Keys(list) and Authorized() may be used.
+  explicit HttpGuard(HttpGuardOptions options, const common::trace::Tracer* tracer = nullptr,
+                     HttpGuardHooks hooks = {});
 
   using Handler = common::http::Server::Handler;
+  // A store's guarded call: claim or replay and the effect, answered as Guard answers.
+  using Run = std::function<Response(const Request& req)>;
+  // A store's guarded compensation of the action under `action_key` (Guard::Compensate).
+  using RunCompensation = std::function<Response(const Request& req, const std::string& action_key,
+                                                 bool action_applied)>;
+  using ListKeys =
+      std::function<std::vector<KeyRecord>(const std::string& tenant_id, std::chrono::seconds since,
+                                           const std::string& after, int limit)>;
 
   // POST handler of an action: `effect` runs at most once per (tenant, key).
   Handler Action(Validate validate, RouteEffect effect,
@@ -86,18 +103,25 @@ class HttpGuard {
   // {"keys": [KeyRecord...], "next": the last key, or null at the end}. For reconciliation.
   Handler Keys() const;
 
+  // What Action() and Compensation() do around a store of the caller's own: admission,
+  // `validate`, the hooks, metrics, spans, and the answer (503 when `run` throws).
+  Handler Guarded(const char* kind, Validate validate, Run run) const;
+  Handler GuardedCompensation(RunCompensation run) const;
+  Handler Policy(std::chrono::seconds retention) const;
+  Handler Keys(ListKeys list) const;
+
   // True when the request carries the service token; otherwise answers 401.
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
 
  private:
   // Auth, tenant, key and body; nullopt after answering a 4xx.
   std::optional<Request> Admit(const httplib::Request& req, httplib::Response& res) const;
-  void Guarded(const char* kind, const httplib::Request& req, httplib::Response& res,
-               const std::function<std::string(const Request&)>& validate,
-               const std::function<Response(const Request&)>& run) const;
+  void Serve(const char* kind, const httplib::Request& req, httplib::Response& res,
+             const std::function<std::string(const Request&)>& validate,
+             const std::function<Response(const Request&)>& run) const;
   void Count(const char* kind, const std::string& outcome) const;
 
-  Guard& guard_;
+  Guard* guard_;  // null for a store of the caller's own
   HttpGuardOptions options_;
   const common::trace::Tracer* tracer_;
   HttpGuardHooks hooks_;

@@ -1,0 +1,422 @@
+#include "services_mock/redis_inventory.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "common/crypto.hpp"
+#include "steps/order_schema.hpp"
+
+namespace services_mock {
+namespace {
+
+using steps::guard::Request;
+using steps::guard::Response;
+
+// The demo stock, as sql/inventory/V001__stock_and_reservations.sql seeds it.
+const std::vector<std::pair<std::string, long long>> kSeedStock = {{"widget", 1000000},
+                                                                   {"gadget", 10}};
+
+// Shared by every script. `#!lua` gives the scripts Redis 7's flags: a script that writes is
+// refused whole, before it runs, when Redis is out of memory, so no script stops half-way.
+// Every check comes before the first write, and a script's writes are only HSET, HINCRBY,
+// PEXPIRE and ZADD on keys of known types, so none fails once the first has run.
+constexpr std::string_view kPrelude = R"lua(#!lua
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- A key still in use (a stuck saga retries for as long as it takes) is kept a full retention
+-- from now once past half its life, so ordinary replays stay cheap.
+local function keep_alive(key, retention_ms)
+  local ttl = redis.call('PTTL', key)
+  if ttl >= 0 and ttl < retention_ms / 2 then redis.call('PEXPIRE', key, retention_ms) end
+end
+-- The reconciler's index of a tenant's keys by write time; entries past the retention go.
+local function index(idx, key, now, retention_ms)
+  redis.call('ZADD', idx, now, key)
+  redis.call('ZREMRANGEBYSCORE', idx, '-inf', '(' .. (now - retention_ms))
+  redis.call('PEXPIRE', idx, retention_ms)
+end
+local function store(key, hash, status, ctype, body, now, retention_ms)
+  redis.call('HSET', key, 'status', 'completed', 'hash', hash, 'rs', status, 'ct', ctype,
+             'body', body, 'comp', '0', 't', now)
+  redis.call('PEXPIRE', key, retention_ms)
+end
+-- What an earlier request left under the key (rec: status, hash, rs, ct, body, comp), as
+-- the PostgreSQL guard's Existing() answers it.
+local function existing(key, rec, hash, retention_ms)
+  keep_alive(key, retention_ms)
+  if rec[1] == 'tombstone' then return {'cancelled', rec[3], rec[4], rec[5]} end
+  if rec[2] ~= hash then return {'reused'} end
+  if rec[6] == '1' then return {'compensated'} end
+  return {'replayed', rec[3], rec[4], rec[5]}
+end
+)lua";
+
+// KEYS: record, reservation, index, then inv:stock:<sku> per SKU (in SKU order).
+// ARGV: fingerprint, retention ms, key, reservation id, 201 body, items JSON, the 409
+// problem's text before and after its detail, its content type, then SKU and quantity per SKU.
+constexpr std::string_view kReserveBody = R"lua(
+local retention = tonumber(ARGV[2])
+local rec = redis.call('HMGET', KEYS[1], 'status', 'hash', 'rs', 'ct', 'body', 'comp')
+if rec[1] then
+  keep_alive(KEYS[2], retention)
+  return existing(KEYS[1], rec, ARGV[1], retention)
+end
+local now = now_ms()
+local skus = #KEYS - 3
+for i = 1, skus do
+  local sku, want = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
+  local available = redis.call('HGET', KEYS[3 + i], 'available')
+  local why
+  if not available then
+    why = "unknown SKU '" .. sku .. "'"
+  elseif tonumber(available) < tonumber(want) then
+    why = 'only ' .. available .. " of '" .. sku .. "' available, " .. want .. ' wanted'
+  end
+  if why then  -- a business refusal: stored and replayed, nothing taken
+    local body = ARGV[7] .. why .. ARGV[8]
+    store(KEYS[1], ARGV[1], '409', ARGV[9], body, now, retention)
+    index(KEYS[3], ARGV[3], now, retention)
+    return {'applied', '409', ARGV[9], body}
+  end
+end
+for i = 1, skus do
+  local want = tonumber(ARGV[9 + 2 * i])
+  redis.call('HINCRBY', KEYS[3 + i], 'available', -want)
+  redis.call('HINCRBY', KEYS[3 + i], 'reserved', want)
+end
+redis.call('HSET', KEYS[2], 'reservation_id', ARGV[4], 'items', ARGV[6], 'status', 'reserved')
+redis.call('PEXPIRE', KEYS[2], retention)
+store(KEYS[1], ARGV[1], '201', 'application/json', ARGV[5], now, retention)
+index(KEYS[3], ARGV[3], now, retention)
+return {'applied', '201', 'application/json', ARGV[5]}
+)lua";
+
+// KEYS: the compensation's record, the action's record, the action's reservation, index,
+// then inv:stock:<sku> per SKU of the reservation as read before the script.
+// ARGV: fingerprint, retention ms, own key, action key, action_applied ('1'/'0'), the
+// reservation's items as read before, the tombstone's body, its content type, the answers
+// cancelled, already_undone, nothing_to_undo, undone without a reservation, and undone's text
+// before and after the reservation id, then the quantity per SKU.
+constexpr std::string_view kReleaseBody = R"lua(
+local retention = tonumber(ARGV[2])
+local own = redis.call('HMGET', KEYS[1], 'status', 'hash', 'rs', 'ct', 'body', 'comp')
+if own[1] then return existing(KEYS[1], own, ARGV[1], retention) end
+local now = now_ms()
+keep_alive(KEYS[2], retention)
+keep_alive(KEYS[3], retention)
+local action = redis.call('HMGET', KEYS[2], 'status', 'rs', 'comp')
+local outcome, body
+if not action[1] then
+  -- The caller saw the action succeed, yet there is no record of it: nothing can be undone,
+  -- and a tombstone would make that final. Nothing is stored.
+  if ARGV[5] == '1' then return {'action_unknown'} end
+  -- Compensated before it arrived: a tombstone refuses the late action.
+  redis.call('HSET', KEYS[2], 'status', 'tombstone', 'hash', '', 'rs', '409', 'ct', ARGV[8],
+             'body', ARGV[7], 'comp', '0', 't', now)
+  redis.call('PEXPIRE', KEYS[2], retention)
+  index(KEYS[4], ARGV[4], now, retention)
+  outcome, body = 'cancelled', ARGV[9]
+elseif action[1] == 'tombstone' then
+  outcome, body = 'cancelled', ARGV[9]
+elseif action[3] == '1' then
+  outcome, body = 'already_undone', ARGV[10]
+elseif tonumber(action[2]) < 200 or tonumber(action[2]) > 299 then
+  outcome, body = 'nothing_to_undo', ARGV[11]
+else
+  local res = redis.call('HMGET', KEYS[3], 'status', 'reservation_id', 'items')
+  if res[1] == 'reserved' then
+    -- The stock keys were named from what was read before the script: still the same?
+    if res[3] ~= ARGV[6] then return {'retry'} end
+    for i = 1, #KEYS - 4 do
+      local n = tonumber(ARGV[14 + i])
+      redis.call('HINCRBY', KEYS[4 + i], 'available', n)
+      redis.call('HINCRBY', KEYS[4 + i], 'reserved', -n)
+    end
+    redis.call('HSET', KEYS[3], 'status', 'released')
+    body = ARGV[13] .. res[2] .. ARGV[14]
+  else
+    body = ARGV[12]
+  end
+  -- The undone action is kept a full retention from now: a late retry of its key must keep
+  -- hearing "compensated", never find the key free again.
+  redis.call('HSET', KEYS[2], 'comp', '1')
+  redis.call('PEXPIRE', KEYS[2], retention)
+  if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], retention) end
+  index(KEYS[4], ARGV[4], now, retention)
+  outcome = 'undone'
+end
+store(KEYS[1], ARGV[1], '200', 'application/json', body, now, retention)
+index(KEYS[4], ARGV[3], now, retention)
+return {outcome, '200', 'application/json', body}
+)lua";
+
+const RedisScript kReserve{std::string(kPrelude) + std::string(kReserveBody)};
+const RedisScript kRelease{std::string(kPrelude) + std::string(kReleaseBody)};
+
+// A JSON text split around the string value "\x01": the parts a script joins around a value
+// it computes (one that needs no JSON escaping: digits, [a-z0-9_-], quotes of SKUs).
+std::pair<std::string, std::string> Around(const std::string& dumped) {
+  constexpr std::string_view kHole = "\\u0001";
+  auto at = dumped.find(kHole);
+  return {dumped.substr(0, at), dumped.substr(at + kHole.size())};
+}
+
+std::string Text(const RedisReply& r, size_t i) {
+  return i < r.elements.size() ? r.elements[i].str : std::string();
+}
+
+Response FromScript(const RedisReply& reply) {
+  if (reply.type != RedisReply::Type::kArray || reply.elements.empty()) {
+    throw RedisError("unexpected reply from the inventory script");
+  }
+  const std::string outcome = Text(reply, 0);
+  if (outcome == "reused") {
+    auto res = steps::guard::Problem(steps::guard::kKeyReusedStatus, "idempotency_key_reused",
+                                     "this Idempotency-Key was used with a different request");
+    res.outcome = outcome;
+    return res;
+  }
+  if (outcome == "compensated") {
+    auto res =
+        steps::guard::Problem(steps::guard::kCompensatedStatus, "compensated",
+                              "this action was compensated (undone); it is no longer in effect");
+    res.outcome = outcome;
+    return res;
+  }
+  if (outcome == "action_unknown") {
+    auto res = steps::guard::Problem(
+        steps::guard::kActionUnknownStatus, "action_unknown",
+        "the action this compensation undoes succeeded, but there is no record of it here; "
+        "nothing was undone or stored");
+    res.outcome = outcome;
+    return res;
+  }
+  Response res;
+  res.status = std::stoi(Text(reply, 1));
+  res.content_type = Text(reply, 2);
+  res.body = Text(reply, 3);
+  res.outcome = outcome;
+  res.replayed = outcome == "replayed";
+  return res;
+}
+
+// Quantities per SKU, in SKU order (the order the script names the stock keys in).
+std::map<std::string, long long> BySku(const nlohmann::json& items) {
+  std::map<std::string, long long> out;
+  for (const auto& item : items) {
+    out[item["sku"].get<std::string>()] += item["quantity"].get<long long>();
+  }
+  return out;
+}
+
+std::string ConfigValue(RedisPool& redis, const std::string& name) {
+  auto reply = redis.Command({"CONFIG", "GET", name});
+  return reply.elements.size() == 2 ? reply.elements[1].str : std::string();
+}
+
+}  // namespace
+
+std::optional<RedisFsync> ParseRedisFsync(const std::string& name) {
+  if (name == "everysec") return RedisFsync::kEverysec;
+  if (name == "always") return RedisFsync::kAlways;
+  if (name == "unchecked") return RedisFsync::kUnchecked;
+  return std::nullopt;
+}
+
+std::string RedisInventory::StockKey(const std::string& sku) { return "inv:stock:" + sku; }
+// A tenant id is [A-Za-z0-9_-]: the first ':' after the prefix ends it, whatever the key holds.
+std::string RedisInventory::RecordKey(const std::string& tenant_id, const std::string& key) {
+  return "idem:" + tenant_id + ":" + key;
+}
+std::string RedisInventory::ReservationKey(const std::string& tenant_id, const std::string& key) {
+  return "inv:res:" + tenant_id + ":" + key;
+}
+std::string RedisInventory::IndexKey(const std::string& tenant_id) {
+  return "idem-index:" + tenant_id;
+}
+
+RedisInventory::RedisInventory(RedisPool& redis, std::chrono::seconds retention)
+    : redis_(redis), retention_(retention) {}
+
+void RedisInventory::CheckServer(RedisFsync fsync) {
+  if (fsync == RedisFsync::kUnchecked) return;
+  const std::string fix = " (redis.conf, or CONFIG SET; --redis-fsync unchecked skips the check)";
+  if (ConfigValue(redis_, "appendonly") != "yes") {
+    throw std::runtime_error(
+        "Redis keeps no append-only file: a restart would forget every key and replay nothing; "
+        "set appendonly yes" +
+        fix);
+  }
+  auto appendfsync = ConfigValue(redis_, "appendfsync");
+  if (appendfsync != "always" && (fsync == RedisFsync::kAlways || appendfsync != "everysec")) {
+    throw std::runtime_error("Redis has appendfsync " + appendfsync + "; set appendfsync " +
+                             (fsync == RedisFsync::kAlways ? "always" : "everysec or always") +
+                             fix);
+  }
+  // An evicted key is a promise silently broken (a retry applied twice, a tombstone gone).
+  if (ConfigValue(redis_, "maxmemory") != "0" &&
+      ConfigValue(redis_, "maxmemory-policy") != "noeviction") {
+    throw std::runtime_error("Redis may evict keys (maxmemory-policy " +
+                             ConfigValue(redis_, "maxmemory-policy") +
+                             "); set maxmemory-policy noeviction" + fix);
+  }
+}
+
+void RedisInventory::Seed() {
+  for (const auto& [sku, units] : kSeedStock) {
+    redis_.Command({"HSETNX", StockKey(sku), "available", std::to_string(units)});
+    redis_.Command({"HSETNX", StockKey(sku), "reserved", "0"});
+  }
+}
+
+bool RedisInventory::Ready() {
+  try {
+    return redis_.Command({"PING"}).str == "PONG";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+Response RedisInventory::Reserve(const Request& req) {
+  const auto wanted = BySku(req.body["items"]);
+  nlohmann::json items = nlohmann::json::array();
+  for (const auto& [sku, quantity] : wanted) {
+    items.push_back({{"sku", sku}, {"quantity", quantity}});
+  }
+  // Drawn here, used only if this request applies: like PostgreSQL's 'res_' || a UUID's hex.
+  const std::string id = "res_" + common::RandomHex(16);
+  const nlohmann::json body = {{"reservation_id", id}, {"items", items}};
+  const auto [before, after] = Around(common::http::ProblemBody(409, "insufficient_stock", "\x01"));
+  std::vector<std::string> keys = {RecordKey(req.tenant_id, req.key),
+                                   ReservationKey(req.tenant_id, req.key), IndexKey(req.tenant_id)};
+  std::vector<std::string> args = {steps::guard::Fingerprint(req),
+                                   std::to_string(retention_.count() * 1000),
+                                   req.key,
+                                   id,
+                                   body.dump(),
+                                   items.dump(),
+                                   before,
+                                   after,
+                                   common::http::kProblemContentType};
+  for (const auto& [sku, quantity] : wanted) {
+    keys.push_back(StockKey(sku));
+    args.push_back(sku);
+    args.push_back(std::to_string(quantity));
+  }
+  return FromScript(redis_.Eval(kReserve, keys, args));
+}
+
+Response RedisInventory::Release(const Request& req, const std::string& action_key,
+                                 bool action_applied) {
+  auto undone = [&](const std::string& outcome, const nlohmann::json& detail) {
+    nlohmann::json body = {{"action_key", action_key}, {"outcome", outcome}};
+    if (detail.is_object()) body.update(detail);
+    return body.dump();
+  };
+  const auto [id_before, id_after] =
+      Around(undone("undone", {{"released", true}, {"reservation_id", "\x01"}}));
+  // The stock keys a release touches are the reservation's SKUs: read them first, so the
+  // script names every key it writes; it refuses ("retry") if they changed meanwhile.
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    auto items_text =
+        redis_.Command({"HGET", ReservationKey(req.tenant_id, action_key), "items"}).str;
+    std::map<std::string, long long> items;
+    if (!items_text.empty()) items = BySku(nlohmann::json::parse(items_text));
+    std::vector<std::string> keys = {
+        RecordKey(req.tenant_id, req.key), RecordKey(req.tenant_id, action_key),
+        ReservationKey(req.tenant_id, action_key), IndexKey(req.tenant_id)};
+    std::vector<std::string> args = {
+        steps::guard::Fingerprint(req),
+        std::to_string(retention_.count() * 1000),
+        req.key,
+        action_key,
+        action_applied ? "1" : "0",
+        items_text,
+        common::http::ProblemBody(
+            409, "cancelled",
+            "this step was compensated before it arrived; it will not be applied"),
+        common::http::kProblemContentType,
+        undone("cancelled", nullptr),
+        undone("already_undone", nullptr),
+        undone("nothing_to_undo", nullptr),
+        undone("undone", {{"released", false}}),
+        id_before,
+        id_after};
+    for (const auto& [sku, quantity] : items) {
+      keys.push_back(StockKey(sku));
+      args.push_back(std::to_string(quantity));
+    }
+    auto reply = redis_.Eval(kRelease, keys, args);
+    if (Text(reply, 0) != "retry") return FromScript(reply);
+  }
+  throw RedisError("the reservation changed under its release three times");
+}
+
+std::optional<StockLevel> RedisInventory::Stock(const std::string& sku) {
+  auto reply = redis_.Command({"HMGET", StockKey(sku), "available", "reserved"});
+  if (reply.elements.size() != 2 || reply.elements[0].type != RedisReply::Type::kString) {
+    return std::nullopt;
+  }
+  return StockLevel{std::stoll(reply.elements[0].str), std::stoll(reply.elements[1].str)};
+}
+
+std::vector<steps::guard::KeyRecord> RedisInventory::ListKeys(const std::string& tenant_id,
+                                                              std::chrono::seconds since,
+                                                              const std::string& after, int limit) {
+  since = std::min(since, retention_);
+  auto now_reply = redis_.Command({"TIME"});
+  long long now_ms = std::stoll(now_reply.elements.at(0).str) * 1000 +
+                     std::stoll(now_reply.elements.at(1).str) / 1000;
+  auto members = redis_.Command({"ZRANGEBYSCORE", IndexKey(tenant_id),
+                                 std::to_string(now_ms - since.count() * 1000), "+inf"});
+  std::vector<std::string> keys;
+  for (const auto& m : members.elements) {
+    if (m.str > after) keys.push_back(m.str);
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<steps::guard::KeyRecord> out;
+  for (const auto& key : keys) {
+    if (static_cast<int>(out.size()) == limit) break;
+    auto rec = redis_.Command({"HMGET", RecordKey(tenant_id, key), "status", "rs", "comp", "t"});
+    if (rec.elements.size() != 4 || rec.elements[0].type != RedisReply::Type::kString) {
+      continue;  // expired since it was indexed
+    }
+    out.push_back({key, rec.elements[0].str, std::stoi(rec.elements[1].str),
+                   rec.elements[2].str == "1",
+                   static_cast<double>(now_ms - std::stoll(rec.elements[3].str)) / 1000.0});
+  }
+  return out;
+}
+
+void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& participant,
+                                  RedisInventory& inventory) {
+  participant.GuardedAction(server, "/v1/reservations", steps::ValidateReservation,
+                            [&inventory](const Request& req) { return inventory.Reserve(req); });
+  participant.GuardedCompensation(
+      server, "/v1/reservations/release",
+      [&inventory](const Request& req, const std::string& action_key, bool applied) {
+        return inventory.Release(req, action_key, applied);
+      });
+  server.Get(R"(/v1/stock/([a-z0-9_-]{1,64}))",
+             [&participant, &inventory](const httplib::Request& req, httplib::Response& res) {
+               if (!participant.Authorized(req, res)) return;
+               std::string sku = common::http::DecodeCapture(req.matches[1].str());
+               std::optional<StockLevel> level;
+               try {
+                 level = inventory.Stock(sku);
+               } catch (const std::exception&) {
+                 return common::http::SetUnavailable(res, "the stock could not be read");
+               }
+               if (!level) {
+                 common::http::SetError(res, 404, "not_found", "unknown SKU '" + sku + "'");
+                 return;
+               }
+               nlohmann::json body = {
+                   {"sku", sku}, {"available", level->available}, {"reserved", level->reserved}};
+               res.set_content(body.dump(), "application/json");
+             });
+}
+
+}  // namespace services_mock
