@@ -168,6 +168,12 @@ TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
   EXPECT_EQ(c.DeclareQueue("orders_copies.dead"), 0u);
   EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM idempotency_keys"),
             static_cast<long long>(records.size()));
+  // The same key over HTTP is the same order: its stored answer, replayed.
+  chaos::Driver http({stack.OrchestratorUrl(0)});
+  KeyRecord over_http{"demo", records[0].key, records[0].body};
+  ASSERT_TRUE(http.Attempt(over_http, 0));
+  EXPECT_EQ(over_http.final_body, records[0].final_body);
+  EXPECT_EQ(over_http.final_status, records[0].final_status);
   auto report = chaos::CheckInvariants(stack, records);
   Expect(report, report.Line("amqp_copies",
                              "messages=" + std::to_string(kCopies + 10) +
