@@ -305,6 +305,15 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
     } catch (const pqxx::transaction_rollback&) {
       if (attempt >= kRaceAttempts) throw;
     } catch (const KeyBusy&) {
+      // Whoever holds the lock may only be reading a finished key (a replay): what is stored
+      // answers this request too. Only a key still being written is in progress.
+      auto stored = pool_.With([&](pqxx::connection& conn) {
+        pqxx::work tx(conn);
+        auto existing = Existing(tx, req, Fingerprint(req), RetentionSeconds());
+        tx.commit();
+        return existing;
+      });
+      if (stored && stored->outcome != "in_progress") return *stored;
       return Json(kInProgressStatus, "idempotency_key_in_progress",
                   "a request with this Idempotency-Key is being processed right now; retry later",
                   "in_progress");

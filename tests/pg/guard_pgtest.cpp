@@ -446,6 +446,32 @@ TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnc
   EXPECT_EQ(later.body, first.body);
 }
 
+// Replays of a finished key hold the key only for their read: in either mode, concurrent
+// replays are all answered from what is stored, never 409 because another replay was reading.
+TEST_P(DuplicatesTest, ConcurrentReplaysOfAFinishedKeyAreAllReplayed) {
+  Request req{"demo", "done-payment", "POST", "/v1/charges", {{"amount", 1}}};
+  auto effect = [&](pqxx::work& tx) {
+    tx.exec_params("INSERT INTO effects (key) VALUES ($1)", req.key);
+    return Response{201, R"({"id":"ch_2"})"};
+  };
+  ASSERT_EQ(guard_.Run(req, effect, EffectScope::kTransactionOnly).status, 201);
+  constexpr int kThreads = 16, kEach = 40;
+  std::atomic<int> replayed{0}, other{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        auto a = guard_.Run(req, effect, EffectScope::kTransactionOnly);
+        (a.status == 201 && a.replayed && a.body == R"({"id":"ch_2"})" ? replayed : other)++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(replayed, kThreads * kEach);
+  EXPECT_EQ(other, 0);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects"), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, DuplicatesTest,
                          ::testing::Values(steps::guard::Duplicates::kWait,
                                            steps::guard::Duplicates::kFailFast),
