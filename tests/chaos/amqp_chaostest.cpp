@@ -17,6 +17,7 @@
 #include "orchestrator/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/chaos/rabbitmq_broker.hpp"
+#include "tests/support/metrics_text.hpp"
 
 namespace {
 
@@ -119,6 +120,26 @@ class AmqpIntake : public ::testing::Test {
     return tx.exec(sql)[0][0].as<long long>();
   }
 
+  // The orchestrator's idemsaga_amqp_messages_total{outcome}, once it reaches `want` (it
+  // counts a message after its ack, a moment after its reply) or 10 s have passed; promtool
+  // must accept the page.
+  static double Messages(const Stack& stack, const std::string& outcome, double want) {
+    httplib::Client c(stack.OrchestratorUrl(0));
+    std::string series = "idemsaga_amqp_messages_total{outcome=\"" + outcome + "\"}";
+    double seen = -1;
+    std::string body;
+    for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline;) {
+      auto page = c.Get("/metrics");
+      if (page && page->status == 200) {
+        body = page->body;
+        if ((seen = test_support::Sample(body, series)) == want) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(test_support::PromtoolProblems(body), "");
+    return seen;
+  }
+
   static std::string broker_dir_;
   static chaos::RabbitBroker* broker_;
 };
@@ -174,6 +195,7 @@ TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
   ASSERT_TRUE(http.Attempt(over_http, 0));
   EXPECT_EQ(over_http.final_body, records[0].final_body);
   EXPECT_EQ(over_http.final_status, records[0].final_status);
+  EXPECT_EQ(Messages(stack, "replied", kCopies + 10), kCopies + 10);
   auto report = chaos::CheckInvariants(stack, records);
   Expect(report, report.Line("amqp_copies",
                              "messages=" + std::to_string(kCopies + 10) +
@@ -368,6 +390,8 @@ TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNot
     EXPECT_EQ(m.body, cases[i].message.body) << cases[i].name;
   }
   EXPECT_EQ(c.DeclareQueue("orders_poison"), 0u);
+  EXPECT_EQ(Messages(stack, "dead_lettered", cases.size()), static_cast<double>(cases.size()));
+  EXPECT_EQ(Messages(stack, "replied", 1), 1);
   // Nothing stored but the good order.
   EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM idempotency_keys"), 1);
   EXPECT_EQ(Count(stack.DatabaseUrl("inventory"), "SELECT count(*) FROM reservations"), 1);
