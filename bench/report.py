@@ -6,6 +6,7 @@ final report with its targets, which it also appends as one row to bench/RESULTS
   report.py check RESULTS_DIR        loadgen vs wrk on the participant baseline
   report.py commits RESULTS_DIR      write commits per order in the 16-connection phase
   report.py other-cpu RESULTS_DIR PHASE   % of the CPU other processes took during PHASE
+  report.py inventory RESULTS_DIR    the inventory's guard on PostgreSQL and on Redis (wrk)
   report.py final RESULTS_DIR RESULTS.md
 """
 import datetime
@@ -40,8 +41,10 @@ def num(v, key, default=None):
         return default
 
 
+INVENTORY_PHASES = ["inv_pg_claims", "inv_pg_replays", "inv_redis_claims", "inv_redis_replays",
+                    "inv_redis_always", "inv_ff_claims", "inv_ff_replays"]
 PHASES = ["pgbench_w16", "pgbench_w64", "check", "orders16", "orders64", "replays", "select",
-          "overload", "flood"]
+          ] + INVENTORY_PHASES + ["overload", "flood"]
 
 
 def foreign_cpu(res, v, phases=None):
@@ -100,6 +103,40 @@ def wrk_result(path):
                           if t else float("nan"))
     out["non_2xx"] = sum(out["errors"].values())
     return out
+
+
+def inventory(res):
+    """reservations/s per store and mode (wrk), or None for a phase that did not run."""
+    out = {}
+    for name in INVENTORY_PHASES:
+        path = os.path.join(res, name + ".txt")
+        out[name] = wrk_result(path) if os.path.exists(path) else None
+    return out
+
+
+def inventory_lines(res):
+    inv = inventory(res)
+
+    def cell(name):
+        r = inv[name]
+        if r is None:
+            return "       -"
+        bad = f" ({r['non_2xx']} non-2xx)" if r["non_2xx"] else ""
+        return f"{r['per_second']:8.0f}/s p50 {r['p50_ms']:5.2f} p99 {r['p99_ms']:6.2f} ms{bad}"
+
+    return [
+        "inventory c=16 (wrk)   PostgreSQL                           Redis (appendfsync everysec)",
+        f"  claims/s   : {cell('inv_pg_claims')}   {cell('inv_redis_claims')}",
+        f"  replays/s  : {cell('inv_pg_replays')}   {cell('inv_redis_replays')}",
+        f"  claims/s, Redis appendfsync always: {cell('inv_redis_always')}",
+        f"  PostgreSQL, --duplicates fail-fast: claims/s {cell('inv_ff_claims')}",
+        f"                                      replays/s {cell('inv_ff_replays')}",
+    ]
+
+
+def cmd_inventory(res):
+    for line in inventory_lines(res):
+        print(line)
 
 
 def instrument(res):
@@ -254,6 +291,8 @@ def cmd_final(res, results_md):
           f" overload c=1024 {rss['rss1024_before_kb']:.1f} -> {rss['rss1024_peak_kb']:.1f} MiB,"
           f" flood {rss['rss_before_flood_kb']:.1f} -> {rss['rss_flood_peak_kb']:.1f} MiB,"
           f" 3 s after it {rss['rss_after_flood_kb']:.1f} MiB")
+    for line in inventory_lines(res):
+        print(line)
     print(f"order states at the end: {' '.join(states_end)}")
     if foreign:
         print("other processes' share of the CPU: " + "  ".join(
@@ -306,9 +345,13 @@ the CPU during a phase that stayed noisy after 3 attempts: its rates are low for
 | unanswered | overload requests without an answer (timeouts, resets); target 0. Answers are 2xx or 503 + Retry-After |
 | met | targets met of 10 |
 | other CPU % | the largest share of the machine's CPU that processes outside the benchmark took during a measured phase (bench/cpuwatch.py); above 5 the row is noisy |
+| inv pg claims/s, inv pg replays/s | the inventory participant on PostgreSQL (the dev stack's), wrk at 16 connections: reservations with unique keys (each a claim and an effect), and of one key (replays) |
+| inv redis claims/s, inv redis replays/s | the same against `idemsaga inventory --store redis` (Redis with appendonly yes, appendfsync everysec) in the same run |
+| redis always claims/s | claims again with Redis at appendfsync always (every write on disk before the answer) |
+| ff claims/s, ff replays/s | the PostgreSQL inventory again (same database), started with `--duplicates fail-fast`: the advisory lock's cost per request |
 
-| date (UTC) | commit | mode | bound16 | o/s 16 | x bound | p50 | p99 | p99/p50 | bound64 | o/s 64 | x bound | p50 | p99 | p99/p50 | replays/s | select tps | x select | writes/order | lg/wrk | RSS 64 | RSS 1024 | RSS flood | unanswered | met | other CPU % |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| date (UTC) | commit | mode | bound16 | o/s 16 | x bound | p50 | p99 | p99/p50 | bound64 | o/s 64 | x bound | p50 | p99 | p99/p50 | replays/s | select tps | x select | writes/order | lg/wrk | RSS 64 | RSS 1024 | RSS flood | unanswered | met | other CPU % | inv pg claims/s | inv pg replays/s | inv redis claims/s | inv redis replays/s | redis always claims/s | ff claims/s | ff replays/s |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 """
     row = [
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
@@ -322,7 +365,7 @@ the CPU during a phase that stayed noisy after 3 attempts: its rates are low for
         f"{rss['rss64_peak_kb']:.1f}", f"{rss['rss1024_peak_kb']:.1f}",
         f"{rss['rss_after_flood_kb']:.1f}", str(unanswered), f"{passed}/{len(targets)}",
         f"{worst:.0f}",
-    ]
+    ] + [f"{r['per_second']:.0f}" if r else "-" for r in inventory(res).values()]
     new = not os.path.exists(results_md)
     with open(results_md, "a") as f:
         if new:
@@ -342,6 +385,8 @@ def main():
     elif cmd == "other-cpu":
         f = (foreign_cpu(sys.argv[2], values(sys.argv[2]), [sys.argv[3]]) or {}).get(sys.argv[3])
         print(f"{f[0]:.1f}" if f else "0")
+    elif cmd == "inventory":
+        cmd_inventory(sys.argv[2])
     elif cmd == "final":
         cmd_final(sys.argv[2], sys.argv[3])
     else:

@@ -10,13 +10,20 @@
 #   4. write commits per order during the 16-connection phase: cluster-wide write transactions
 #      (xid delta), per database from the WAL, and pg_stat_database xact_commit deltas;
 #   5. replays of one key at 16 connections vs pgbench -S (primary-key select) at 16 clients;
+#      and the inventory's guard on each store, wrk at 16 connections: reservations with unique
+#      keys (claims) and of one key (replays), on the dev stack's PostgreSQL inventory and on
+#      `idemsaga inventory --store redis` over a private redis-server (appendonly yes,
+#      appendfsync everysec; claims once more under appendfsync always), and on a second
+#      PostgreSQL inventory over the same database with --duplicates fail-fast;
 #   6. memory (the dev process: orchestrator and participants): peak RSS at 64 connections, an
 #      overload at 1,024 connections (every request answered: 2xx or 503 + Retry-After), a
 #      flood of 60 KiB malformed bodies, and RSS after it once idle;
 # then prints a summary of targets (PASS/FAIL) and appends one row to bench/RESULTS.md.
 #
 #   bench/run.sh [--quick]     --quick: short phases, for smoke tests (figures are rough)
-#   env: PG_PORT O_PORT I_PORT P_PORT (defaults 55432 18080 18081 18082), WRK_THREADS (1)
+#   env: PG_PORT O_PORT I_PORT P_PORT (defaults 55432 18080 18081 18082), WRK_THREADS (1),
+#        R_PORT RI_PORT (Redis and the inventory on it; defaults 16379 18083),
+#        FF_PORT (a second PostgreSQL inventory with --duplicates fail-fast; 18084)
 #
 # Exit status: 0 when the run completed, whatever the targets say (it is a measurement);
 # non-zero only when the run itself broke. The measured part runs under
@@ -40,15 +47,17 @@ for arg in "$@"; do
   esac
 done
 if ((QUICK)); then
-  PGB_S=3 CHECK_S=1 ORDER_S=4 REPLAY_S=3 OVERLOAD_S=4 FLOOD_N=1500
+  PGB_S=3 CHECK_S=1 ORDER_S=4 REPLAY_S=3 OVERLOAD_S=4 FLOOD_N=1500 INV_S=3
 else
-  PGB_S=10 CHECK_S=3 ORDER_S=10 REPLAY_S=10 OVERLOAD_S=10 FLOOD_N=6000
+  PGB_S=10 CHECK_S=3 ORDER_S=10 REPLAY_S=10 OVERLOAD_S=10 FLOOD_N=6000 INV_S=10
 fi
+R_PORT=${R_PORT:-16379} RI_PORT=${RI_PORT:-18083} FF_PORT=${FF_PORT:-18084}
 PG_PORT=${PG_PORT:-55432} O_PORT=${O_PORT:-18080} I_PORT=${I_PORT:-18081} P_PORT=${P_PORT:-18082}
 WRK_THREADS=${WRK_THREADS:-1}
 OVERLOAD_C=1024 FLOOD_C=512 FLOOD_BYTES=61440
 
-bash scripts/install-deps.sh python3 procps wrk # the report's arithmetic; ps; the check
+# the report's arithmetic; ps; the check; the inventory's Redis store (redis-cli comes with it)
+bash scripts/install-deps.sh python3 procps wrk redis-server
 
 # Everything from here on is measured or heats the CPU (the build, initdb): one benchmark at a
 # time on this machine. The lock is held until this script exits; the dev stack is started
@@ -100,6 +109,9 @@ URL=postgresql://postgres@127.0.0.1:$PG_PORT
 cleanup() {
   local rc=$?
   [ -z "${WATCH:-}" ] || kill $WATCH 2>/dev/null || true
+  [ -z "${INVR:-}" ] || { kill -TERM $INVR 2>/dev/null && wait $INVR 2>/dev/null; } || true
+  [ -z "${INVFF:-}" ] || { kill -TERM $INVFF 2>/dev/null && wait $INVFF 2>/dev/null; } || true
+  [ -z "${REDIS:-}" ] || { kill -TERM $REDIS 2>/dev/null && wait $REDIS 2>/dev/null; } || true
   "${PSQL[@]}" "$URL/postgres" -c "DROP DATABASE IF EXISTS bench_pgbench WITH (FORCE)" \
     >/dev/null 2>&1 || true
   kill -TERM $DEV 2>/dev/null || true
@@ -172,6 +184,8 @@ show() { python3 "$ROOT/bench/report.py" show "$RES/$1.json" "$2"; }
 pgb_tps() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$1"; }
 ORDER_ARGS=(--url "http://127.0.0.1:$O_PORT" --api-key dev-key-demo)
 CHARGE_ARGS=(--url "http://127.0.0.1:$P_PORT" --path /v1/charges --service-token dev-service-token)
+# What loadgen sends to /v1/charges (bench/loadgen.cpp), for wrk to send the same.
+CHARGE_BODY='{"amount_cents":2500,"currency":"USD","customer_id":"cust_1","payment_method":"pm_card_visa"}'
 
 mark run_start
 echo "== idemsaga bench $( ((QUICK)) && echo '(quick)') $(date -u +%FT%TZ) on $(nproc) cores; PostgreSQL on :$PG_PORT"
@@ -252,8 +266,9 @@ for db in bench_pgbench template1 postgres; do sql "VACUUM ANALYZE" $db; done
 # (a drift of the server's rate over the check weighs the same on both).
 run_wrk() { # its CPU time (user sys real) too, as loadgen reports its own
   local TIMEFORMAT='wrk-time %U %S %R'
-  { time wrk -t"$WRK_THREADS" -c16 -d"${CHECK_S}s" -s "$ROOT/bench/wrk_charge.lua" \
-    "http://127.0.0.1:$P_PORT" -- "wrk$1-$$-$ATTEMPT" >"$RES/wrk$1.txt" 2>&1; } 2>>"$RES/wrk$1.txt"
+  { time wrk -t"$WRK_THREADS" -c16 -d"${CHECK_S}s" -s "$ROOT/bench/wrk_guarded.lua" \
+    "http://127.0.0.1:$P_PORT" -- "wrk$1-$$-$ATTEMPT" unique /v1/charges "$CHARGE_BODY" \
+    >"$RES/wrk$1.txt" 2>&1; } 2>>"$RES/wrk$1.txt"
   grep -q '^wrk-json ' "$RES/wrk$1.txt" || {
     cat "$RES/wrk$1.txt"
     exit 1
@@ -377,6 +392,56 @@ tps=$(pgb_tps "$RES/pgbench_s16.txt")
 }
 put pgbench_s16_tps "$tps"
 printf 'pgbench   select -S  c=16   : %8.0f tps\n' "$tps"
+
+# 5b. The inventory's guard, PostgreSQL vs Redis: claims (unique keys) and replays (one key).
+mkdir -p "$WORK/redis"
+redis-server --bind 127.0.0.1 --port "$R_PORT" --dir "$WORK/redis" --appendonly yes \
+  --appendfsync everysec --save '' --daemonize no --logfile "$WORK/redis/redis.log" 9>&- &
+REDIS=$!
+for _ in $(seq 1 100); do redis-cli -p "$R_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+"$BIN/cmd/idemsaga/idemsaga" inventory --store redis --redis-url "redis://127.0.0.1:$R_PORT" \
+  --listen "127.0.0.1:$RI_PORT" >"$WORK/inv_redis.log" 2>&1 9>&- &
+INVR=$!
+for _ in $(seq 1 100); do grep -q "ready on" "$WORK/inv_redis.log" && break; sleep 0.1; done
+grep -q "ready on" "$WORK/inv_redis.log" || {
+  cat "$WORK/inv_redis.log" "$WORK/redis/redis.log"
+  exit 1
+}
+# The same inventory database, served again with the advisory-lock guard.
+"$BIN/cmd/idemsaga/idemsaga" inventory --database-url "$URL/idemsaga_inventory" --duplicates fail-fast \
+  --listen "127.0.0.1:$FF_PORT" >"$WORK/inv_ff.log" 2>&1 9>&- &
+INVFF=$!
+for _ in $(seq 1 100); do grep -q "ready on" "$WORK/inv_ff.log" && break; sleep 0.1; done
+grep -q "ready on" "$WORK/inv_ff.log" || {
+  cat "$WORK/inv_ff.log"
+  exit 1
+}
+inv_wrk() { # NAME PORT unique|same
+  wrk -t"$WRK_THREADS" -c16 -d"${INV_S}s" -s "$ROOT/bench/wrk_guarded.lua" \
+    "http://127.0.0.1:$2" -- "$1-$$-$ATTEMPT" "$3" /v1/reservations \
+    '{"items":[{"sku":"widget","quantity":1}]}' >"$RES/$1.txt" 2>&1
+  grep -q '^wrk-json ' "$RES/$1.txt" || {
+    cat "$RES/$1.txt"
+    exit 1
+  }
+}
+inv_phase() { # NAME PORT MODE
+  ATTEMPT=$((ATTEMPT + 1))
+  checkpoint
+  timed "$1" inv_wrk "$@"
+}
+inv_pg_claims() { inv_phase inv_pg_claims "$I_PORT" unique; }
+inv_pg_replays() { inv_phase inv_pg_replays "$I_PORT" same; }
+inv_redis_claims() { inv_phase inv_redis_claims "$RI_PORT" unique; }
+inv_redis_replays() { inv_phase inv_redis_replays "$RI_PORT" same; }
+inv_redis_always() { inv_phase inv_redis_always "$RI_PORT" unique; }
+inv_ff_claims() { inv_phase inv_ff_claims "$FF_PORT" unique; }
+inv_ff_replays() { inv_phase inv_ff_replays "$FF_PORT" same; }
+for p in inv_pg_claims inv_pg_replays inv_redis_claims inv_redis_replays; do phase $p $p; done
+redis-cli -p "$R_PORT" config set appendfsync always >/dev/null
+phase inv_redis_always inv_redis_always
+for p in inv_ff_claims inv_ff_replays; do phase $p $p; done
+python3 "$ROOT/bench/report.py" inventory "$RES"
 
 # 6. Overload, then a flood of large malformed bodies; RSS of the dev process throughout.
 wait_quiet

@@ -1,7 +1,10 @@
--- wrk script for the instrument check (bench/run.sh): the same guarded charge loadgen sends,
--- POST /v1/charges with a unique Idempotency-Key per request: <prefix>-<thread id>-<counter>.
---   wrk -t1 -c16 -d10s -s bench/wrk_charge.lua http://127.0.0.1:8082 -- <prefix>
--- done() prints one JSON line (prefixed "wrk-json ") for run.sh to read.
+-- wrk script for a participant's guarded action (bench/run.sh): POST PATH with BODY and a unique
+-- Idempotency-Key per request (<prefix>-<thread id>-<counter>: every request a claim and an
+-- effect), or one key for all (`same`: every request but the first a replay).
+--   wrk -t1 -c16 -d10s -s bench/wrk_guarded.lua http://127.0.0.1:8082 -- <prefix> unique|same PATH BODY
+-- e.g. the instrument check's charge: ... -- chk unique /v1/charges '{"amount_cents":2500,...}'
+-- done() prints one JSON line (prefixed "wrk-json ") for run.sh to read; non-2xx answers count
+-- as errors.status.
 local next_id = 1
 
 function setup(thread)
@@ -11,18 +14,19 @@ end
 
 function init(args)
   prefix = (args[1] or "wrk") .. "-" .. id .. "-"
+  same = args[2] == "same" and ((args[1] or "wrk") .. "-same") or nil
   counter = 0
   wrk.method = "POST"
-  wrk.path = "/v1/charges"
+  wrk.path = args[3]
   wrk.headers["Authorization"] = "Bearer dev-service-token"
   wrk.headers["X-Tenant-ID"] = "bench"
   wrk.headers["Content-Type"] = "application/json"
-  wrk.body = '{"amount_cents":2500,"currency":"USD","customer_id":"cust_1","payment_method":"pm_card_visa"}'
+  wrk.body = args[4]
 end
 
 function request()
   counter = counter + 1
-  wrk.headers["Idempotency-Key"] = prefix .. counter
+  wrk.headers["Idempotency-Key"] = same or (prefix .. counter)
   return wrk.format()
 end
 
