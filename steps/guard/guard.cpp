@@ -151,9 +151,10 @@ Response Json(int status, const std::string& code, const std::string& message,
 }
 
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
+// `retention_s` <= 0: read only (the key's expiry is not moved).
 std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash,
                                  double retention_s) {
-  Exec(tx, kKeepAlive, req.tenant_id, req.key, retention_s);
+  if (retention_s > 0) Exec(tx, kKeepAlive, req.tenant_id, req.key, retention_s);
   auto rows = Exec(tx, kLoad, req.tenant_id, req.key);
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
   const auto& row = rows[0];
@@ -306,13 +307,17 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
       if (attempt >= kRaceAttempts) throw;
     } catch (const KeyBusy&) {
       // Whoever holds the lock may only be reading a finished key (a replay): what is stored
-      // answers this request too. Only a key still being written is in progress.
-      auto stored = pool_.With([&](pqxx::connection& conn) {
-        pqxx::work tx(conn);
-        auto existing = Existing(tx, req, Fingerprint(req), RetentionSeconds());
-        tx.commit();
-        return existing;
-      });
+      // answers this request too. Only a key still being written is in progress. A read
+      // only (no keep-alive, which would wait on the holder's row lock).
+      std::optional<Response> stored;
+      try {
+        stored = pool_.With([&](pqxx::connection& conn) {
+          pqxx::work tx(conn);
+          return Existing(tx, req, Fingerprint(req), 0);
+        });
+      } catch (const pqxx::sql_error&) {
+        // Answered as busy below; a retry finds the key settled.
+      }
       if (stored && stored->outcome != "in_progress") return *stored;
       return Json(kInProgressStatus, "idempotency_key_in_progress",
                   "a request with this Idempotency-Key is being processed right now; retry later",
