@@ -73,6 +73,15 @@ Message FromProperties(const amqp_basic_properties_t& p, const amqp_bytes_t& bod
 
 }  // namespace
 
+void CheckUrl(const std::string& url) {
+  std::vector<char> buf(url.begin(), url.end());
+  buf.push_back('\0');
+  amqp_connection_info info;
+  if (url.empty() || amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) {
+    throw std::invalid_argument("--amqp-url is not an amqp:// URL");  // no echo: credentials
+  }
+}
+
 Connection::Connection(const std::string& url, std::chrono::milliseconds timeout)
     : state_(amqp_new_connection()), timeout_(timeout) {
   if (state_ == nullptr) throw AmqpError("out of memory");
@@ -94,8 +103,20 @@ Connection::Connection(const std::string& url, std::chrono::milliseconds timeout
   }
   // A heartbeat lets both ends notice a dead peer; Idle() keeps it going while a message is
   // in hand.
-  auto login = amqp_login(S(state_), info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 30,
-                          AMQP_SASL_METHOD_PLAIN, info.user, info.password);
+  // consumer_cancel_notify: the broker tells us when it drops our consumer (its queue was
+  // deleted), instead of deliveries stopping without a word.
+  amqp_table_entry_t capability{};
+  capability.key = amqp_cstring_bytes("consumer_cancel_notify");
+  capability.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+  capability.value.value.boolean = 1;
+  amqp_table_entry_t property{};
+  property.key = amqp_cstring_bytes("capabilities");
+  property.value.kind = AMQP_FIELD_KIND_TABLE;
+  property.value.value.table = {1, &capability};
+  amqp_table_t properties{1, &property};
+  auto login =
+      amqp_login_with_properties(S(state_), info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 30, &properties,
+                                 AMQP_SASL_METHOD_PLAIN, info.user, info.password);
   if (login.reply_type != AMQP_RESPONSE_NORMAL) {
     amqp_destroy_connection(S(state_));
     throw AmqpError("broker login failed: " + Describe(login));
@@ -109,10 +130,19 @@ Connection::Connection(const std::string& url, std::chrono::milliseconds timeout
 }
 
 Connection::~Connection() {
-  // Unacknowledged deliveries go back to their queue when the connection closes.
-  amqp_channel_close(S(state_), channel_, AMQP_REPLY_SUCCESS);
-  amqp_connection_close(S(state_), AMQP_REPLY_SUCCESS);
+  // Unacknowledged deliveries go back to their queue when the connection closes. After a
+  // failure the socket is simply closed: the close handshake could wait on a broker that no
+  // longer reads (rabbitmq-c 0.11 has no RPC timeout).
+  if (!broken_) {
+    amqp_channel_close(S(state_), channel_, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(S(state_), AMQP_REPLY_SUCCESS);
+  }
   amqp_destroy_connection(S(state_));
+}
+
+AmqpError Connection::Broken(const std::string& what) {
+  broken_ = true;
+  return AmqpError(what);
 }
 
 void Connection::OpenChannel() {
@@ -123,7 +153,7 @@ void Connection::OpenChannel() {
 
 void Connection::Check(const char* what) {
   auto r = amqp_get_rpc_reply(S(state_));
-  if (r.reply_type != AMQP_RESPONSE_NORMAL) throw AmqpError(std::string(what) + ": " + Describe(r));
+  if (r.reply_type != AMQP_RESPONSE_NORMAL) throw Broken(std::string(what) + ": " + Describe(r));
 }
 
 uint32_t Connection::DeclareQueue(const std::string& queue) {
@@ -132,7 +162,7 @@ uint32_t Connection::DeclareQueue(const std::string& queue) {
   auto r = amqp_get_rpc_reply(S(state_));
   if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD ||
       static_cast<amqp_channel_close_t*>(r.reply.decoded)->reply_code != AMQP_PRECONDITION_FAILED) {
-    throw AmqpError("queue.declare " + queue + ": " + Describe(r));
+    throw Broken("queue.declare " + queue + ": " + Describe(r));
   }
   // It exists with other properties (declared by its owner): use it as it is, on a new
   // channel (the broker closed this one).
@@ -147,6 +177,11 @@ uint32_t Connection::DeclareQueue(const std::string& queue) {
   ok = amqp_queue_declare(S(state_), channel_, Bytes(queue), 1, 0, 0, 0, amqp_empty_table);
   if (ok == nullptr) Check(("queue.declare (passive) " + queue).c_str());
   return ok->message_count;
+}
+
+void Connection::DeleteQueue(const std::string& queue) {
+  amqp_queue_delete(S(state_), channel_, Bytes(queue), 0, 0);
+  Check(("queue.delete " + queue).c_str());
 }
 
 void Connection::Confirm() {
@@ -183,13 +218,13 @@ std::optional<Delivery> Connection::Next(std::chrono::milliseconds wait) {
     if (r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
       amqp_frame_t frame;
       if (amqp_simple_wait_frame(S(state_), &frame) != AMQP_STATUS_OK) {
-        throw AmqpError("connection to the broker lost");
+        throw Broken("connection to the broker lost");
       }
       OutOfTurn(&frame);
       return std::nullopt;
     }
   }
-  throw AmqpError("basic.consume: " + Describe(r));
+  throw Broken("basic.consume: " + Describe(r));
 }
 
 void Connection::OutOfTurn(const void* f) {
@@ -198,14 +233,16 @@ void Connection::OutOfTurn(const void* f) {
   switch (frame.payload.method.id) {
     case AMQP_CHANNEL_CLOSE_METHOD: {
       const auto* m = static_cast<amqp_channel_close_t*>(frame.payload.method.decoded);
-      throw AmqpError("channel closed by the broker: " + std::to_string(m->reply_code) + " " +
-                      Str(m->reply_text));
+      throw Broken("channel closed by the broker: " + std::to_string(m->reply_code) + " " +
+                   Str(m->reply_text));
     }
     case AMQP_CONNECTION_CLOSE_METHOD: {
       const auto* m = static_cast<amqp_connection_close_t*>(frame.payload.method.decoded);
-      throw AmqpError("connection closed by the broker: " + std::to_string(m->reply_code) + " " +
-                      Str(m->reply_text));
+      throw Broken("connection closed by the broker: " + std::to_string(m->reply_code) + " " +
+                   Str(m->reply_text));
     }
+    case AMQP_BASIC_CANCEL_METHOD:
+      throw Broken("the broker cancelled the consumer (its queue was deleted?)");
     default:
       return;  // basic.ack of a confirm nobody waits for, and the like
   }
@@ -213,17 +250,17 @@ void Connection::OutOfTurn(const void* f) {
 
 void Connection::Ack(uint64_t tag) {
   if (amqp_basic_ack(S(state_), channel_, tag, 0) != AMQP_STATUS_OK) {
-    throw AmqpError("basic.ack failed: connection to the broker lost");
+    throw Broken("basic.ack failed: connection to the broker lost");
   }
 }
 
 void Connection::Reject(uint64_t tag, bool requeue) {
   if (amqp_basic_reject(S(state_), channel_, tag, requeue ? 1 : 0) != AMQP_STATUS_OK) {
-    throw AmqpError("basic.reject failed: connection to the broker lost");
+    throw Broken("basic.reject failed: connection to the broker lost");
   }
 }
 
-void Connection::Publish(const std::string& queue, const Message& m) {
+void Connection::Publish(const std::string& queue, const Message& m, bool mandatory) {
   std::vector<amqp_table_entry_t> entries;
   entries.reserve(m.headers.size());
   for (const auto& [k, v] : m.headers) {
@@ -246,34 +283,45 @@ void Connection::Publish(const std::string& queue, const Message& m) {
   set(m.message_id, AMQP_BASIC_MESSAGE_ID_FLAG, p.message_id);
   set(m.correlation_id, AMQP_BASIC_CORRELATION_ID_FLAG, p.correlation_id);
   set(m.reply_to, AMQP_BASIC_REPLY_TO_FLAG, p.reply_to);
-  int rc = amqp_basic_publish(S(state_), channel_, amqp_empty_bytes, Bytes(queue), 0, 0, &p,
-                              Bytes(m.body));
+  int rc = amqp_basic_publish(S(state_), channel_, amqp_empty_bytes, Bytes(queue),
+                              mandatory ? 1 : 0, 0, &p, Bytes(m.body));
   if (rc != AMQP_STATUS_OK) {
-    throw AmqpError(std::string("basic.publish failed: ") + amqp_error_string2(rc));
+    throw Broken(std::string("basic.publish failed: ") + amqp_error_string2(rc));
   }
   ++published_;
-  if (confirms_) WaitForConfirm();
+  if (confirms_ && !WaitForConfirm()) throw Broken("no queue named " + queue + ": not delivered");
 }
 
-void Connection::WaitForConfirm() {
+bool Connection::WaitForConfirm() {
+  bool routed = true;
   auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) throw AmqpError("no publisher confirm from the broker in time");
+    if (left.count() <= 0) throw Broken("no publisher confirm from the broker in time");
     amqp_frame_t frame;
     timeval tv = TimeVal(left);
     int rc = amqp_simple_wait_frame_noblock(S(state_), &frame, &tv);
     if (rc == AMQP_STATUS_TIMEOUT) continue;
-    if (rc != AMQP_STATUS_OK) throw AmqpError("connection to the broker lost awaiting a confirm");
+    if (rc != AMQP_STATUS_OK) throw Broken("connection to the broker lost awaiting a confirm");
     if (frame.frame_type == AMQP_FRAME_METHOD) {
       if (frame.payload.method.id == AMQP_BASIC_ACK_METHOD) {
         const auto* ack = static_cast<amqp_basic_ack_t*>(frame.payload.method.decoded);
-        if (ack->delivery_tag >= published_) return;
+        if (ack->delivery_tag >= published_) return routed;
+        continue;
+      }
+      if (frame.payload.method.id == AMQP_BASIC_RETURN_METHOD) {
+        // A mandatory message no queue took: it comes back (its content follows), then the
+        // confirm.
+        amqp_message_t returned;
+        auto r = amqp_read_message(S(state_), channel_, &returned, 0);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) throw Broken("basic.return: " + Describe(r));
+        amqp_destroy_message(&returned);
+        routed = false;
         continue;
       }
       if (frame.payload.method.id == AMQP_BASIC_NACK_METHOD) {
-        throw AmqpError("the broker refused a published message (basic.nack)");
+        throw Broken("the broker refused a published message (basic.nack)");
       }
     }
     OutOfTurn(&frame);
@@ -283,11 +331,11 @@ void Connection::WaitForConfirm() {
 std::optional<Message> Connection::Get(const std::string& queue) {
   amqp_maybe_release_buffers(S(state_));
   auto r = amqp_basic_get(S(state_), channel_, Bytes(queue), 1);
-  if (r.reply_type != AMQP_RESPONSE_NORMAL) throw AmqpError("basic.get: " + Describe(r));
+  if (r.reply_type != AMQP_RESPONSE_NORMAL) throw Broken("basic.get: " + Describe(r));
   if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) return std::nullopt;
   amqp_message_t message;
   auto read = amqp_read_message(S(state_), channel_, &message, 0);
-  if (read.reply_type != AMQP_RESPONSE_NORMAL) throw AmqpError("basic.get: " + Describe(read));
+  if (read.reply_type != AMQP_RESPONSE_NORMAL) throw Broken("basic.get: " + Describe(read));
   Message m = FromProperties(message.properties, message.body);
   amqp_destroy_message(&message);
   return m;
@@ -303,7 +351,7 @@ void Connection::Idle(std::chrono::milliseconds wait) {
     timeval tv = TimeVal(left);
     int rc = amqp_simple_wait_frame_noblock(S(state_), &frame, &tv);
     if (rc == AMQP_STATUS_TIMEOUT) return;
-    if (rc != AMQP_STATUS_OK) throw AmqpError("connection to the broker lost");
+    if (rc != AMQP_STATUS_OK) throw Broken("connection to the broker lost");
     OutOfTurn(&frame);
   }
 }

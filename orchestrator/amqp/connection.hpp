@@ -3,8 +3,11 @@
 // straight to a queue by name.
 //
 // Not thread-safe (nor is rabbitmq-c's connection): one thread owns a Connection. Every
-// failure (the broker gone, a channel closed by it, a timeout) throws AmqpError, after which
-// the connection is unusable: make a new one.
+// failure (the broker gone, a channel closed by it, a timeout, a consumer cancelled by the
+// broker) throws AmqpError, after which the connection is unusable: make a new one. rabbitmq-c
+// 0.11 has no RPC timeout: the RPCs (declare, qos, consume) wait on the broker's TCP
+// connection, whose heartbeat (30 s) ends a dead one; publishes, confirms and deliveries wait
+// at most `timeout`.
 //   amqp::Connection c("amqp://guest:guest@127.0.0.1:5672/");
 //   c.DeclareQueue("orders"); c.Confirm(); c.Publish("orders", {.body = "{}"});
 #pragma once
@@ -40,11 +43,15 @@ struct Delivery {
   Message message;
 };
 
+// Throws std::invalid_argument unless `url` is an amqp:// URL (a bad flag fails at start-up,
+// not at every reconnect).
+void CheckUrl(const std::string& url);
+
 class Connection {
  public:
   // amqp://user:password@host:port/vhost (the AMQP URI spec: guest:guest@localhost:5672 for
   // parts left out; no path is the vhost "/", which as a path is %2f, while a bare trailing
-  // "/" names the vhost ""). `timeout` bounds the connect and every wait for the broker.
+  // "/" names the vhost ""). `timeout` bounds the connect and the waits for confirms.
   explicit Connection(const std::string& url,
                       std::chrono::milliseconds timeout = std::chrono::seconds(5));
   ~Connection();
@@ -54,6 +61,7 @@ class Connection {
   // A durable queue; one that exists already is used as it is (a quorum queue, say, or one
   // declared with other arguments). Returns how many messages it holds.
   uint32_t DeclareQueue(const std::string& queue);
+  void DeleteQueue(const std::string& queue);
   // Publisher confirms: from now on Publish returns once the broker has the message (on disk,
   // for a persistent message to a durable queue) and throws if it refused it.
   void Confirm();
@@ -65,7 +73,8 @@ class Connection {
   void Ack(uint64_t tag);
   // requeue: back to the queue (redelivered later); otherwise dropped.
   void Reject(uint64_t tag, bool requeue);
-  void Publish(const std::string& queue, const Message& message);
+  // `mandatory`: a message no queue takes is an error (AmqpError), not silently dropped.
+  void Publish(const std::string& queue, const Message& message, bool mandatory = false);
   // One message taken from `queue` and acknowledged at once (basic.get), or nullopt if empty.
   std::optional<Message> Get(const std::string& queue);
   // Services the connection (heartbeats) for `wait` while its owner has nothing else to do
@@ -76,12 +85,16 @@ class Connection {
   void Check(const char* what);  // throws unless the last RPC succeeded
   // Handles a frame that arrived out of turn: throws on a channel or connection close.
   void OutOfTurn(const void* frame);
-  void WaitForConfirm();
+  // False when the message came back unroutable (mandatory) before its confirm.
+  bool WaitForConfirm();
+  // Marks the connection unusable (closed without the handshake) and makes the error.
+  AmqpError Broken(const std::string& what);
   void OpenChannel();
 
   void* state_;  // amqp_connection_state_t
   int channel_ = 0;
   bool confirms_ = false;
+  bool broken_ = false;
   uint64_t published_ = 0;  // publish sequence number, for confirms
   std::chrono::milliseconds timeout_;
 };

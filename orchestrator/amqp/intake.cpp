@@ -80,12 +80,13 @@ Message DeadLetter(const Message& m, const httplib::Response& res) {
 
 Intake::Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics)
     : options_(std::move(options)), submit_(std::move(submit)) {
+  CheckUrl(options_.url);
   if (metrics != nullptr) {
     messages_ = &metrics->Counter(
         "idemsaga_amqp_messages_total",
         "Order messages taken from the queue, by what became of them: replied (final answer "
-        "published, acked), dead_lettered, requeued (an outage, or a saga that ran too long); "
-        "redelivered counts deliveries the broker had handed out before.",
+        "published, acked), dead_lettered, requeued (stopping, or a saga that outlived "
+        "--amqp-max-wait-ms); redelivered counts deliveries the broker had handed out before.",
         {"outcome"});
   }
 }
@@ -128,20 +129,28 @@ class Intake::Consumer {
     httplib::Request req = ToRequest(m);
     auto deadline = std::chrono::steady_clock::now() + intake_.options_.max_wait;
     auto wait = std::chrono::milliseconds(100);
+    bool logged_outage = false;
     for (;;) {
       httplib::Response res;
-      KeyOutcome outcome;
+      std::optional<KeyOutcome> outcome;
       try {
         outcome = intake_.submit_(req, res);
       } catch (const std::exception& e) {
-        // The database failed: nothing was answered, so the message is tried again.
-        common::Log("amqp_order_unavailable",
-                    {{"queue", intake_.options_.queue}, {"error", e.what()}});
-        return Requeue(d, std::chrono::seconds(1));
+        if (!logged_outage) {
+          common::Log("amqp_order_unavailable",
+                      {{"queue", intake_.options_.queue}, {"error", e.what()}});
+          logged_outage = true;
+        }
       }
-      if (res.status >= 500) return Requeue(d, std::chrono::seconds(1));
-      if (outcome == KeyOutcome::kNone || outcome == KeyOutcome::kMismatch) {
-        conn_.Publish(intake_.options_.queue + ".dead", DeadLetter(m, res));
+      // Nothing answered (the database failed), or refused before the key was consulted with
+      // "try again" (503 while shutting down): asked again, with the message kept in hand
+      // rather than requeued, since a requeue counts against a quorum queue's delivery-limit
+      // and an outage must not use it up.
+      bool unavailable = !outcome || (*outcome == KeyOutcome::kNone && res.status >= 500);
+      if (!unavailable && (*outcome == KeyOutcome::kNone || *outcome == KeyOutcome::kMismatch)) {
+        // Mandatory: a dead-letter queue deleted meanwhile fails the publish (the message is
+        // then redelivered and the queue declared again), never loses the message.
+        conn_.Publish(intake_.options_.queue + ".dead", DeadLetter(m, res), true);
         if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, res));
         conn_.Ack(d.tag);
         common::Log("amqp_order_dead_lettered", {{"queue", intake_.options_.queue},
@@ -150,17 +159,20 @@ class Intake::Consumer {
         intake_.Count("dead_lettered");
         return;
       }
+      // Whatever status the saga's stored answer has (a 502 `<step>_unavailable` included),
+      // it is final: replayed to every later copy of the message.
       bool running = outcome == KeyOutcome::kInProgress || res.status == 202;
-      if (!running) {
+      if (!unavailable && !running) {
         if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, res));
         conn_.Ack(d.tag);
         intake_.Count("replied");
         return;
       }
       // Its saga goes on (here after a 202, or in a process that died and whose lease
-      // recovery takes over): ask again until its answer is stored.
-      if (intake_.stopping_ || std::chrono::steady_clock::now() + wait > deadline) {
-        return Requeue(d, std::chrono::milliseconds(0));
+      // recovery takes over), or the database is away: ask again until the answer is final.
+      // A saga that outlives max_wait goes back to the queue and is asked about later.
+      if (intake_.stopping_ || (running && std::chrono::steady_clock::now() + wait > deadline)) {
+        return Requeue(d);
       }
       conn_.Idle(wait);
       wait = std::min(wait * 2, std::chrono::milliseconds(2000));
@@ -168,9 +180,7 @@ class Intake::Consumer {
   }
 
  private:
-  void Requeue(const Delivery& d, std::chrono::milliseconds pause) {
-    // Paused first, so that an outage is not a hot loop of redeliveries.
-    if (pause.count() > 0 && !intake_.stopping_) conn_.Idle(pause);
+  void Requeue(const Delivery& d) {
     conn_.Reject(d.tag, true);
     intake_.Count("requeued");
   }

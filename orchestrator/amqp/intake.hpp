@@ -10,7 +10,9 @@
 // missing or bad key, an unknown tenant, an invalid order) or whose key was used for
 // another order goes to the dead-letter queue `<queue>.dead` with the reason in its headers
 // (without the Authorization header), and is answered on `reply_to` with the error. A
-// database outage returns the message to the queue.
+// saga's stored answer is final whatever its status (a 502 of a step that stayed down too).
+// During a database outage the message stays in hand and is asked about again: a requeue
+// would count against a quorum queue's delivery-limit.
 //
 // Each consumer is one connection with a prefetch of one: at most `consumers` messages are
 // in hand at once, so a slow database slows consumption instead of piling work up here.
@@ -53,10 +55,11 @@ class Intake {
   // Places one order (Orchestrator::SubmitOrder): answers `res`, returns what the key said.
   using Submit = std::function<KeyOutcome(const httplib::Request&, httplib::Response&)>;
 
-  // Counts messages in `metrics` (may be null):
+  // Throws std::invalid_argument for a URL that is not amqp://... Counts messages in
+  // `metrics` (may be null):
   //   idemsaga_amqp_messages_total{outcome}: replied (final answer published, acked),
-  //   dead_lettered, requeued (outage, or waited too long), and redelivered (deliveries the
-  //   broker marked as seen before).
+  //   dead_lettered, requeued (stopping, or a saga that outlived max_wait), and redelivered
+  //   (deliveries the broker marked as seen before).
   Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics = nullptr);
   ~Intake();
 

@@ -49,14 +49,18 @@ class AmqpIntake : public ::testing::Test {
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(broker_dir_);
   }
 
-  // A stack whose orchestrator will consume orders_NAME (and answer on HTTP as ever), with
-  // its participants started.
-  static std::unique_ptr<Stack> Started(const std::string& name) {
+  // A stack whose orchestrator consumes orders_NAME (and answers on HTTP as ever), started
+  // with `crash_points` (IDEMSAGA_CRASH_POINTS).
+  static std::unique_ptr<Stack> Started(const std::string& name,
+                                        const std::vector<std::string>& more_args = {},
+                                        const std::string& crash_points = "") {
     chaos::StackOptions o;
     o.orchestrator_args = {"--amqp-url",     broker_->Url(),     "--amqp-queue",
                            "orders_" + name, "--amqp-consumers", "4"};
+    o.orchestrator_args.insert(o.orchestrator_args.end(), more_args.begin(), more_args.end());
     auto stack = std::make_unique<Stack>("amqp_" + name, o);
     stack->StartParticipants();
+    stack->StartOrchestrator(0, crash_points);
     return stack;
   }
 
@@ -147,15 +151,19 @@ class AmqpIntake : public ::testing::Test {
 std::string AmqpIntake::broker_dir_;
 chaos::RabbitBroker* AmqpIntake::broker_ = nullptr;
 
-void Expect(const chaos::Report& report, const std::string& line) {
+// The fault suite's invariants over the four databases, every record's saga ended.
+void ExpectClean(const Stack& stack, const std::vector<KeyRecord>& records,
+                 const std::string& scenario, const std::string& extra = "") {
+  auto report = chaos::CheckInvariants(stack, records);
+  std::string line = report.Line(scenario, extra);
   std::cout << line << std::endl;
   EXPECT_TRUE(report.Clean()) << line << "\nreconcile: " << report.reconcile_report;
+  EXPECT_EQ(report.terminal, static_cast<long long>(records.size()));
 }
 
 TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
   auto started = Started("copies");
   Stack& stack = *started;
-  stack.StartOrchestrator(0);
   auto publisher = Publisher("copies");
   Connection& c = *publisher;
   // One key sent 50 times, beside 10 other orders (every fourth declined).
@@ -196,18 +204,15 @@ TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
   EXPECT_EQ(over_http.final_body, records[0].final_body);
   EXPECT_EQ(over_http.final_status, records[0].final_status);
   EXPECT_EQ(Messages(stack, "replied", kCopies + 10), kCopies + 10);
-  auto report = chaos::CheckInvariants(stack, records);
-  Expect(report, report.Line("amqp_copies",
-                             "messages=" + std::to_string(kCopies + 10) +
-                                 " replies_for_copied_key=" + std::to_string(copies_answered)));
-  EXPECT_EQ(report.terminal, static_cast<long long>(records.size()));
+  ExpectClean(stack, records, "amqp_copies",
+              "messages=" + std::to_string(kCopies + 10) +
+                  " replies_for_copied_key=" + std::to_string(copies_answered));
 }
 
 TEST_F(AmqpIntake, KillNineBetweenClaimAndAckRedeliversAndMakesOneSaga) {
-  auto started = Started("kill");
-  Stack& stack = *started;
   // The first claim kills the process: the key is claimed, the message not acknowledged.
-  stack.StartOrchestrator(0, "after_claim");
+  auto started = Started("kill", {}, "after_claim");
+  Stack& stack = *started;
   auto publisher = Publisher("kill");
   Connection& c = *publisher;
   std::vector<KeyRecord> records = {{"demo", "amqp-kill-0", OrderBody(0, false)},
@@ -227,15 +232,12 @@ TEST_F(AmqpIntake, KillNineBetweenClaimAndAckRedeliversAndMakesOneSaga) {
   EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
   EXPECT_EQ(replies["0"].size(), 1u);
   EXPECT_EQ(c.DeclareQueue("orders_kill"), 0u);
-  auto report = chaos::CheckInvariants(stack, records);
-  Expect(report, report.Line("amqp_kill_between_claim_and_ack"));
-  EXPECT_EQ(report.terminal, 2);
+  ExpectClean(stack, records, "amqp_kill_between_claim_and_ack");
 }
 
 TEST_F(AmqpIntake, BrokerRestartUnderLoadEndsEveryOrderOnce) {
   auto started = Started("restart");
   Stack& stack = *started;
-  stack.StartOrchestrator(0);
   Publisher("restart");
   constexpr int kOrders = 80, kRestartAt = 30;
   std::vector<KeyRecord> records;
@@ -285,17 +287,14 @@ TEST_F(AmqpIntake, BrokerRestartUnderLoadEndsEveryOrderOnce) {
     for (const auto& r : rs) EXPECT_EQ(r.body, rs[0].body) << "replies of " << id << " differ";
   }
   EXPECT_EQ(replies.size(), static_cast<size_t>(kOrders));
-  auto report = chaos::CheckInvariants(stack, records);
-  Expect(report, report.Line("amqp_broker_restart",
-                             "republished=" + std::to_string(republished) +
-                                 " duplicate_replies=" + std::to_string(duplicate_replies)));
-  EXPECT_EQ(report.terminal, kOrders);
+  ExpectClean(stack, records, "amqp_broker_restart",
+              "republished=" + std::to_string(republished) +
+                  " duplicate_replies=" + std::to_string(duplicate_replies));
 }
 
 TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNothing) {
   auto started = Started("poison");
   Stack& stack = *started;
-  stack.StartOrchestrator(0);
   auto publisher = Publisher("poison");
   Connection& c = *publisher;
   KeyRecord good{"demo", "amqp-poison-good", OrderBody(1, false)};
@@ -398,6 +397,72 @@ TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNot
   EXPECT_EQ(Count(stack.DatabaseUrl("payment"), "SELECT count(*) FROM charges"), 1);
   std::cout << "amqp_poison: messages=" << cases.size() << " dead_lettered=" << dead.size()
             << " status_5xx=" << server_errors << std::endl;
+}
+
+TEST_F(AmqpIntake, AStoredFailureIsFinalWhateverItsStatus) {
+  // Payment stays down past the step's deadline: the saga compensates and stores 502. Before
+  // the fix, that 502 was requeued on every delivery, for ever.
+  auto started = Started("failure", {"--step-deadline-ms", "1500"});
+  Stack& stack = *started;
+  stack.SetFaults("payment", {{"error_rate", 1.0}});
+  auto publisher = Publisher("failure");
+  Connection& c = *publisher;
+  std::vector<KeyRecord> records = {{"demo", "amqp-failure-0", OrderBody(0, false)}};
+  c.Publish("orders_failure", Order(records[0], "replies_failure", "0"));
+  c.Publish("orders_failure", Order(records[0], "replies_failure", "0"));  // and a copy
+  // Back once the step has failed, so that its compensation (a refund of nothing) goes through.
+  const std::string status_sql =
+      "SELECT count(*) FROM idempotency_keys WHERE status = 'compensating'";
+  for (auto deadline = Clock::now() + std::chrono::seconds(30);
+       Count(stack.DatabaseUrl("orchestrator"), status_sql) == 0 && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stack.SetFaults("payment", {{"error_rate", 0.0}});
+  auto replies = Collect(c, "replies_failure", 2);
+  Record(records[0], replies["0"]);
+  ASSERT_EQ(replies["0"].size(), 2u);
+  EXPECT_EQ(replies["0"][0].status, 502) << replies["0"][0].body;
+  EXPECT_EQ(replies["0"][1].body, replies["0"][0].body);
+  EXPECT_EQ(Messages(stack, "replied", 2), 2);
+  EXPECT_EQ(Messages(stack, "requeued", 0), -1) << "never requeued";
+  ExpectClean(stack, records, "amqp_stored_failure");
+}
+
+TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
+  auto started = Started("deleted");
+  Stack& stack = *started;
+  auto publisher = Publisher("deleted");
+  Connection& c = *publisher;
+  std::vector<KeyRecord> records = {{"demo", "amqp-deleted-0", OrderBody(0, false)},
+                                    {"demo", "amqp-deleted-1", OrderBody(1, false)}};
+  c.Publish("orders_deleted", Order(records[0], "replies_deleted", "0"));
+  auto first = Collect(c, "replies_deleted", 1);
+  ASSERT_EQ(first["0"].size(), 1u);
+  Record(records[0], first["0"]);
+  // The broker cancels every consumer of a deleted queue; the dead-letter queue goes too.
+  c.DeleteQueue("orders_deleted");
+  c.DeleteQueue("orders_deleted.dead");
+  c.DeclareQueue("orders_deleted");
+  Message poison = Order({"demo", "amqp-deleted-bad", "{"}, "replies_deleted", "bad");
+  c.Publish("orders_deleted", poison);
+  c.Publish("orders_deleted", Order(records[1], "replies_deleted", "1"));
+  auto replies = Collect(c, "replies_deleted", 2);
+  Record(records[1], replies["1"]);
+  EXPECT_EQ(replies["1"].size(), 1u) << "consumed again after the cancel";
+  EXPECT_EQ(replies["bad"].size(), 1u);
+  std::optional<Message> dead;
+  for (auto deadline = Clock::now() + std::chrono::seconds(30); !dead && Clock::now() < deadline;) {
+    try {
+      Connection probe(broker_->Url());
+      dead = probe.Get("orders_deleted.dead");
+    } catch (const orchestrator::amqp::AmqpError&) {  // not declared again yet
+    }
+    if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(dead) << "the dead letter was lost";
+  EXPECT_EQ(dead->correlation_id, "bad");
+  EXPECT_EQ(dead->headers["x-idemsaga-error"], "invalid_json");
+  ExpectClean(stack, records, "amqp_queues_deleted");
 }
 
 }  // namespace
