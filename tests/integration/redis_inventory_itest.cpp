@@ -2,8 +2,13 @@
 // test (tests/support/redis_harness.hpp): the guard's promise counted in Redis itself, answers
 // compared byte for byte with the PostgreSQL inventory's, durability across a crash, an outage,
 // hostile input, and whole orders through the real orchestrator.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <random>
@@ -12,6 +17,7 @@
 
 #include "common/crypto.hpp"
 #include "common/http/problem.hpp"
+#include "common/net.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "services_mock/redis_inventory.hpp"
 #include "services_mock/service.hpp"
@@ -258,6 +264,111 @@ TEST_F(RedisInventoryTest, RedisDownIs503AndARetryWithTheSameKeyAppliesOnce) {
   EXPECT_EQ(Reserve("outage-inventory")->body, retry->body);
   EXPECT_EQ(Available("widget"), 1000000 - 2);
   EXPECT_EQ(client_.Get("/readyz")->status, 200);
+}
+
+// A TCP relay to Redis on loopback that can hold back the next reply Redis sends: the one
+// failure a timeout cannot tell apart from a lost request (the script ran; its answer did not
+// arrive in time).
+class ReplyDelayingRelay {
+ public:
+  explicit ReplyDelayingRelay(int redis_port) : redis_port_(redis_port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    port_ = common::FreeLoopbackPort();
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    int one = 1;
+    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        listen(listener_, 64) != 0) {
+      throw std::runtime_error("relay: cannot listen");
+    }
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~ReplyDelayingRelay() {
+    stop_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    acceptor_.join();
+    for (auto& t : pipes_) t.join();
+  }
+  std::string Url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  // The next reply from Redis reaches its client `d` late.
+  void DelayNextReply(std::chrono::milliseconds d) { delay_ms_ = d.count(); }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      int client = accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      int server = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(redis_port_));
+      if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(client);
+        close(server);
+        continue;
+      }
+      pipes_.emplace_back([this, client, server] { Pipe(client, server); });
+    }
+  }
+  void Pipe(int client, int server) {
+    pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+    char buf[65536];
+    while (!stop_ && poll(fds, 2, 100) >= 0) {
+      for (int i = 0; i < 2; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = read(fds[i].fd, buf, sizeof buf);
+        if (n <= 0) {
+          close(client);
+          close(server);
+          return;
+        }
+        if (i == 1) {
+          if (long long d = delay_ms_.exchange(0)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(d));
+          }
+        }
+        if (write(fds[1 - i].fd, buf, static_cast<size_t>(n)) != n) {
+          close(client);
+          close(server);
+          return;
+        }
+      }
+    }
+    close(client);
+    close(server);
+  }
+
+  int redis_port_;
+  int port_ = 0;
+  int listener_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<long long> delay_ms_{0};
+  std::thread acceptor_;
+  std::vector<std::thread> pipes_;  // joined on destruction; only Accept() adds to it
+};
+
+TEST_F(RedisInventoryTest, AnAnswerLostAfterTheScriptRanIsAskedAgainAndAppliesOnce) {
+  ReplyDelayingRelay relay(redis_.port());
+  Running svc(ParticipantKind::kInventory, "", OnRedis(relay.Url()));
+  auto client = svc.Client();
+  long long before = Available("widget");
+  // The script runs and takes the stock; its answer arrives after the command timeout (2 s).
+  relay.DelayNextReply(3s);
+  auto first = Post(client, "/v1/reservations", {.key = "lost-answer", .body = kTwoWidgets});
+  ASSERT_TRUE(first);
+  // Asked again on a fresh connection, the script finds the key and replays it: the effect
+  // happened once, and the caller gets its answer (marked as the replay it is).
+  EXPECT_EQ(first->status, 201) << first->body;
+  EXPECT_EQ(Available("widget"), before - 2);
+  EXPECT_EQ(Keys("inv:res:demo:lost-answer").size(), 1u);
+  auto again = Post(client, "/v1/reservations", {.key = "lost-answer", .body = kTwoWidgets});
+  EXPECT_EQ(again->body, first->body);
+  EXPECT_EQ(Available("widget"), before - 2);
 }
 
 TEST_F(RedisInventoryTest, ServesPolicyKeysMetricsAndStockLikeThePostgresInventory) {
