@@ -203,8 +203,10 @@ void Intake::Run(int index) {
         if (auto d = conn.Next(std::chrono::milliseconds(200))) consumer.Handle(*d);
       }
       return;
-    } catch (const AmqpError& e) {
-      // The message in hand, if any, goes back to the queue with the connection.
+    } catch (const std::exception& e) {
+      // The broker went away, or anything else failed with a message in hand (which goes
+      // back to the queue with the connection): connect again rather than end the thread,
+      // or the process (an exception leaving a std::thread is std::terminate).
       common::Log(
           "amqp_intake_disconnected",
           {{"queue", options_.queue}, {"consumer", std::to_string(index)}, {"error", e.what()}});
