@@ -71,13 +71,20 @@ Message FromProperties(const amqp_basic_properties_t& p, const amqp_bytes_t& bod
   return m;
 }
 
+// rabbitmq-c parses in place: `buf` holds the strings `info` points into.
+bool ParseUrl(const std::string& url, std::vector<char>& buf, amqp_connection_info& info) {
+  buf.assign(url.begin(), url.end());
+  buf.push_back('\0');
+  amqp_default_connection_info(&info);
+  return url.empty() || amqp_parse_url(buf.data(), &info) == AMQP_STATUS_OK;
+}
+
 }  // namespace
 
 void CheckUrl(const std::string& url) {
-  std::vector<char> buf(url.begin(), url.end());
-  buf.push_back('\0');
+  std::vector<char> buf;
   amqp_connection_info info;
-  if (url.empty() || amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) {
+  if (url.empty() || !ParseUrl(url, buf, info)) {
     throw std::invalid_argument("--amqp-url is not an amqp:// URL");  // no echo: credentials
   }
 }
@@ -85,11 +92,9 @@ void CheckUrl(const std::string& url) {
 Connection::Connection(const std::string& url, std::chrono::milliseconds timeout)
     : state_(amqp_new_connection()), timeout_(timeout) {
   if (state_ == nullptr) throw AmqpError("out of memory");
-  std::vector<char> buf(url.begin(), url.end());
-  buf.push_back('\0');
+  std::vector<char> buf;
   amqp_connection_info info;
-  amqp_default_connection_info(&info);
-  if (!url.empty() && amqp_parse_url(buf.data(), &info) != AMQP_STATUS_OK) {
+  if (!ParseUrl(url, buf, info)) {
     amqp_destroy_connection(S(state_));
     throw AmqpError("not an amqp:// URL");
   }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/http/problem.hpp"
+#include "common/http/request_parser.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "orchestrator/amqp/connection.hpp"
@@ -12,12 +13,8 @@
 namespace orchestrator::amqp {
 namespace {
 
-bool SameName(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
-  });
-}
+// Header names match as HTTP's do: in any case.
+using common::http::detail::IEquals;
 
 // The HTTP request the message stands for: POST /v1/orders with the message's body and the
 // headers the route reads. Header names are matched as HTTP matches them (any case); every
@@ -30,15 +27,15 @@ httplib::Request ToRequest(const Message& m) {
   bool has_key = false;
   for (const auto& [name, value] : m.headers) {
     for (const char* wanted : {"Authorization", "Idempotency-Key", "traceparent"}) {
-      if (!SameName(name, wanted)) continue;
+      if (!IEquals(name, wanted)) continue;
       req.headers.emplace(wanted, value);
-      has_key |= SameName(name, "Idempotency-Key");
+      has_key |= IEquals(name, "Idempotency-Key");
     }
   }
   for (const auto& [name, kind] : m.other_headers) {
     // A key that is not a string (a number, a table) is no key: an sf-string of it would be
     // a guess. Passed on as something the route refuses as a bad key.
-    if (SameName(name, "Idempotency-Key")) {
+    if (IEquals(name, "Idempotency-Key")) {
       req.headers.emplace("Idempotency-Key", "(" + std::string(1, kind) + ")");
       has_key = true;
     }
@@ -58,7 +55,7 @@ Message Reply(const Message& request, const httplib::Response& res) {
   reply.body = res.body;
   reply.content_type = res.get_header_value("Content-Type");
   for (const auto& [name, value] : res.headers) {
-    if (!SameName(name, "Content-Type")) reply.headers[name] = value;
+    if (!IEquals(name, "Content-Type")) reply.headers[name] = value;
   }
   reply.headers["status"] = std::to_string(res.status);
   return reply;
@@ -68,7 +65,7 @@ Message Reply(const Message& request, const httplib::Response& res) {
 // operators, not tenants), with why it was refused.
 Message DeadLetter(const Message& m, const httplib::Response& res) {
   Message dead = m;
-  std::erase_if(dead.headers, [](const auto& h) { return SameName(h.first, "Authorization"); });
+  std::erase_if(dead.headers, [](const auto& h) { return IEquals(h.first, "Authorization"); });
   auto [code, detail] = common::http::ErrorOf(nlohmann::json::parse(res.body, nullptr, false));
   dead.headers["x-idemsaga-status"] = std::to_string(res.status);
   dead.headers["x-idemsaga-error"] = code;

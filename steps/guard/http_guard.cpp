@@ -152,20 +152,6 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
   finish();
 }
 
-HttpGuard::Handler HttpGuard::Action(Validate validate, RouteEffect effect,
-                                     EffectScope scope) const {
-  return [this, validate = std::move(validate), effect = std::move(effect), scope](
-             const httplib::Request& req, httplib::Response& res) {
-    Serve(
-        "action", req, res,
-        [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
-        [&](const Request& r) {
-          return guard_->Run(
-              r, [&](pqxx::work& tx) { return effect(tx, r); }, scope);
-        });
-  };
-}
-
 namespace {
 
 std::string ValidateCompensation(const Request& r) {
@@ -185,35 +171,41 @@ std::string ValidateCompensation(const Request& r) {
 
 }  // namespace
 
+// The entry points over the PostgreSQL Guard are the store-neutral ones with Guard's calls.
+HttpGuard::Handler HttpGuard::Action(Validate validate, RouteEffect effect,
+                                     EffectScope scope) const {
+  return Guarded("action", std::move(validate),
+                 [this, effect = std::move(effect), scope](const Request& r) {
+                   return guard_->Run(
+                       r, [&](pqxx::work& tx) { return effect(tx, r); }, scope);
+                 });
+}
+
 HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
-  return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
-    Serve("compensation", req, res, ValidateCompensation, [&](const Request& r) {
-      return guard_->Compensate(
-          r, r.body["action_key"].get<std::string>(),
-          [&](pqxx::work& tx, const ActionRecord& action) { return undo(tx, r, action); },
-          r.body.value("action_applied", false));
-    });
-  };
+  return GuardedCompensation([this, undo = std::move(undo)](const Request& r,
+                                                            const std::string& action_key,
+                                                            bool action_applied) {
+    return guard_->Compensate(
+        r, action_key,
+        [&](pqxx::work& tx, const ActionRecord& action) { return undo(tx, r, action); },
+        action_applied);
+  });
 }
 
 HttpGuard::Handler HttpGuard::ExternalAction(Validate validate,
                                              Guard::ExternalEffect effect) const {
-  return [this, validate = std::move(validate), effect = std::move(effect)](
-             const httplib::Request& req, httplib::Response& res) {
-    Serve(
-        "action", req, res,
-        [&](const Request& r) { return validate ? validate(r.body) : std::string(); },
-        [&](const Request& r) { return guard_->RunExternal(r, effect); });
-  };
+  return Guarded("action", std::move(validate),
+                 [this, effect = std::move(effect)](const Request& r) {
+                   return guard_->RunExternal(r, effect);
+                 });
 }
 
 HttpGuard::Handler HttpGuard::ExternalCompensation(Guard::ExternalUndo undo) const {
-  return [this, undo = std::move(undo)](const httplib::Request& req, httplib::Response& res) {
-    Serve("compensation", req, res, ValidateCompensation, [&](const Request& r) {
-      return guard_->CompensateExternal(r, r.body["action_key"].get<std::string>(), undo,
-                                        r.body.value("action_applied", false));
-    });
-  };
+  return GuardedCompensation([this, undo = std::move(undo)](const Request& r,
+                                                            const std::string& action_key,
+                                                            bool action_applied) {
+    return guard_->CompensateExternal(r, action_key, undo, action_applied);
+  });
 }
 
 HttpGuard::Handler HttpGuard::Guarded(const char* kind, Validate validate, Run run) const {
@@ -263,11 +255,11 @@ HttpGuard::Handler HttpGuard::Keys(ListKeys list) const {
                       "key) and limit (1-1000) are required");
     }
     auto keys = list(tenant, std::chrono::seconds(*since), after, static_cast<int>(*limit));
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& k : keys) list.push_back(k.ToJson());
+    nlohmann::json listed = nlohmann::json::array();
+    for (const auto& k : keys) listed.push_back(k.ToJson());
     nlohmann::json next = nullptr;
     if (static_cast<long long>(keys.size()) == *limit) next = keys.back().key;
-    res.set_content(nlohmann::json{{"keys", list}, {"next", next}}.dump(), "application/json");
+    res.set_content(nlohmann::json{{"keys", listed}, {"next", next}}.dump(), "application/json");
   };
 }
 
