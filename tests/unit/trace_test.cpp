@@ -6,6 +6,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "common/trace/exporter.hpp"
 #include "common/trace/otlp.hpp"
@@ -60,6 +61,33 @@ TEST(Traceparent, NewIdsAreValidAndDistinct) {
   EXPECT_TRUE(IsHexId(NewTraceId(), 32));
   EXPECT_TRUE(IsHexId(NewSpanId(), 16));
   EXPECT_NE(NewTraceId(), NewTraceId());
+}
+
+// Ids come from a generator per thread: threads must not repeat each other's sequences, and
+// every hex digit must occur in every position (no stuck bits).
+TEST(Traceparent, IdsFromManyThreadsNeverRepeat) {
+  constexpr int kThreads = 4, kEach = 5000;
+  std::vector<std::vector<std::string>> ids(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&ids, t] {
+      for (int i = 0; i < kEach; ++i) {
+        ids[t].push_back(i % 2 == 0 ? NewTraceId() : NewSpanId() + NewSpanId());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<std::string> all;
+  std::vector<std::set<char>> digits(32);
+  for (const auto& list : ids) {
+    for (const auto& id : list) {
+      ASSERT_TRUE(IsHexId(id, 32)) << id;
+      all.insert(id);
+      for (size_t i = 0; i < id.size(); ++i) digits[i].insert(id[i]);
+    }
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kEach));
+  for (const auto& d : digits) EXPECT_EQ(d.size(), 16u);
 }
 
 SpanData Sample(std::string service, std::string span_id, std::string parent) {
