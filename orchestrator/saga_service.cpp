@@ -325,9 +325,9 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps), response.headers)) {
         common::CrashPoint("after_finish");
-        // The row's retention counted from its commit, a moment ago: a second less is safe.
-        Remember(row, response.status, response.body, response.headers,
-                 store_.options().retention - std::chrono::seconds(1));
+        // Not remembered yet: most keys are never sent again, and copying every answer into
+        // memory cost each order an allocation burst and the cache its whole budget. The
+        // first replay reads the row (Replay remembers it); a storm after it comes from memory.
         common::Log("saga_finished",
                     {{"tenant", row.tenant_id},
                      {"key", row.key},

@@ -1,5 +1,5 @@
 // Finished answers kept in memory, so that a retry storm of finished keys is answered without
-// a database round trip.
+// a database round trip. Filled by replays, not by finishing: most keys are never sent again.
 //
 // A finished parent row never changes again (Finish only moves a running saga), so a cached
 // copy is the stored answer, on every replica. An entry lives at most `ttl`, and never past the

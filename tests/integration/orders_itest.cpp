@@ -265,13 +265,16 @@ TEST_F(OrdersTest, TheStoredAnswersHeadersAreReplayedWithIt) {
   }
 }
 
-// A finished answer never changes, so this process replays it from memory: with the parent
-// table locked against every reader, the replay and the 422 still come at once, byte for
-// byte; the same key of another tenant is never answered from that memory.
+// A finished answer never changes, so once replayed this process replays it from memory: with
+// the parent table locked against every reader, the replay and the 422 still come at once, byte
+// for byte; the same key of another tenant is never answered from that memory.
 TEST_F(OrdersTest, AFinishedOrderIsReplayedFromMemoryButNeverToAnotherTenant) {
   auto first = Submit(Order("cached-1"));
   ASSERT_TRUE(first);
   ASSERT_EQ(first->status, 201);
+  auto from_db = Submit(Order("cached-1"));  // the first replay reads the row, and remembers it
+  ASSERT_TRUE(from_db);
+  EXPECT_EQ(from_db->body, first->body);
   pqxx::connection locker(orch_db_.url());
   pqxx::work lock(locker);
   lock.exec("LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE");
