@@ -60,6 +60,32 @@ TEST_F(InventoryTest, ReservesStockAndReplaysTheSameReservation) {
   EXPECT_EQ(Rows("reservations"), 1);
 }
 
+// One SKU takes its slot and records the reservation in one statement: what it records is what
+// a release needs to put every unit back where it came from.
+TEST_F(InventoryTest, AOneSkuReservationRecordsItsSlotAndIsReleasedIntoIt) {
+  auto r = Post(client_, "/v1/reservations",
+                {.key = "O-inventory", .body = R"({"items":[{"sku":"widget","quantity":4}]})"});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(nlohmann::json::parse(r->body)["items"],
+            nlohmann::json::parse(R"([{"quantity":4,"sku":"widget"}])"));
+  EXPECT_EQ(db_.Count(R"(SELECT count(*) FROM reservations r JOIN stock_slots s
+                         ON s.sku = 'widget' AND s.slot = (r.slots->0->>'slot')::int
+                         WHERE r.idempotency_key = 'O-inventory'
+                           AND r.items = '[{"sku":"widget","quantity":4}]'::jsonb
+                           AND jsonb_array_length(r.slots) = 1
+                           AND r.slots->0->>'sku' = 'widget'
+                           AND (r.slots->0->>'quantity')::int = 4 AND s.reserved = 4)"),
+            1);
+  auto released =
+      Post(client_, "/v1/reservations/release",
+           {.key = "O-inventory-compensate", .body = R"({"action_key":"O-inventory"})"});
+  ASSERT_TRUE(released);
+  EXPECT_EQ(released->status, 200) << released->body;
+  EXPECT_EQ(Available("widget"), 1000000);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM stock_slots WHERE reserved <> 0"), 0);
+}
+
 TEST_F(InventoryTest, InsufficientStockIsStoredAndChangesNothing) {
   auto r =
       Post(client_, "/v1/reservations",
