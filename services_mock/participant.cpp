@@ -68,6 +68,12 @@ void Participant::Action(common::http::Server& server, const std::string& path,
   server.Post(path, http_.Action(std::move(validate), std::move(effect)));
 }
 
+void Participant::PlannedAction(
+    common::http::Server& server, const std::string& path, steps::guard::Validate validate,
+    std::function<steps::guard::PlannedEffect(const steps::guard::Request&)> plan) {
+  server.Post(path, http_.PlannedAction(std::move(validate), std::move(plan)));
+}
+
 void Participant::Compensation(common::http::Server& server, const std::string& path,
                                steps::guard::RouteUndo undo) {
   server.Post(path, http_.Compensation(std::move(undo)));

@@ -68,6 +68,9 @@ class Participant {
 
   void Action(common::http::Server& server, const std::string& path, Validate validate,
               Effect effect);
+  // An action whose effect is one statement planned before it runs (Guard::RunPlanned).
+  void PlannedAction(common::http::Server& server, const std::string& path, Validate validate,
+                     std::function<steps::guard::PlannedEffect(const steps::guard::Request&)> plan);
   // The body is {"action_key": "..."}: the key of the action this compensation undoes.
   void Compensation(common::http::Server& server, const std::string& path, Undo undo);
   // The same around a store of the participant's own (steps::guard::HttpGuard::Guarded).

@@ -1,6 +1,7 @@
 #include "steps/guard/guard.hpp"
 
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "common/http/server.hpp"
@@ -254,8 +255,8 @@ Response Undone(nlohmann::json body, const std::string& outcome, const nlohmann:
 }
 
 // The business effect, on the transaction that stores its answer; `span` is left open.
-Response ApplyEffect(pqxx::work& tx, const Guard::Effect& effect, common::trace::Span& span) {
-  Response res = effect(tx);
+// An answer about to be stored: what its effect span says of it.
+Response Applied(Response res, common::trace::Span& span) {
   res.replayed = false;
   res.outcome = "applied";
   span.Set("http.status_code", static_cast<long long>(res.status));
@@ -265,6 +266,10 @@ Response ApplyEffect(pqxx::work& tx, const Guard::Effect& effect, common::trace:
     span.Ok();
   }
   return res;
+}
+
+Response ApplyEffect(pqxx::work& tx, const Guard::Effect& effect, common::trace::Span& span) {
+  return Applied(effect(tx), span);
 }
 
 }  // namespace
@@ -378,6 +383,79 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
     Store(tx, req, res);
     return res;
   });
+}
+
+namespace {
+
+// The plan's statement after the key's INSERT (parameters numbered after the plan's own): the
+// effect reads `claimed`, so it applies exactly when the key was claimed, in the same implicit
+// transaction. Data-modifying CTEs always run to completion, read or not.
+std::string PlannedSql(const PlannedEffect& plan) {
+  const size_t n = plan.params.size();
+  auto p = [n](size_t i) { return "$" + std::to_string(n + i); };
+  std::string sql =
+      "WITH claimed AS (\n  INSERT INTO idempotency_keys\n"
+      "    (tenant_id, idempotency_key, request_hash, status, response_status,\n"
+      "     response_content_type, response_body, expires_at, response_headers)\n"
+      "  VALUES (" +
+      p(1) + ", " + p(2) + ", " + p(3) + ", 'completed', " + p(4) + ", " + p(5) + ", " + p(6) +
+      ", now() + make_interval(secs => " + p(7) + "), " + p(8) +
+      "::jsonb)\n  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING\n"
+      "  RETURNING 1)";
+  if (!plan.sql.empty()) sql += ",\neffect AS (" + plan.sql + ")";
+  return sql + "\nSELECT count(*) FROM claimed";
+}
+
+// The plan as an ordinary effect, for the transaction that answers a key already there.
+Response ApplyPlan(pqxx::work& tx, const PlannedEffect& plan) {
+  if (!plan.sql.empty()) {
+    const common::pg::Statement effect("WITH claimed AS (SELECT 1)\n" + plan.sql);
+    Exec(tx, effect, pqxx::prepare::make_dynamic_params(plan.params));
+  }
+  return plan.answer;
+}
+
+}  // namespace
+
+Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
+  if (plan.params.size() > 64)
+    throw std::invalid_argument("a planned effect takes at most 64 parameters");
+  auto fallback = [&] {
+    return Run(
+        req, [&](pqxx::work& tx) { return ApplyPlan(tx, plan); }, EffectScope::kTransactionOnly);
+  };
+  if (options_.duplicates != Duplicates::kWait) return fallback();
+  const std::string hash = Fingerprint(req);
+  const common::pg::Statement statement(PlannedSql(plan));
+  const Response& res = plan.answer;
+  bool claimed = false;
+  try {
+    auto span = StartSpan("business effect", req);
+    claimed = pool_.With([&](pqxx::connection& conn) {
+      pqxx::nontransaction tx(conn);  // one statement: its own transaction
+      return Exec(tx, statement, pqxx::prepare::make_dynamic_params(plan.params), req.tenant_id,
+                  req.key, hash, res.status, res.content_type, res.body, RetentionSeconds(),
+                  HeadersJson(res))[0][0]
+                 .as<long long>() == 1;
+    });
+    if (claimed) {
+      Response answer = Applied(res, span);
+      span.End();
+      // The statement's own commit: one span as in Run, so every trace has the same shape.
+      StartSpan("guard commit", req).Set("outcome", answer.outcome).Set("in_statement", true).Ok();
+      return answer;
+    }
+    span.Set("outcome", std::string("nothing applied: the key was taken"));
+  } catch (const pqxx::unique_violation&) {
+    // The effect's own unique index names a key that is probably taken: answered below.
+  } catch (const pqxx::sql_error& e) {
+    if (!IsLockTimeout(e)) throw;
+    // A duplicate in flight held the key past the lock timeout: as InTransaction answers it.
+    return Json(kInProgressStatus, "idempotency_key_in_progress",
+                "a request with this Idempotency-Key is still being processed; retry later",
+                "in_progress");
+  }
+  return fallback();
 }
 
 Response Guard::Compensate(const Request& req, const std::string& action_key, const Undo& undo,

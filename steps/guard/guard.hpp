@@ -168,6 +168,22 @@ enum class EffectScope {
   kTransactionOnly,
 };
 
+// A business effect that is one data-modifying SQL statement whose answer is known before it
+// runs (its ids made by the caller): Guard::RunPlanned commits the key, the answer and the
+// effect in one statement, one round trip (no BEGIN, no COMMIT). `sql` reads the CTE `claimed`,
+// which has one row when this request claimed the key and none otherwise, so that the effect
+// happens only with the claim:
+//   {.answer = {201, body}, .sql = "INSERT INTO charges (charge_id, amount) SELECT $1, $2 FROM
+//   claimed",
+//    .params = {id, "2500"}}
+// Empty `sql`: nothing to apply, only the answer to store (a business refusal). Parameters are
+// text, as PostgreSQL's input functions read them; `sql` must not use more than 64 of them.
+struct PlannedEffect {
+  Response answer;
+  std::string sql;
+  std::vector<std::string> params;
+};
+
 class Guard {
  public:
   using Effect = std::function<Response(pqxx::work& tx)>;
@@ -190,6 +206,11 @@ class Guard {
   // Commits `effect` at most once for (tenant, key). Throws on transient failure (database
   // unavailable or broken mid-way): nothing is stored and a retry with the key runs again.
   Response Run(const Request& req, const Effect& effect, EffectScope scope = EffectScope::kAny);
+  // Run for an effect planned in advance: one statement when the key is new. When it is not
+  // (a retry, a duplicate, a tombstone; or the effect's own unique index trips), nothing was
+  // applied and the request is answered as Run(kTransactionOnly) answers it, with the same
+  // plan as its effect. Under Duplicates::kFailFast it is that Run from the start.
+  Response RunPlanned(const Request& req, const PlannedEffect& plan);
 
   // Runs `undo` at most once for the action under (tenant, action_key). The compensation's
   // own key makes the compensation itself replayable. Answers 200 with

@@ -181,6 +181,13 @@ HttpGuard::Handler HttpGuard::Action(Validate validate, RouteEffect effect,
                  });
 }
 
+HttpGuard::Handler HttpGuard::PlannedAction(
+    Validate validate, std::function<PlannedEffect(const Request& req)> plan) const {
+  return Guarded("action", std::move(validate), [this, plan = std::move(plan)](const Request& r) {
+    return guard_->RunPlanned(r, plan(r));
+  });
+}
+
 HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
   return GuardedCompensation([this, undo = std::move(undo)](const Request& r,
                                                             const std::string& action_key,

@@ -89,6 +89,9 @@ class HttpGuard {
   // POST handler of an action: `effect` runs at most once per (tenant, key).
   Handler Action(Validate validate, RouteEffect effect,
                  EffectScope scope = EffectScope::kTransactionOnly) const;
+  // POST handler of an action planned in advance (Guard::RunPlanned): one statement per new key.
+  Handler PlannedAction(Validate validate,
+                        std::function<PlannedEffect(const Request& req)> plan) const;
   // POST handler of a compensation, whose body is {"action_key": "...", "action_applied":
   // true|false (optional)}: `undo` runs at most once for that action (Guard::Compensate).
   Handler Compensation(RouteUndo undo) const;

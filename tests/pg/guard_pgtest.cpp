@@ -360,6 +360,12 @@ TEST_P(GuardTest, TheHeadersTheHandlerNamesAreStoredAndReplayed) {
 // duplicates under fail-fast are answered 409 in_progress without ever waiting on a lock in
 // PostgreSQL (sampled from pg_stat_activity); under wait they sit on the unique index. The
 // effect runs once either way.
+const auto kBothPolicies =
+    ::testing::Values(steps::guard::Duplicates::kWait, steps::guard::Duplicates::kFailFast);
+std::string PolicyName(const ::testing::TestParamInfo<steps::guard::Duplicates>& info) {
+  return info.param == steps::guard::Duplicates::kWait ? "Wait" : "FailFast";
+}
+
 class DuplicatesTest : public ::testing::TestWithParam<steps::guard::Duplicates> {
  protected:
   DuplicatesTest()
@@ -472,14 +478,7 @@ TEST_P(DuplicatesTest, ConcurrentReplaysOfAFinishedKeyAreAllReplayed) {
   EXPECT_EQ(db_.Count("SELECT count(*) FROM effects"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, DuplicatesTest,
-                         ::testing::Values(steps::guard::Duplicates::kWait,
-                                           steps::guard::Duplicates::kFailFast),
-                         [](const auto& info) {
-                           return info.param == steps::guard::Duplicates::kWait
-                                      ? std::string("Wait")
-                                      : std::string("FailFast");
-                         });
+INSTANTIATE_TEST_SUITE_P(Modes, DuplicatesTest, kBothPolicies, PolicyName);
 
 INSTANTIATE_TEST_SUITE_P(Scopes, GuardTest,
                          ::testing::Values(EffectScope::kAny, EffectScope::kTransactionOnly),
@@ -487,5 +486,114 @@ INSTANTIATE_TEST_SUITE_P(Scopes, GuardTest,
                            return info.param == EffectScope::kAny ? std::string("Any")
                                                                   : std::string("TransactionOnly");
                          });
+
+// Guard::RunPlanned: a new key's answer, its effect and the key commit in one statement; every
+// other case is answered as Run answers it. Under both duplicate policies.
+class PlannedTest : public DuplicatesTest {
+ protected:
+  PlannedTest() {
+    db_.Exec("ALTER TABLE effects ADD COLUMN tenant_id text, ADD COLUMN id text, ADD UNIQUE (key)");
+  }
+
+  static Request Req(std::string key, nlohmann::json body = {{"amount", 1}}) {
+    return Request{"demo", std::move(key), "POST", "/v1/things", std::move(body)};
+  }
+
+  // The caller makes the id, so the answer is known before the effect runs.
+  static steps::guard::PlannedEffect Plan(const Request& req, const std::string& id) {
+    return {Response{201, nlohmann::json{{"id", id}}.dump()},
+            "INSERT INTO effects (tenant_id, key, id) SELECT $1, $2, $3 FROM claimed",
+            {req.tenant_id, req.key, id}};
+  }
+
+  long long Effects() { return db_.Count("SELECT count(*) FROM effects"); }
+  long long Keys() { return db_.Count("SELECT count(*) FROM idempotency_keys"); }
+};
+
+TEST_P(PlannedTest, ANewKeyAppliesTheEffectOnceAndItsAnswerIsReplayedByteForByte) {
+  auto req = Req("P-payment");
+  auto first = guard_.RunPlanned(req, Plan(req, "id-1"));
+  EXPECT_EQ(first.status, 201);
+  EXPECT_FALSE(first.replayed);
+  EXPECT_EQ(first.outcome, "applied");
+  EXPECT_EQ(first.body, R"({"id":"id-1"})");
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects WHERE id = 'id-1' AND key = 'P-payment'"), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND "
+                      "response_body = '{\"id\":\"id-1\"}' AND response_status = 201"),
+            1);
+  // A retry plans again (a new id): the stored answer wins, and nothing is applied.
+  auto again = guard_.RunPlanned(req, Plan(req, "id-2"));
+  EXPECT_EQ(again.status, 201);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(Keys(), 1);
+}
+
+TEST_P(PlannedTest, TheSameKeyWithAnotherBodyIs422AndAppliesNothing) {
+  auto req = Req("Q-payment");
+  guard_.RunPlanned(req, Plan(req, "id-1"));
+  auto other = Req("Q-payment", {{"amount", 2}});
+  auto reused = guard_.RunPlanned(other, Plan(other, "id-2"));
+  EXPECT_EQ(reused.status, 422);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects WHERE id = 'id-2'"), 0);
+}
+
+TEST_P(PlannedTest, ARefusalPlannedWithoutAStatementStoresOnlyItsAnswer) {
+  auto req = Req("R-payment");
+  steps::guard::PlannedEffect refusal{Response{402, R"({"code":"card_declined"})"}, "", {}};
+  auto first = guard_.RunPlanned(req, refusal);
+  EXPECT_EQ(first.status, 402);
+  EXPECT_FALSE(first.replayed);
+  auto again = guard_.RunPlanned(req, Plan(req, "id-1"));  // a retry may not apply it after all
+  EXPECT_EQ(again.status, 402);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(Effects(), 0);
+}
+
+TEST_P(PlannedTest, ThirtyTwoConcurrentDuplicatesApplyTheEffectOnceAndShareOneAnswer) {
+  auto req = Req("S-payment");
+  std::vector<std::future<Response>> answers;
+  for (int i = 0; i < 32; ++i) {
+    answers.push_back(std::async(std::launch::async, [&, i] {
+      return guard_.RunPlanned(req, Plan(req, "id-" + std::to_string(i)));
+    }));
+  }
+  std::set<std::string> bodies;
+  int applied = 0, in_progress = 0;
+  for (auto& a : answers) {
+    auto res = a.get();
+    if (res.status == 409) {  // fail-fast: a duplicate that met the first one in flight
+      ++in_progress;
+      continue;
+    }
+    ASSERT_EQ(res.status, 201) << res.body;
+    bodies.insert(res.body);
+    applied += res.replayed ? 0 : 1;
+  }
+  EXPECT_EQ(applied, 1);
+  EXPECT_EQ(bodies.size(), 1u);
+  if (GetParam() == steps::guard::Duplicates::kWait) EXPECT_EQ(in_progress, 0);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(Keys(), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.response_body "
+                      "= '{\"id\":\"' || e.id || '\"}'"),
+            1);
+}
+
+// The key is gone (collected) but the effect it guarded is not: the effect's own unique index
+// trips in the one statement and again in Run's transaction, which throws; nothing is stored.
+TEST_P(PlannedTest, AnEffectThatTripsOnItsOwnUniqueIndexStoresNothing) {
+  auto req = Req("T-payment");
+  guard_.RunPlanned(req, Plan(req, "id-1"));
+  db_.Exec("DELETE FROM idempotency_keys");
+  EXPECT_THROW(guard_.RunPlanned(req, Plan(req, "id-2")), pqxx::unique_violation);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(Keys(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PlannedTest, kBothPolicies, PolicyName);
 
 }  // namespace
