@@ -1,5 +1,7 @@
 #include "steps/guard/guard.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -415,11 +417,40 @@ Response ApplyPlan(pqxx::work& tx, const PlannedEffect& plan) {
   return plan.answer;
 }
 
+// The guard's own parameters follow the plan's, so a plan that used one more than it passes
+// would read the tenant or the key in its place; and an effect not gated by `claimed` would
+// apply on every retry. Both are refused before anything runs.
+void CheckPlan(const PlannedEffect& plan) {
+  if (plan.params.size() > 64) {
+    throw std::invalid_argument("a planned effect takes at most 64 parameters");
+  }
+  if (plan.sql.empty()) return;
+  size_t highest = 0;
+  for (size_t i = 0; i + 1 < plan.sql.size(); ++i) {
+    if (plan.sql[i] != '$' || std::isdigit(static_cast<unsigned char>(plan.sql[i + 1])) == 0) {
+      continue;
+    }
+    size_t n = 0;
+    for (size_t j = i + 1; j < plan.sql.size() && std::isdigit(plan.sql[j]) != 0; ++j) {
+      n = n * 10 + static_cast<size_t>(plan.sql[j] - '0');
+      if (n > 1000) break;
+    }
+    highest = std::max(highest, n);
+  }
+  if (highest != plan.params.size()) {
+    throw std::invalid_argument("a planned effect's SQL uses $" + std::to_string(highest) +
+                                " but passes " + std::to_string(plan.params.size()) +
+                                " parameters");
+  }
+  if (plan.sql.find("claimed") == std::string::npos) {
+    throw std::invalid_argument("a planned effect's SQL must read from `claimed`");
+  }
+}
+
 }  // namespace
 
 Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
-  if (plan.params.size() > 64)
-    throw std::invalid_argument("a planned effect takes at most 64 parameters");
+  CheckPlan(plan);
   auto fallback = [&] {
     return Run(
         req, [&](pqxx::work& tx) { return ApplyPlan(tx, plan); }, EffectScope::kTransactionOnly);
@@ -448,6 +479,9 @@ Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
     span.Set("outcome", std::string("nothing applied: the key was taken"));
   } catch (const pqxx::unique_violation&) {
     // The effect's own unique index names a key that is probably taken: answered below.
+  } catch (const pqxx::transaction_rollback&) {
+    // A deadlock with a transaction taking the same rows in the other order: nothing
+    // committed; answered below, where such a rollback is retried.
   } catch (const pqxx::sql_error& e) {
     if (!IsLockTimeout(e)) throw;
     // A duplicate in flight held the key past the lock timeout: as InTransaction answers it.

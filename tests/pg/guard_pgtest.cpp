@@ -594,6 +594,36 @@ TEST_P(PlannedTest, AnEffectThatTripsOnItsOwnUniqueIndexStoresNothing) {
   EXPECT_EQ(Keys(), 0);
 }
 
+TEST_P(PlannedTest, ACompensationThatCameFirstRefusesThePlannedActionAndNothingIsApplied) {
+  Request comp{
+      "demo", "U-payment-compensate", "POST", "/v1/refunds", {{"action_key", "U-payment"}}};
+  auto cancelled = guard_.Compensate(
+      comp, "U-payment", [](pqxx::work&, const ActionRecord&) { return nlohmann::json::object(); });
+  EXPECT_EQ(nlohmann::json::parse(cancelled.body)["outcome"], "cancelled");
+  auto req = Req("U-payment");
+  auto late = guard_.RunPlanned(req, Plan(req, "id-1"));
+  EXPECT_EQ(late.status, 409);
+  EXPECT_EQ(nlohmann::json::parse(late.body)["code"], "cancelled");
+  EXPECT_EQ(Effects(), 0);
+}
+
+// The guard's parameters follow the plan's: SQL that uses more than it passes (or fewer), or
+// that is not gated by `claimed`, is refused before anything runs.
+TEST_P(PlannedTest, APlanWhoseSqlDoesNotMatchItsParametersOrIgnoresClaimedRunsNothing) {
+  auto req = Req("V-payment");
+  auto plan = Plan(req, "id-1");
+  plan.params.pop_back();  // $3 would be the guard's tenant
+  EXPECT_THROW(guard_.RunPlanned(req, plan), std::invalid_argument);
+  plan = Plan(req, "id-1");
+  plan.params.push_back("extra");
+  EXPECT_THROW(guard_.RunPlanned(req, plan), std::invalid_argument);
+  plan = Plan(req, "id-1");
+  plan.sql = "INSERT INTO effects (tenant_id, key, id) VALUES ($1, $2, $3)";
+  EXPECT_THROW(guard_.RunPlanned(req, plan), std::invalid_argument);
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(Keys(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, PlannedTest, kBothPolicies, PolicyName);
 
 }  // namespace

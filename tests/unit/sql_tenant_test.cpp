@@ -55,17 +55,22 @@ TEST(SqlTenant, EveryStatementOnATenantsTableNamesItsTenant) {
       if (entry.path().extension() != ".cpp") continue;
       std::string text = Read(entry.path());
       auto file = std::filesystem::relative(entry.path(), root).string();
-      // `const common::pg::Statement kName{...};` (whatever builds its text).
-      static const std::regex statement(R"(Statement\s+(k\w+)\s*\{)");
+      // `const common::pg::Statement kName{...};` (whatever builds its text), and the SQL of a
+      // planned effect, `constexpr const char* kName = R"sql(...)sql";` (Guard::RunPlanned).
+      static const std::regex statement(
+          R"((?:Statement\s+(k\w+)\s*\{)|(?:const char\*\s+(k\w+)\s*=\s*R"sql\())");
       for (auto it = std::sregex_iterator(text.begin(), text.end(), statement);
            it != std::sregex_iterator(); ++it) {
+        const bool planned = (*it)[2].matched;
         size_t start = it->position(0) + it->length(0);
-        size_t end = text.find("};", start);
-        ASSERT_NE(end, std::string::npos) << file << ": " << (*it)[1];
+        size_t end = text.find(planned ? ")sql\"" : "};", start);
+        ASSERT_NE(end, std::string::npos) << file << ": " << it->str();
         std::string sql = text.substr(start, end - start);
         ++statements;
         if (!std::regex_search(sql, kTenantTable)) continue;
-        if (!std::regex_search(sql, kNamesTenant)) across.insert(file + ": " + (*it)[1].str());
+        if (!std::regex_search(sql, kNamesTenant)) {
+          across.insert(file + ": " + (planned ? (*it)[2] : (*it)[1]).str());
+        }
       }
     }
   }
