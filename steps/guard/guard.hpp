@@ -173,11 +173,13 @@ enum class EffectScope {
 // effect in one statement, one round trip (no BEGIN, no COMMIT). `sql` reads the CTE `claimed`,
 // which has one row when this request claimed the key and none otherwise, so that the effect
 // happens only with the claim:
-//   {.answer = {201, body}, .sql = "INSERT INTO charges (charge_id, amount) SELECT $1, $2 FROM
-//   claimed",
-//    .params = {id, "2500"}}
+//   PlannedEffect charge{{201, body},
+//                        "INSERT INTO charges (charge_id, amount) SELECT $1, $2 FROM claimed",
+//                        {id, "2500"}};
 // Empty `sql`: nothing to apply, only the answer to store (a business refusal). Parameters are
-// text, as PostgreSQL's input functions read them; `sql` must not use more than 64 of them.
+// text, as PostgreSQL's input functions read them: exactly as many as `sql` uses, at most 64.
+// A plan that passes another number, or whose `sql` does not read `claimed`, is refused
+// (std::invalid_argument) before anything runs.
 struct PlannedEffect {
   Response answer;
   std::string sql;
