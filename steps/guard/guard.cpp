@@ -36,13 +36,18 @@ const common::pg::Statement kTryKeyLock{R"sql(
   SELECT pg_try_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 0)))sql"};
 
 // Stores the key and its answer in one row, after the effect: the first writer of the key.
-const common::pg::Statement kInsertAnswered{R"sql(
-  INSERT INTO idempotency_keys
-    (tenant_id, idempotency_key, request_hash, status, response_status, response_content_type,
-     response_body, expires_at, response_headers)
-  VALUES ($1, $2, $3, 'completed', $4, $5, $6, now() + make_interval(secs => $7), $8::jsonb)
-  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING 1)sql"};
+// Its 8 parameters are numbered from $(after + 1): RunPlanned puts it after a plan's own.
+std::string InsertAnsweredSql(size_t after) {
+  auto p = [after](size_t i) { return "$" + std::to_string(after + i); };
+  return "INSERT INTO idempotency_keys\n"
+         "    (tenant_id, idempotency_key, request_hash, status, response_status,\n"
+         "     response_content_type, response_body, expires_at, response_headers)\n"
+         "  VALUES (" +
+         p(1) + ", " + p(2) + ", " + p(3) + ", 'completed', " + p(4) + ", " + p(5) + ", " + p(6) +
+         ", now() + make_interval(secs => " + p(7) + "), " + p(8) +
+         "::jsonb)\n  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING\n  RETURNING 1";
+}
+const common::pg::Statement kInsertAnswered{InsertAnsweredSql(0)};
 
 const common::pg::Statement kLoad{R"sql(
   SELECT status, request_hash, response_status, response_content_type, response_body,
@@ -393,17 +398,7 @@ namespace {
 // effect reads `claimed`, so it applies exactly when the key was claimed, in the same implicit
 // transaction. Data-modifying CTEs always run to completion, read or not.
 std::string PlannedSql(const PlannedEffect& plan) {
-  const size_t n = plan.params.size();
-  auto p = [n](size_t i) { return "$" + std::to_string(n + i); };
-  std::string sql =
-      "WITH claimed AS (\n  INSERT INTO idempotency_keys\n"
-      "    (tenant_id, idempotency_key, request_hash, status, response_status,\n"
-      "     response_content_type, response_body, expires_at, response_headers)\n"
-      "  VALUES (" +
-      p(1) + ", " + p(2) + ", " + p(3) + ", 'completed', " + p(4) + ", " + p(5) + ", " + p(6) +
-      ", now() + make_interval(secs => " + p(7) + "), " + p(8) +
-      "::jsonb)\n  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING\n"
-      "  RETURNING 1)";
+  std::string sql = "WITH claimed AS (\n" + InsertAnsweredSql(plan.params.size()) + ")";
   if (!plan.sql.empty()) sql += ",\neffect AS (" + plan.sql + ")";
   return sql + "\nSELECT count(*) FROM claimed";
 }
