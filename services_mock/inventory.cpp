@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/crypto.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/statement.hpp"
 #include "services_mock/service.hpp"
@@ -44,26 +45,28 @@ const common::pg::Statement kInsertReservation{R"sql(
   VALUES ('res_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3::jsonb, 'reserved',
           $4::jsonb)
   RETURNING reservation_id)sql"};
-// One SKU (most orders), fast path and record in one statement: a round trip and an executor
-// start fewer than kTakeFromFreeSlot + kInsertReservation. No row: no single free slot had the
-// units, and nothing was taken or recorded.
-const common::pg::Statement kReserveFromFreeSlot{R"sql(
-  WITH taken AS (
-    UPDATE stock_slots SET available = available - $4::bigint, reserved = reserved + $4::bigint
+// One SKU (most orders), planned (Guard::RunPlanned): a free slot taken, the reservation
+// recorded and the key stored in one statement. No row from `taken`: no single free slot had
+// the units, nothing is taken or recorded, and Reserve decides.
+constexpr const char* kTakeFreeSlotOnce = R"sql(
+  taken AS (
+    UPDATE stock_slots SET available = available - $5::bigint, reserved = reserved + $5::bigint
     WHERE (sku, slot) = (SELECT sku, slot FROM stock_slots
-                         WHERE sku = $3::text AND available >= $4::bigint
-                         ORDER BY (slot + 16 - $5::int) % 16
+                         WHERE sku = $4::text AND available >= $5::bigint
+                           AND EXISTS (SELECT 1 FROM claimed)
+                         ORDER BY (slot + 16 - $6::int) % 16
                          LIMIT 1
                          FOR UPDATE SKIP LOCKED)
-    RETURNING slot)
+    RETURNING slot))sql";
+constexpr const char* kRecordTaken = R"sql(
   INSERT INTO reservations (reservation_id, tenant_id, idempotency_key, items, status, slots)
-  SELECT 'res_' || replace(gen_random_uuid()::text, '-', ''), $1, $2,
-         jsonb_build_array(jsonb_build_object('sku', $3::text, 'quantity', $4::bigint)),
+  SELECT $1, $2, $3,
+         jsonb_build_array(jsonb_build_object('sku', $4::text, 'quantity', $5::bigint)),
          'reserved',
-         jsonb_build_array(jsonb_build_object('sku', $3::text, 'slot', slot,
-                                              'quantity', $4::bigint))
+         jsonb_build_array(jsonb_build_object('sku', $4::text, 'slot', slot,
+                                              'quantity', $5::bigint))
   FROM taken
-  RETURNING reservation_id)sql"};
+  RETURNING 1)sql";
 const common::pg::Statement kRelease{R"sql(
   UPDATE reservations SET status = 'released', released_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'reserved'
@@ -87,16 +90,12 @@ struct Taken {
 
 // Takes `quantity` units of `sku` into `taken`; the reason when the SKU does not have them
 // (then nothing of this SKU was taken).
-// `try_free_slot`: false when kReserveFromFreeSlot just found no free slot.
 std::optional<std::string> TakeUnits(pqxx::work& tx, const std::string& sku, long long quantity,
-                                     int start_slot, bool try_free_slot,
-                                     std::vector<Taken>& taken) {
-  if (try_free_slot) {
-    auto fast = Exec(tx, kTakeFromFreeSlot, sku, quantity, start_slot);
-    if (!fast.empty()) {
-      taken.push_back({sku, fast[0][0].as<int>(), quantity});
-      return std::nullopt;
-    }
+                                     int start_slot, std::vector<Taken>& taken) {
+  auto fast = Exec(tx, kTakeFromFreeSlot, sku, quantity, start_slot);
+  if (!fast.empty()) {
+    taken.push_back({sku, fast[0][0].as<int>(), quantity});
+    return std::nullopt;
   }
   auto slots = Exec(tx, kLockAllSlots, sku);
   if (slots.empty()) return "unknown SKU '" + sku + "'";
@@ -117,27 +116,27 @@ std::optional<std::string> TakeUnits(pqxx::work& tx, const std::string& sku, lon
   return std::nullopt;
 }
 
-steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req) {
-  // Where the search for a free slot starts: spread by key, so concurrent reservations start
-  // apart.
-  int start_slot = static_cast<int>(std::hash<std::string>{}(req.key) % kSlots);
-  const auto wanted = BySku(req.body["items"]);
+// Where the search for a free slot starts: spread by key, so concurrent reservations start
+// apart.
+int StartSlot(const std::string& key) {
+  return static_cast<int>(std::hash<std::string>{}(key) % kSlots);
+}
+
+nlohmann::json ItemsOf(const std::map<std::string, long long>& wanted) {
   nlohmann::json items = nlohmann::json::array();
   for (const auto& [sku, quantity] : wanted) {
     items.push_back({{"sku", sku}, {"quantity", quantity}});
   }
-  const bool one_sku = wanted.size() == 1;
-  if (one_sku) {
-    const auto& [sku, quantity] = *wanted.begin();
-    auto id = Exec(tx, kReserveFromFreeSlot, req.tenant_id, req.key, sku, quantity, start_slot);
-    if (!id.empty()) {
-      nlohmann::json body = {{"reservation_id", id[0][0].as<std::string>()}, {"items", items}};
-      return {201, body.dump()};
-    }
-  }
+  return items;
+}
+
+// Any reservation, in the guard's transaction: what a plan cannot express (several SKUs, or
+// no single free slot), and the answer to a key already there.
+steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req) {
+  const auto wanted = BySku(req.body["items"]);
   std::vector<Taken> taken;
   for (const auto& [sku, quantity] : wanted) {
-    if (auto why = TakeUnits(tx, sku, quantity, start_slot, !one_sku, taken)) {
+    if (auto why = TakeUnits(tx, sku, quantity, StartSlot(req.key), taken)) {
       // Stored and replayed, in this transaction: give back what the SKUs before took.
       for (const auto& t : taken) Exec(tx, kGiveBack, t.sku, t.slot, t.quantity);
       return steps::guard::Problem(409, "insufficient_stock", *why);
@@ -147,9 +146,30 @@ steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req)
   for (const auto& t : taken) {
     slots.push_back({{"sku", t.sku}, {"slot", t.slot}, {"quantity", t.quantity}});
   }
+  const auto items = ItemsOf(wanted);
   auto id = ExecOne(tx, kInsertReservation, req.tenant_id, req.key, items.dump(), slots.dump())[0];
   nlohmann::json body = {{"reservation_id", id.as<std::string>()}, {"items", items}};
   return {201, body.dump()};
+}
+
+// One SKU: the reservation id is made here, so the answer is known before the slot is taken.
+steps::guard::PlannedEffect PlanReservation(const steps::guard::Request& req) {
+  steps::guard::PlannedEffect plan{
+      .otherwise = [&req](pqxx::work& tx) { return Reserve(tx, req); }};
+  const auto wanted = BySku(req.body["items"]);
+  if (wanted.size() != 1) return plan;
+  const auto& [sku, quantity] = *wanted.begin();
+  std::string id = "res_" + common::RandomHex(16);
+  plan.answer = {201, nlohmann::json{{"reservation_id", id}, {"items", ItemsOf(wanted)}}.dump()};
+  plan.ctes = kTakeFreeSlotOnce;
+  plan.sql = kRecordTaken;
+  plan.params = {id,
+                 req.tenant_id,
+                 req.key,
+                 sku,
+                 std::to_string(quantity),
+                 std::to_string(StartSlot(req.key))};
+  return plan;
 }
 
 nlohmann::json Release(pqxx::work& tx, const steps::guard::Request& req,
@@ -179,7 +199,8 @@ nlohmann::json Release(pqxx::work& tx, const steps::guard::Request& req,
 }  // namespace
 
 void RegisterInventoryRoutes(common::http::Server& server, Participant& participant) {
-  participant.Action(server, "/v1/reservations", steps::ValidateReservation, Reserve);
+  participant.PlannedAction(server, "/v1/reservations", steps::ValidateReservation,
+                            PlanReservation);
   participant.Compensation(server, "/v1/reservations/release", Release);
   server.Get(R"(/v1/stock/([a-z0-9_-]{1,64}))",
              [&participant](const httplib::Request& req, httplib::Response& res) {

@@ -37,15 +37,20 @@ const common::pg::Statement kTryKeyLock{R"sql(
 
 // Stores the key and its answer in one row, after the effect: the first writer of the key.
 // Its 8 parameters are numbered from $(after + 1): RunPlanned puts it after a plan's own.
-std::string InsertAnsweredSql(size_t after) {
+// With `when`, the row is written only if that condition holds, and a key written meanwhile
+// is a unique violation rather than a row skipped: what the statement did with it rolls back.
+std::string InsertAnsweredSql(size_t after, const char* when = nullptr) {
   auto p = [after](size_t i) { return "$" + std::to_string(after + i); };
+  std::string values = p(1) + ", " + p(2) + ", " + p(3) + ", 'completed', " + p(4) + ", " + p(5) +
+                       ", " + p(6) + ", now() + make_interval(secs => " + p(7) + "), " + p(8) +
+                       "::jsonb";
   return "INSERT INTO idempotency_keys\n"
          "    (tenant_id, idempotency_key, request_hash, status, response_status,\n"
-         "     response_content_type, response_body, expires_at, response_headers)\n"
-         "  VALUES (" +
-         p(1) + ", " + p(2) + ", " + p(3) + ", 'completed', " + p(4) + ", " + p(5) + ", " + p(6) +
-         ", now() + make_interval(secs => " + p(7) + "), " + p(8) +
-         "::jsonb)\n  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING\n  RETURNING 1";
+         "     response_content_type, response_body, expires_at, response_headers)\n" +
+         (when == nullptr
+              ? "  VALUES (" + values + ")\n  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+              : "  SELECT " + values + " WHERE " + when) +
+         "\n  RETURNING 1";
 }
 const common::pg::Statement kInsertAnswered{InsertAnsweredSql(0)};
 
@@ -397,8 +402,24 @@ namespace {
 // The plan's statement after the key's INSERT (parameters numbered after the plan's own): the
 // effect reads `claimed`, so it applies exactly when the key was claimed, in the same implicit
 // transaction. Data-modifying CTEs always run to completion, read or not.
+// A plan with `otherwise` turns this around: `claimed` is the key found free in the
+// statement's snapshot, the effect runs on that, and the key is written after it, only when
+// the effect returned a row. A key that a concurrent request wrote meanwhile makes that INSERT
+// a unique violation, which undoes the effect with it.
+std::string Ctes(const PlannedEffect& plan) {
+  return plan.ctes.empty() ? std::string() : ",\n" + plan.ctes;
+}
+
 std::string PlannedSql(const PlannedEffect& plan) {
-  std::string sql = "WITH claimed AS (\n" + InsertAnsweredSql(plan.params.size()) + ")";
+  const size_t n = plan.params.size();
+  if (plan.otherwise) {
+    return "WITH claimed AS (SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM idempotency_keys\n"
+           "  WHERE tenant_id = $" +
+           std::to_string(n + 1) + " AND idempotency_key = $" + std::to_string(n + 2) + "))" +
+           Ctes(plan) + ",\neffect AS (" + plan.sql + "),\nstored AS (\n" +
+           InsertAnsweredSql(n, "EXISTS (SELECT 1 FROM effect)") + ")\nSELECT count(*) FROM stored";
+  }
+  std::string sql = "WITH claimed AS (\n" + InsertAnsweredSql(n) + ")" + Ctes(plan);
   if (!plan.sql.empty()) sql += ",\neffect AS (" + plan.sql + ")";
   return sql + "\nSELECT count(*) FROM claimed";
 }
@@ -406,7 +427,7 @@ std::string PlannedSql(const PlannedEffect& plan) {
 // The plan as an ordinary effect, for the transaction that answers a key already there.
 Response ApplyPlan(pqxx::work& tx, const PlannedEffect& plan) {
   if (!plan.sql.empty()) {
-    const common::pg::Statement effect("WITH claimed AS (SELECT 1)\n" + plan.sql);
+    const common::pg::Statement effect("WITH claimed AS (SELECT 1)" + Ctes(plan) + "\n" + plan.sql);
     Exec(tx, effect, pqxx::prepare::make_dynamic_params(plan.params));
   }
   return plan.answer;
@@ -419,15 +440,17 @@ void CheckPlan(const PlannedEffect& plan) {
   if (plan.params.size() > 64) {
     throw std::invalid_argument("a planned effect takes at most 64 parameters");
   }
-  if (plan.sql.empty()) return;
+  if (plan.sql.empty()) {
+    if (!plan.ctes.empty()) throw std::invalid_argument("a planned effect with `ctes` needs `sql`");
+    return;
+  }
+  const std::string all = plan.ctes + "\n" + plan.sql;
   size_t highest = 0;
-  for (size_t i = 0; i + 1 < plan.sql.size(); ++i) {
-    if (plan.sql[i] != '$' || std::isdigit(static_cast<unsigned char>(plan.sql[i + 1])) == 0) {
-      continue;
-    }
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    if (all[i] != '$' || std::isdigit(static_cast<unsigned char>(all[i + 1])) == 0) continue;
     size_t n = 0;
-    for (size_t j = i + 1; j < plan.sql.size() && std::isdigit(plan.sql[j]) != 0; ++j) {
-      n = n * 10 + static_cast<size_t>(plan.sql[j] - '0');
+    for (size_t j = i + 1; j < all.size() && std::isdigit(all[j]) != 0; ++j) {
+      n = n * 10 + static_cast<size_t>(all[j] - '0');
       if (n > 1000) break;
     }
     highest = std::max(highest, n);
@@ -437,8 +460,16 @@ void CheckPlan(const PlannedEffect& plan) {
                                 " but passes " + std::to_string(plan.params.size()) +
                                 " parameters");
   }
-  if (plan.sql.find("claimed") == std::string::npos) {
+  if (all.find("claimed") == std::string::npos) {
     throw std::invalid_argument("a planned effect's SQL must read from `claimed`");
+  }
+  if (!plan.otherwise) return;
+  // What the key's INSERT reads to know that the effect applied.
+  std::string lower = plan.sql;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower.find("returning") == std::string::npos) {
+    throw std::invalid_argument("a planned effect with `otherwise` must end in RETURNING");
   }
 }
 
@@ -447,10 +478,13 @@ void CheckPlan(const PlannedEffect& plan) {
 Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
   CheckPlan(plan);
   auto fallback = [&] {
+    // Claim first: `otherwise` is called only for a key this request owns.
+    if (plan.otherwise) return Run(req, plan.otherwise, EffectScope::kAny);
     return Run(
         req, [&](pqxx::work& tx) { return ApplyPlan(tx, plan); }, EffectScope::kTransactionOnly);
   };
   if (options_.duplicates != Duplicates::kWait) return fallback();
+  if (plan.otherwise && plan.sql.empty()) return fallback();  // nothing planned
   const std::string hash = Fingerprint(req);
   const common::pg::Statement statement(PlannedSql(plan));
   const Response& res = plan.answer;
@@ -471,7 +505,9 @@ Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
       StartSpan("guard commit", req).Set("outcome", answer.outcome).Set("in_statement", true).Ok();
       return answer;
     }
-    span.Set("outcome", std::string("nothing applied: the key was taken"));
+    span.Set("outcome", std::string(plan.otherwise ? "nothing applied: the key was taken, or "
+                                                     "the effect found nothing to do"
+                                                   : "nothing applied: the key was taken"));
   } catch (const pqxx::unique_violation&) {
     // The effect's own unique index names a key that is probably taken: answered below.
   } catch (const pqxx::transaction_rollback&) {

@@ -180,10 +180,25 @@ enum class EffectScope {
 // text, as PostgreSQL's input functions read them: exactly as many as `sql` uses, at most 64.
 // A plan that passes another number, or whose `sql` does not read `claimed`, is refused
 // (std::invalid_argument) before anything runs.
+//
+// An effect that may find nothing to do where the plan looks (no stock in the slot it
+// tries, say) sets `otherwise`: `sql` then ends in RETURNING and returns a row exactly when it
+// applied; the key and `answer` are stored only then. Otherwise nothing is stored and the
+// request is answered by Run(kAny) with `otherwise` as its effect, which decides for itself
+// (and a key already there is answered from the key, without calling it). With `otherwise`
+// and no `sql`, that is all RunPlanned does: a request the plan cannot express.
+//
+// An effect of several statements names the ones before `sql` in `ctes`, which go after
+// `claimed` at the top of the statement (where PostgreSQL wants data-modifying CTEs):
+//   ctes = "taken AS (UPDATE stock SET ... WHERE EXISTS (SELECT 1 FROM claimed) RETURNING n)",
+//   sql = "INSERT INTO reservations ... SELECT ... FROM taken RETURNING 1".
+// The rules on parameters and on reading `claimed` hold for `ctes` and `sql` together.
 struct PlannedEffect {
   Response answer;
   std::string sql;
   std::vector<std::string> params;
+  std::function<Response(pqxx::work& tx)> otherwise;
+  std::string ctes;
 };
 
 class Guard {

@@ -60,8 +60,8 @@ TEST_F(InventoryTest, ReservesStockAndReplaysTheSameReservation) {
   EXPECT_EQ(Rows("reservations"), 1);
 }
 
-// One SKU takes its slot and records the reservation in one statement: what it records is what
-// a release needs to put every unit back where it came from.
+// One SKU takes its slot, records the reservation and stores its key in one statement: what it
+// records is what a release needs to put every unit back where it came from.
 TEST_F(InventoryTest, AOneSkuReservationRecordsItsSlotAndIsReleasedIntoIt) {
   auto r = Post(client_, "/v1/reservations",
                 {.key = "O-inventory", .body = R"({"items":[{"sku":"widget","quantity":4}]})"});
@@ -71,11 +71,13 @@ TEST_F(InventoryTest, AOneSkuReservationRecordsItsSlotAndIsReleasedIntoIt) {
             nlohmann::json::parse(R"([{"quantity":4,"sku":"widget"}])"));
   EXPECT_EQ(db_.Count(R"(SELECT count(*) FROM reservations r JOIN stock_slots s
                          ON s.sku = 'widget' AND s.slot = (r.slots->0->>'slot')::int
-                         WHERE r.idempotency_key = 'O-inventory'
+                         WHERE r.idempotency_key = 'O-inventory' AND r.reservation_id = $1
                            AND r.items = '[{"sku":"widget","quantity":4}]'::jsonb
                            AND jsonb_array_length(r.slots) = 1
                            AND r.slots->0->>'sku' = 'widget'
-                           AND (r.slots->0->>'quantity')::int = 4 AND s.reserved = 4)"),
+                           AND (r.slots->0->>'quantity')::int = 4 AND s.reserved = 4)",
+                      // the answer, planned before the statement ran, names what it recorded
+                      nlohmann::json::parse(r->body)["reservation_id"].get<std::string>()),
             1);
   auto released =
       Post(client_, "/v1/reservations/release",

@@ -575,7 +575,9 @@ TEST_P(PlannedTest, ThirtyTwoConcurrentDuplicatesApplyTheEffectOnceAndShareOneAn
   }
   EXPECT_EQ(applied, 1);
   EXPECT_EQ(bodies.size(), 1u);
-  if (GetParam() == steps::guard::Duplicates::kWait) EXPECT_EQ(in_progress, 0);
+  if (GetParam() == steps::guard::Duplicates::kWait) {
+    EXPECT_EQ(in_progress, 0);
+  }
   EXPECT_EQ(Effects(), 1);
   EXPECT_EQ(Keys(), 1);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.response_body "
@@ -625,5 +627,191 @@ TEST_P(PlannedTest, APlanWhoseSqlDoesNotMatchItsParametersOrIgnoresClaimedRunsNo
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PlannedTest, kBothPolicies, PolicyName);
+
+// A plan that may find nothing to do: it takes one of a limited number of units, in `ctes`,
+// and records the effect from what it took. When no unit is left, nothing is stored and
+// `otherwise` (counted) decides in Run's transaction.
+class ConditionalPlanTest : public PlannedTest {
+ protected:
+  // No unique index on the effect here: the key's INSERT is all that stops a second take.
+  ConditionalPlanTest() {
+    db_.Exec("CREATE TABLE units (n int NOT NULL CHECK (n >= 0))");
+    db_.Exec("ALTER TABLE effects DROP CONSTRAINT effects_key_key");
+  }
+
+  void SetUnits(int n) {
+    db_.Exec("DELETE FROM units");
+    db_.Exec("INSERT INTO units VALUES (" + std::to_string(n) + ")");
+  }
+  long long Units() { return db_.Count("SELECT n FROM units"); }
+
+  steps::guard::PlannedEffect Take(const Request& req, const std::string& id) {
+    steps::guard::PlannedEffect plan = Plan(req, id);
+    plan.ctes =
+        "taken AS (UPDATE units SET n = n - 1 WHERE n >= 1 AND EXISTS (SELECT 1 FROM "
+        "claimed) RETURNING n)";
+    plan.sql = "INSERT INTO effects (tenant_id, key, id) SELECT $1, $2, $3 FROM taken RETURNING 1";
+    plan.otherwise = [this, id, req](pqxx::work& tx) {
+      ++otherwise_;
+      if (tx.exec("UPDATE units SET n = n - 1 WHERE n >= 1 RETURNING n").empty()) {
+        return Response{409, R"({"code":"none_left"})"};
+      }
+      tx.exec_params("INSERT INTO effects (tenant_id, key, id) VALUES ($1, $2, $3)", req.tenant_id,
+                     req.key, id);
+      return Response{201, nlohmann::json{{"id", id}}.dump()};
+    };
+    return plan;
+  }
+
+  std::atomic<int> otherwise_{0};
+};
+
+TEST_P(ConditionalPlanTest, APlanThatFindsItsUnitAppliesOnceAndIsReplayedWithoutOtherwise) {
+  SetUnits(5);
+  auto req = Req("C-stock");
+  auto first = guard_.RunPlanned(req, Take(req, "id-1"));
+  EXPECT_EQ(first.status, 201);
+  EXPECT_FALSE(first.replayed);
+  EXPECT_EQ(first.body, R"({"id":"id-1"})");
+  auto again = guard_.RunPlanned(req, Take(req, "id-2"));
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(Units(), 4);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects WHERE id = 'id-1'"), 1);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(Keys(), 1);
+  // Fail-fast runs the plan as Run's effect from the start: `otherwise` decides there.
+  EXPECT_EQ(otherwise_, GetParam() == steps::guard::Duplicates::kWait ? 0 : 1);
+}
+
+TEST_P(ConditionalPlanTest, APlanThatFindsNothingStoresNothingAndOtherwiseAnswersOnce) {
+  SetUnits(0);
+  auto req = Req("D-stock");
+  auto first = guard_.RunPlanned(req, Take(req, "id-1"));
+  EXPECT_EQ(first.status, 409);
+  EXPECT_EQ(first.body, R"({"code":"none_left"})");
+  EXPECT_EQ(otherwise_, 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE response_status = 409"), 1);
+  SetUnits(1);  // stock came back: the stored refusal still stands for this key
+  auto again = guard_.RunPlanned(req, Take(req, "id-2"));
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(otherwise_, 1);
+  EXPECT_EQ(Units(), 1);
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(Keys(), 1);
+}
+
+// Duplicates race the one statement. Here they are lined up to lose that race: the units
+// row is held while they start, so every one finds the key free and then waits for the unit;
+// the first commits, and each later one takes its unit before its key's INSERT trips on the
+// first's key, a unique violation that gives the unit back. (Under fail-fast only the
+// request holding the key waits; the others are refused at once.)
+TEST_P(ConditionalPlanTest, DuplicatesThatFoundTheKeyFreeTakeOneUnitBetweenThem) {
+  const bool fail_fast = GetParam() == steps::guard::Duplicates::kFailFast;
+  SetUnits(100);
+  auto req = Req("E-stock");
+  pqxx::connection holder(db_.url());
+  pqxx::work hold(holder);
+  hold.exec("SELECT n FROM units FOR UPDATE");
+  constexpr int kDuplicates = 16;
+  std::vector<std::future<Response>> answers;
+  for (int i = 0; i < kDuplicates; ++i) {
+    answers.push_back(std::async(std::launch::async, [&, i] {
+      return guard_.RunPlanned(req, Take(req, "id-" + std::to_string(i)));
+    }));
+  }
+  const long long lined_up = fail_fast ? 1 : kDuplicates;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (db_.Count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND wait_event_type = 'Lock'") < lined_up &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (fail_fast) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the refusals
+  hold.commit();
+  std::set<std::string> bodies;
+  int applied = 0;
+  for (auto& a : answers) {
+    auto res = a.get();
+    if (res.status == 409 && fail_fast) continue;  // refused while the first was in flight
+    ASSERT_EQ(res.status, 201) << res.body;
+    bodies.insert(res.body);
+    applied += res.replayed ? 0 : 1;
+  }
+  EXPECT_EQ(applied, 1);
+  EXPECT_EQ(bodies.size(), 1u);
+  EXPECT_EQ(Units(), 99);
+  EXPECT_EQ(Effects(), 1);
+  EXPECT_EQ(Keys(), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.response_body "
+                      "= '{\"id\":\"' || e.id || '\"}'"),
+            1);
+}
+
+// Forty keys for ten units: exactly ten take one, each answer names its own effect, and the
+// other thirty store the refusal; no unit is taken twice or lost.
+TEST_P(ConditionalPlanTest, FortyKeysForTenUnitsTakeExactlyTen) {
+  SetUnits(10);
+  std::vector<std::future<Response>> answers;
+  for (int i = 0; i < 40; ++i) {
+    answers.push_back(std::async(std::launch::async, [&, i] {
+      auto req = Req("F" + std::to_string(i) + "-stock");
+      return guard_.RunPlanned(req, Take(req, "id-" + std::to_string(i)));
+    }));
+  }
+  int taken = 0, refused = 0;
+  for (auto& a : answers) {
+    auto res = a.get();
+    if (res.status == 201) ++taken;
+    if (res.status == 409 && res.body == R"({"code":"none_left"})") ++refused;
+  }
+  EXPECT_EQ(taken, 10);
+  EXPECT_EQ(refused, 30);
+  EXPECT_EQ(Units(), 0);
+  EXPECT_EQ(Effects(), 10);
+  EXPECT_EQ(Keys(), 40);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.idempotency_key "
+                      "= e.key AND k.response_body = '{\"id\":\"' || e.id || '\"}'"),
+            10);
+}
+
+TEST_P(ConditionalPlanTest, AConditionalPlanWithoutReturningOrWithCtesAndNoSqlRunsNothing) {
+  SetUnits(5);
+  auto req = Req("G-stock");
+  auto plan = Take(req, "id-1");
+  plan.sql = "INSERT INTO effects (tenant_id, key, id) SELECT $1, $2, $3 FROM taken";
+  EXPECT_THROW(guard_.RunPlanned(req, plan), std::invalid_argument);
+  plan = Take(req, "id-1");
+  plan.sql.clear();
+  EXPECT_THROW(guard_.RunPlanned(req, plan), std::invalid_argument);
+  plan = Take(req, "id-1");
+  plan.ctes =
+      "taken AS (UPDATE units SET n = n - $4 WHERE EXISTS (SELECT 1 FROM claimed) "
+      "RETURNING n)";  // $4 would be the guard's tenant
+  EXPECT_THROW(guard_.RunPlanned(req, plan), std::invalid_argument);
+  EXPECT_EQ(Units(), 5);
+  EXPECT_EQ(Effects(), 0);
+  EXPECT_EQ(Keys(), 0);
+  EXPECT_EQ(otherwise_, 0);
+}
+
+// With `otherwise` and nothing planned, RunPlanned is Run with `otherwise`.
+TEST_P(ConditionalPlanTest, AnUnplannedRequestIsAnsweredByOtherwise) {
+  SetUnits(5);
+  auto req = Req("H-stock");
+  steps::guard::PlannedEffect plan = Take(req, "id-1");
+  plan.sql.clear();
+  plan.ctes.clear();
+  plan.params.clear();
+  auto first = guard_.RunPlanned(req, plan);
+  EXPECT_EQ(first.status, 201);
+  EXPECT_EQ(guard_.RunPlanned(req, plan).body, first.body);
+  EXPECT_EQ(otherwise_, 1);
+  EXPECT_EQ(Units(), 4);
+  EXPECT_EQ(Effects(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, ConditionalPlanTest, kBothPolicies, PolicyName);
 
 }  // namespace
