@@ -399,6 +399,10 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
 
 namespace {
 
+std::string Ctes(const PlannedEffect& plan) {
+  return plan.ctes.empty() ? std::string() : ",\n" + plan.ctes;
+}
+
 // The plan's statement after the key's INSERT (parameters numbered after the plan's own): the
 // effect reads `claimed`, so it applies exactly when the key was claimed, in the same implicit
 // transaction. Data-modifying CTEs always run to completion, read or not.
@@ -406,10 +410,7 @@ namespace {
 // statement's snapshot, the effect runs on that, and the key is written after it, only when
 // the effect returned a row. A key that a concurrent request wrote meanwhile makes that INSERT
 // a unique violation, which undoes the effect with it.
-std::string Ctes(const PlannedEffect& plan) {
-  return plan.ctes.empty() ? std::string() : ",\n" + plan.ctes;
-}
-
+// Either answers one row: whether the key was free, and whether it was stored.
 std::string PlannedSql(const PlannedEffect& plan) {
   const size_t n = plan.params.size();
   if (plan.otherwise) {
@@ -417,11 +418,12 @@ std::string PlannedSql(const PlannedEffect& plan) {
            "  WHERE tenant_id = $" +
            std::to_string(n + 1) + " AND idempotency_key = $" + std::to_string(n + 2) + "))" +
            Ctes(plan) + ",\neffect AS (" + plan.sql + "),\nstored AS (\n" +
-           InsertAnsweredSql(n, "EXISTS (SELECT 1 FROM effect)") + ")\nSELECT count(*) FROM stored";
+           InsertAnsweredSql(n, "EXISTS (SELECT 1 FROM effect)") +
+           ")\nSELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM stored)";
   }
   std::string sql = "WITH claimed AS (\n" + InsertAnsweredSql(n) + ")" + Ctes(plan);
   if (!plan.sql.empty()) sql += ",\neffect AS (" + plan.sql + ")";
-  return sql + "\nSELECT count(*) FROM claimed";
+  return sql + "\nSELECT count(*), count(*) FROM claimed";
 }
 
 // The plan as an ordinary effect, for the transaction that answers a key already there.
@@ -469,7 +471,7 @@ void CheckPlan(const PlannedEffect& plan) {
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (lower.find("returning") == std::string::npos) {
-    throw std::invalid_argument("a planned effect with `otherwise` must end in RETURNING");
+    throw std::invalid_argument("a planned effect with `otherwise` must have a RETURNING clause");
   }
 }
 
@@ -477,39 +479,46 @@ void CheckPlan(const PlannedEffect& plan) {
 
 Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
   CheckPlan(plan);
-  auto fallback = [&] {
-    // Claim first: `otherwise` is called only for a key this request owns.
-    if (plan.otherwise) return Run(req, plan.otherwise, EffectScope::kAny);
+  // With `otherwise`: a key found taken is answered from the key (claimed first, so
+  // `otherwise` is called only for a key this request owns); an effect that found nothing is
+  // decided by `otherwise` before the key is written, as the planned statement orders its
+  // locks (its rows, then the key), so a duplicate on the planned path cannot deadlock with it.
+  auto fallback = [&](EffectScope otherwise_scope) {
+    if (plan.otherwise) return Run(req, plan.otherwise, otherwise_scope);
     return Run(
         req, [&](pqxx::work& tx) { return ApplyPlan(tx, plan); }, EffectScope::kTransactionOnly);
   };
-  if (options_.duplicates != Duplicates::kWait) return fallback();
-  if (plan.otherwise && plan.sql.empty()) return fallback();  // nothing planned
+  if (options_.duplicates != Duplicates::kWait) return fallback(EffectScope::kAny);
+  // Nothing planned: every duplicate takes this path, so no lock order to keep.
+  if (plan.otherwise && plan.sql.empty()) return fallback(EffectScope::kAny);
   const std::string hash = Fingerprint(req);
   const common::pg::Statement statement(PlannedSql(plan));
   const Response& res = plan.answer;
-  bool claimed = false;
   try {
     auto span = StartSpan("business effect", req);
-    claimed = pool_.With([&](pqxx::connection& conn) {
+    auto [key_free, stored] = pool_.With([&](pqxx::connection& conn) {
       pqxx::nontransaction tx(conn);  // one statement: its own transaction
-      return Exec(tx, statement, pqxx::prepare::make_dynamic_params(plan.params), req.tenant_id,
-                  req.key, hash, res.status, res.content_type, res.body, RetentionSeconds(),
-                  HeadersJson(res))[0][0]
-                 .as<long long>() == 1;
+      auto row = Exec(tx, statement, pqxx::prepare::make_dynamic_params(plan.params), req.tenant_id,
+                      req.key, hash, res.status, res.content_type, res.body, RetentionSeconds(),
+                      HeadersJson(res))[0];
+      return std::pair{row[0].as<long long>() == 1, row[1].as<long long>() == 1};
     });
-    if (claimed) {
+    if (stored) {
       Response answer = Applied(res, span);
       span.End();
       // The statement's own commit: one span as in Run, so every trace has the same shape.
       StartSpan("guard commit", req).Set("outcome", answer.outcome).Set("in_statement", true).Ok();
       return answer;
     }
-    span.Set("outcome", std::string(plan.otherwise ? "nothing applied: the key was taken, or "
-                                                     "the effect found nothing to do"
-                                                   : "nothing applied: the key was taken"));
+    if (key_free) {
+      span.Set("outcome", std::string("nothing applied: the effect found nothing to do"));
+      span.End();
+      return fallback(EffectScope::kTransactionOnly);
+    }
+    span.Set("outcome", std::string("nothing applied: the key was taken"));
   } catch (const pqxx::unique_violation&) {
-    // The effect's own unique index names a key that is probably taken: answered below.
+    // The key, written by a duplicate meanwhile, or the effect's own unique index: the key is
+    // probably taken, and answered below.
   } catch (const pqxx::transaction_rollback&) {
     // A deadlock with a transaction taking the same rows in the other order: nothing
     // committed; answered below, where such a rollback is retried.
@@ -520,7 +529,7 @@ Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
                 "a request with this Idempotency-Key is still being processed; retry later",
                 "in_progress");
   }
-  return fallback();
+  return fallback(EffectScope::kAny);
 }
 
 Response Guard::Compensate(const Request& req, const std::string& action_key, const Undo& undo,

@@ -178,21 +178,25 @@ enum class EffectScope {
 //                        {id, "2500"}};
 // Empty `sql`: nothing to apply, only the answer to store (a business refusal). Parameters are
 // text, as PostgreSQL's input functions read them: exactly as many as `sql` uses, at most 64.
-// A plan that passes another number, or whose `sql` does not read `claimed`, is refused
+// A plan that passes another number, or that does not read `claimed`, is refused
 // (std::invalid_argument) before anything runs.
 //
 // An effect that may find nothing to do where the plan looks (no stock in the slot it
-// tries, say) sets `otherwise`: `sql` then ends in RETURNING and returns a row exactly when it
-// applied; the key and `answer` are stored only then. Otherwise nothing is stored and the
-// request is answered by Run(kAny) with `otherwise` as its effect, which decides for itself
-// (and a key already there is answered from the key, without calling it). With `otherwise`
-// and no `sql`, that is all RunPlanned does: a request the plan cannot express.
+// tries, say) sets `otherwise`: `sql` then has a RETURNING clause and returns a row whenever
+// the plan changed anything (a row changed in `ctes` that `sql` does not return would commit
+// without its key); the key and `answer` are stored only then. Otherwise nothing is stored:
+// a key found taken is answered from the key by Run(kAny) with `otherwise` as its effect
+// (called only for a key this request then owns), and a plan that found nothing to do by
+// Run(kTransactionOnly) with `otherwise`, which decides for itself and, like any
+// transaction-only effect, may be called and rolled back. With `otherwise` and no `sql`,
+// RunPlanned is Run(kAny) with `otherwise`: a request the plan cannot express.
 //
 // An effect of several statements names the ones before `sql` in `ctes`, which go after
 // `claimed` at the top of the statement (where PostgreSQL wants data-modifying CTEs):
 //   ctes = "taken AS (UPDATE stock SET ... WHERE EXISTS (SELECT 1 FROM claimed) RETURNING n)",
 //   sql = "INSERT INTO reservations ... SELECT ... FROM taken RETURNING 1".
-// The rules on parameters and on reading `claimed` hold for `ctes` and `sql` together.
+// The rules on parameters hold for `ctes` and `sql` together, and one of them must read
+// `claimed`: gate every statement that changes rows on it (the check cannot see which do).
 struct PlannedEffect {
   Response answer;
   std::string sql;
@@ -226,7 +230,8 @@ class Guard {
   // Run for an effect planned in advance: one statement when the key is new. When it is not
   // (a retry, a duplicate, a tombstone; or the effect's own unique index trips), nothing was
   // applied and the request is answered as Run(kTransactionOnly) answers it, with the same
-  // plan as its effect. Under Duplicates::kFailFast it is that Run from the start.
+  // plan as its effect (with `otherwise`, see PlannedEffect). Under Duplicates::kFailFast it
+  // is that Run from the start (with `otherwise`: Run(kAny) with it).
   Response RunPlanned(const Request& req, const PlannedEffect& plan);
 
   // Runs `undo` at most once for the action under (tenant, action_key). The compensation's

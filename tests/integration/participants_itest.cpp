@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "services_mock/service.hpp"
@@ -86,6 +87,37 @@ TEST_F(InventoryTest, AOneSkuReservationRecordsItsSlotAndIsReleasedIntoIt) {
   EXPECT_EQ(released->status, 200) << released->body;
   EXPECT_EQ(Available("widget"), 1000000);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM stock_slots WHERE reserved <> 0"), 0);
+}
+
+// Duplicates of one key at once, through the planned statement: each may find the key free
+// and take a different free slot, and all but one trip on a unique index and give theirs
+// back. One reservation, the stock down once, one answer.
+TEST_F(InventoryTest, SixteenConcurrentDuplicatesReserveOnceAndShareOneAnswer) {
+  constexpr int kDuplicates = 16;
+  std::vector<std::optional<httplib::Result>> answers(kDuplicates);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kDuplicates; ++i) {
+    threads.emplace_back([&, i] {
+      auto client = svc_.Client();
+      answers[i] =
+          Post(client, "/v1/reservations",
+               {.key = "Z-inventory", .body = R"({"items":[{"sku":"widget","quantity":3}]})"});
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> bodies;
+  for (auto& a : answers) {
+    ASSERT_TRUE(a && *a);
+    ASSERT_EQ((*a)->status, 201) << (*a)->body;
+    bodies.insert((*a)->body);
+  }
+  EXPECT_EQ(bodies.size(), 1u);
+  EXPECT_EQ(Rows("reservations"), 1);
+  EXPECT_EQ(Available("widget"), 1000000 - 3);
+  EXPECT_EQ(db_.Count("SELECT sum(reserved) FROM stock_slots WHERE sku = 'widget'"), 3);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM reservations WHERE reservation_id = $1",
+                      nlohmann::json::parse(*bodies.begin())["reservation_id"].get<std::string>()),
+            1);
 }
 
 TEST_F(InventoryTest, InsufficientStockIsStoredAndChangesNothing) {

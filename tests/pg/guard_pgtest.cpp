@@ -722,12 +722,16 @@ TEST_P(ConditionalPlanTest, DuplicatesThatFoundTheKeyFreeTakeOneUnitBetweenThem)
     }));
   }
   const long long lined_up = fail_fast ? 1 : kDuplicates;
+  auto waiting = [&] {
+    return db_.Count(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock'");
+  };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (db_.Count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                   "AND wait_event_type = 'Lock'") < lined_up &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (waiting() < lined_up && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  EXPECT_EQ(waiting(), lined_up) << "the duplicates did not line up behind the held row";
   if (fail_fast) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the refusals
   hold.commit();
   std::set<std::string> bodies;
@@ -741,6 +745,9 @@ TEST_P(ConditionalPlanTest, DuplicatesThatFoundTheKeyFreeTakeOneUnitBetweenThem)
   }
   EXPECT_EQ(applied, 1);
   EXPECT_EQ(bodies.size(), 1u);
+  // The planned path applied it, and every loser was answered from the key; under fail-fast
+  // the one request that claimed the key ran `otherwise`.
+  EXPECT_EQ(otherwise_, fail_fast ? 1 : 0);
   EXPECT_EQ(Units(), 99);
   EXPECT_EQ(Effects(), 1);
   EXPECT_EQ(Keys(), 1);
@@ -768,6 +775,9 @@ TEST_P(ConditionalPlanTest, FortyKeysForTenUnitsTakeExactlyTen) {
   }
   EXPECT_EQ(taken, 10);
   EXPECT_EQ(refused, 30);
+  // Ten planned statements took a unit; the thirty that found none were decided by
+  // `otherwise`, once each. Fail-fast runs every one through `otherwise`.
+  EXPECT_EQ(otherwise_, GetParam() == steps::guard::Duplicates::kWait ? 30 : 40);
   EXPECT_EQ(Units(), 0);
   EXPECT_EQ(Effects(), 10);
   EXPECT_EQ(Keys(), 40);
