@@ -12,7 +12,9 @@ namespace common::trace {
 Exporter::Exporter(Sink sink, Options options)
     : sink_(std::move(sink)),
       options_(options),
-      flusher_("span_export", options_.flush_interval, [this] { Drain(); }) {
+      last_drain_(std::chrono::steady_clock::now()),
+      flusher_("span_export", std::min(options_.tick, options_.flush_interval),
+               [this] { Tick(); }) {
   flusher_.Start();
 }
 
@@ -30,9 +32,16 @@ void Exporter::Enqueue(SpanData span) {
   queue_.push_back(std::move(span));
 }
 
-void Exporter::Flush() { Drain(); }
+void Exporter::Flush() { Drain(false); }
 
-void Exporter::Drain() {
+void Exporter::Tick() {
+  auto now = std::chrono::steady_clock::now();
+  bool interval_over = now - last_drain_ >= options_.flush_interval;
+  if (interval_over) last_drain_ = now;
+  Drain(!interval_over);
+}
+
+void Exporter::Drain(bool full_batches_only) {
   std::lock_guard export_lock(export_mutex_);
   // What was queued when the drain began; spans that arrive meanwhile wait for the next one.
   // Under steady load a drain that chased the queue never ended, delivering a few spans at a
@@ -42,6 +51,7 @@ void Exporter::Drain() {
     std::lock_guard lock(queue_mutex_);
     due = queue_.size();
   }
+  if (full_batches_only) due -= due % std::max<size_t>(1, options_.max_batch);
   while (due > 0) {
     std::vector<SpanData> batch;
     {

@@ -1,7 +1,8 @@
 // Exports finished spans in batches from a background thread (a common::Periodic), off the
-// request path. The queue is bounded: when it is full a span is dropped and counted, and the
-// request that made it never waits. A batch its sink refuses is dropped and counted too
-// (tracing must not grow memory while a collector is down).
+// request path: a full batch as soon as there is one, the rest every flush interval. The queue is
+// bounded: when it is full a span is dropped and counted, and the request that made it never waits.
+// A batch its sink refuses is dropped and counted too (tracing must not grow memory while a
+// collector is down).
 //
 // Thread-safe. The sink runs on one thread at a time.
 //   Exporter exporter(Exporter::OtlpHttp("http://127.0.0.1:4318/v1/traces", {}), {});
@@ -37,6 +38,11 @@ class Exporter {
     size_t max_batch = 500;
     // What waits in the queue is memory: half a second of a busy service's spans.
     std::chrono::milliseconds flush_interval{500};
+    // How often the queue is looked at in between: a full batch goes as soon as it is there, so
+    // a busy service's spans reach the store as a steady trickle of full batches. Sending half
+    // a second's worth at once (about 20 batches at 1,200 orders/s) took a core for a tenth of
+    // a second, every half second, and the orders running meanwhile were the slowest 2%.
+    std::chrono::milliseconds tick{50};
   };
 
   Exporter(Sink sink, Options options);
@@ -56,7 +62,9 @@ class Exporter {
   static Sink OtlpHttp(const std::string& url, std::map<std::string, std::string> headers);
 
  private:
-  void Drain();
+  // Delivers what is queued now, or only the full batches of it.
+  void Drain(bool full_batches_only);
+  void Tick();
 
   Sink sink_;
   Options options_;
@@ -64,6 +72,7 @@ class Exporter {
   std::deque<SpanData> queue_;
   std::mutex export_mutex_;
   std::atomic<long long> dropped_{0}, failed_{0}, exported_{0};
+  std::chrono::steady_clock::time_point last_drain_;  // the flusher's own
   Periodic flusher_;  // last: stopped before the queue it drains goes
 };
 

@@ -302,7 +302,10 @@ TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServic
 }
 
 TEST_F(TracesTest, AFullExportQueueDropsSpansAndRequestsStillSucceed) {
-  Start({.max_queue = 2, .max_batch = 1, .flush_interval = std::chrono::hours(1)});
+  Start({.max_queue = 2,
+         .max_batch = 1,
+         .flush_interval = std::chrono::hours(1),
+         .tick = std::chrono::hours(1)});
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(Post(*client_, "/v1/orders", Order("q-" + std::to_string(i)))->status, 201);
   }

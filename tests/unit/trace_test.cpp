@@ -328,7 +328,10 @@ TEST(Exporter, DeliversInBatchesAndCountsFailures) {
         sizes.push_back(batch.size());
         return sizes.size() != 2;  // the second delivery fails
       },
-      {.max_queue = 100, .max_batch = 4, .flush_interval = std::chrono::hours(1)});
+      {.max_queue = 100,
+       .max_batch = 4,
+       .flush_interval = std::chrono::hours(1),
+       .tick = std::chrono::hours(1)});
   for (int i = 0; i < 10; ++i) exporter.Enqueue(Sample("payment", kSpan, ""));
   exporter.Flush();
   EXPECT_EQ(sizes, (std::vector<size_t>{4, 4, 2}));
@@ -350,7 +353,10 @@ TEST(Exporter, ADrainDoesNotChaseSpansThatArriveWhileItDelivers) {
         }
         return true;
       },
-      {.max_queue = 100, .max_batch = 4, .flush_interval = std::chrono::hours(1)});
+      {.max_queue = 100,
+       .max_batch = 4,
+       .flush_interval = std::chrono::hours(1),
+       .tick = std::chrono::hours(1)});
   self = &exporter;
   for (int i = 0; i < 6; ++i) exporter.Enqueue(Sample("payment", kSpan, ""));
   exporter.Flush();
@@ -358,6 +364,37 @@ TEST(Exporter, ADrainDoesNotChaseSpansThatArriveWhileItDelivers) {
   exporter.Flush();
   EXPECT_EQ(sizes, (std::vector<size_t>{4, 2, 3}));
   EXPECT_EQ(exporter.exported(), 9);
+}
+
+// Between flush intervals a full batch goes at the next tick, so a busy service's spans are
+// delivered as they fill batches rather than half a second's worth at once; the partial batch
+// that is left waits for the interval (or a Flush).
+TEST(Exporter, AFullBatchGoesAtTheNextTickAndTheRestWaitsForTheInterval) {
+  std::mutex m;
+  std::vector<size_t> sizes;
+  auto delivered = [&] {
+    std::lock_guard lock(m);
+    return sizes;
+  };
+  Exporter exporter(
+      [&](const std::vector<SpanData>& batch) {
+        std::lock_guard lock(m);
+        sizes.push_back(batch.size());
+        return true;
+      },
+      {.max_queue = 100,
+       .max_batch = 4,
+       .flush_interval = std::chrono::hours(1),
+       .tick = std::chrono::milliseconds(5)});
+  for (int i = 0; i < 10; ++i) exporter.Enqueue(Sample("payment", kSpan, ""));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (delivered().size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // ticks that must send nothing
+  EXPECT_EQ(delivered(), (std::vector<size_t>{4, 4}));
+  exporter.Flush();
+  EXPECT_EQ(delivered(), (std::vector<size_t>{4, 4, 2}));
 }
 
 TEST(Waterfall, DrawsTheTreeWithMarkersBarsAndCompensations) {
