@@ -508,6 +508,12 @@ class PlannedTest : public DuplicatesTest {
 
   long long Effects() { return db_.Count("SELECT count(*) FROM effects"); }
   long long Keys() { return db_.Count("SELECT count(*) FROM idempotency_keys"); }
+  // Stored answers that name the effect recorded under their own key.
+  long long AnswersNamingTheirEffect() {
+    return db_.Count(
+        "SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.idempotency_key = e.key "
+        "AND k.response_body = '{\"id\":\"' || e.id || '\"}'");
+  }
 };
 
 TEST_P(PlannedTest, ANewKeyAppliesTheEffectOnceAndItsAnswerIsReplayedByteForByte) {
@@ -580,9 +586,7 @@ TEST_P(PlannedTest, ThirtyTwoConcurrentDuplicatesApplyTheEffectOnceAndShareOneAn
   }
   EXPECT_EQ(Effects(), 1);
   EXPECT_EQ(Keys(), 1);
-  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.response_body "
-                      "= '{\"id\":\"' || e.id || '\"}'"),
-            1);
+  EXPECT_EQ(AnswersNamingTheirEffect(), 1);
 }
 
 // The key is gone (collected) but the effect it guarded is not: the effect's own unique index
@@ -751,9 +755,7 @@ TEST_P(ConditionalPlanTest, DuplicatesThatFoundTheKeyFreeTakeOneUnitBetweenThem)
   EXPECT_EQ(Units(), 99);
   EXPECT_EQ(Effects(), 1);
   EXPECT_EQ(Keys(), 1);
-  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.response_body "
-                      "= '{\"id\":\"' || e.id || '\"}'"),
-            1);
+  EXPECT_EQ(AnswersNamingTheirEffect(), 1);
 }
 
 // Forty keys for ten units: exactly ten take one, each answer names its own effect, and the
@@ -781,9 +783,7 @@ TEST_P(ConditionalPlanTest, FortyKeysForTenUnitsTakeExactlyTen) {
   EXPECT_EQ(Units(), 0);
   EXPECT_EQ(Effects(), 10);
   EXPECT_EQ(Keys(), 40);
-  EXPECT_EQ(db_.Count("SELECT count(*) FROM effects e JOIN idempotency_keys k ON k.idempotency_key "
-                      "= e.key AND k.response_body = '{\"id\":\"' || e.id || '\"}'"),
-            10);
+  EXPECT_EQ(AnswersNamingTheirEffect(), 10);
 }
 
 TEST_P(ConditionalPlanTest, AConditionalPlanWithoutReturningOrWithCtesAndNoSqlRunsNothing) {
