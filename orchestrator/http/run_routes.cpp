@@ -68,10 +68,6 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
     SetError(res, 400, "invalid_request", e.what());
     return KeyOutcome::kNone;
   }
-  common::Log("saga_request", {{"tenant", *tenant},
-                               {"key", key.key},
-                               {"saga", definition.name()},
-                               {"trace_id", span.context().trace_id}});
   // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
   ClaimRequest request{
       .tenant_id = *tenant,
@@ -83,6 +79,17 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
       .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + body->dump())};
   Submission s{&definition, std::move(input), std::move(request)};
   Answer answer = d.sagas.Submit(s);
+  // A request that starts or resumes the saga is logged by it (saga_started, saga_resumed);
+  // one line per request, not two.
+  if (!answer.Owns()) {
+    common::Log("saga_request", {{"tenant", *tenant},
+                                 {"key", key.key},
+                                 {"saga", definition.name()},
+                                 {"outcome", ToString(answer.outcome)},
+                                 {"http_status", std::to_string(answer.status)},
+                                 {"trace_id", answer.trace_id.empty() ? span.context().trace_id
+                                                                      : answer.trace_id}});
+  }
   span.Set("idempotency.outcome", std::string(ToString(answer.outcome)))
       .Set("replayed", answer.outcome == KeyOutcome::kReplayed);
   // A retry that did not start the saga joins the saga's trace (unless the caller has a

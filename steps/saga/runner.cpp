@@ -256,7 +256,9 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     last = Call(step.action, ctx);
     common::CrashPoint("after_step_sent");
     CountAttempt(step.name, "action", last.outcome);
-    LogStep("step_outcome", ctx, last);
+    // A step that succeeds at once is in the trace and in saga_finished: a line is for what
+    // an operator looks into (retries, failures), and lines cost a write each on the hot path.
+    if (last.outcome != Outcome::kSucceeded || attempt > 1) LogStep("step_outcome", ctx, last);
     Record(attempt_span, last);
     step_span.Set("attempts", static_cast<long long>(attempt));
     if (last.outcome == Outcome::kSucceeded || last.outcome == Outcome::kTerminal) {
