@@ -118,13 +118,18 @@ TEST_F(TracesTest, OneOrderIsOneTreeAcrossTheThreeServices) {
   }
   EXPECT_EQ(roots, 1);
   EXPECT_EQ(services, (std::set<std::string>{"orchestrator", "inventory", "payment"}));
-  for (const char* name : {"saga place_order", "step inventory", "step payment",
-                           "inventory attempt", "payment attempt", "POST /v1/reservations",
-                           "POST /v1/charges", "business effect", "guard commit"}) {
+  for (const char* name :
+       {"saga place_order", "step inventory", "step payment", "inventory attempt",
+        "payment attempt", "POST /v1/reservations", "POST /v1/charges", "business effect"}) {
     EXPECT_FALSE(Named(trace, name).empty()) << name;
   }
-  // A participant writes a new key once, after the effect: no claim before it.
+  // A participant writes a new key once, in the effect's own statement: no claim before it,
+  // and no commit span after it (the effect's span says the key went with it).
   EXPECT_TRUE(Named(trace, "guard claim").empty());
+  EXPECT_TRUE(Named(trace, "guard commit").empty());
+  for (const auto& effect : Named(trace, "business effect")) {
+    EXPECT_EQ(effect["attributes"]["in_statement"], true) << effect.dump();
+  }
   // A participant's request span hangs under the step attempt that called it.
   auto charge = Named(trace, "POST /v1/charges").at(0);
   auto attempt = by_id[charge["parent_span_id"]];
