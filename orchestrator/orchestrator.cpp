@@ -222,7 +222,15 @@ KeyOutcome Orchestrator::SubmitOrder(const httplib::Request& req, httplib::Respo
 
 void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {
-    server_.Stop();
+    // A request runs its saga on a server worker, and the server's stop waits for its
+    // workers: it stops on a thread of its own while the sagas get their grace period.
+    std::thread server_stop([this] { server_.Stop(); });
+    struct Join {
+      std::thread& t;
+      ~Join() {
+        if (t.joinable()) t.join();
+      }
+    } join_server_stop{server_stop};
     recovery_.Stop();
     reconciler_.Stop();
     auto deadline = std::chrono::steady_clock::now() + grace;
@@ -231,6 +239,7 @@ void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
     }
     long long unfinished = sagas_.running();
     sagas_.Shutdown();
+    server_stop.join();  // and with it every saga still on a worker: none holds a lease now
     try {
       long long released = store_.ReleaseLeases(sagas_.owner());
       common::Log("shutdown", {{"owner", sagas_.owner()},

@@ -195,6 +195,7 @@ void SagaService::Shutdown() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
+  budget_watch_.Stop();
   if (pool_) {
     pool_->join();
     pool_.reset();
@@ -456,12 +457,36 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
                {"key", s.request.key},
                {"order_id", claim.row.order_id},
                {"trace_id", claim.row.trace_id}});
-  auto promise = std::make_shared<std::promise<Answer>>();
-  auto future = promise->get_future();
   ++running_;
   // A takeover resumes the definition the key started with: the route's typed input is for
   // the latest one, so the runner parses the stored request itself.
   auto input = claim.kind == Claim::kClaimed ? s.input : nullptr;
+  auto outcome = claim.kind == Claim::kClaimed ? KeyOutcome::kClaimed : KeyOutcome::kTakenOver;
+  // What a request still waiting after the response budget gets: the saga goes on.
+  auto accepted = [outcome, order_id = claim.row.order_id, trace_id = claim.row.trace_id,
+                   root_span_id = claim.row.root_span_id, key = s.request.key,
+                   saga = s.definition->name()] {
+    nlohmann::json body = {{"status", ToString(SagaStatus::kStarted)},
+                           {"order_id", order_id},
+                           {"idempotency_key", key},
+                           {"trace_id", trace_id}};
+    Answer a{202, body.dump(), {{"Location", StatusPath(saga, key)}}};
+    a.outcome = outcome;
+    a.trace_id = trace_id;
+    a.root_span_id = root_span_id;
+    return a;
+  };
+  if (s.answer_early) {
+    // On the request's own thread: handing the saga to the pool and waiting for it cost four
+    // context switches per order (19 of the dev process's, 15 without).
+    auto late = budget_watch_.Add(std::chrono::steady_clock::now() + options_.response_budget,
+                                  [send = s.answer_early, accepted] { send(accepted()); });
+    Answer a = Drive(claim, input);
+    a.outcome = outcome;
+    return a;
+  }
+  auto promise = std::make_shared<std::promise<Answer>>();
+  auto future = promise->get_future();
   boost::asio::post(*pool_, [this, claim, promise, input] {
     // Drive catches what it can; anything else (bad_alloc) must still answer the request.
     try {
@@ -470,19 +495,12 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
       promise->set_exception(std::current_exception());
     }
   });
-  auto outcome = claim.kind == Claim::kClaimed ? KeyOutcome::kClaimed : KeyOutcome::kTakenOver;
   if (future.wait_for(options_.response_budget) == std::future_status::ready) {
     Answer a = future.get();
     a.outcome = outcome;
     return a;
   }
-  nlohmann::json body = {{"status", ToString(SagaStatus::kStarted)},
-                         {"order_id", claim.row.order_id},
-                         {"idempotency_key", s.request.key},
-                         {"trace_id", claim.row.trace_id}};
-  Answer a{202, body.dump(), {{"Location", StatusPath(s.definition->name(), s.request.key)}}};
-  a.outcome = outcome;
-  return a;
+  return accepted();
 }
 
 }  // namespace orchestrator

@@ -13,10 +13,12 @@
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "common/deadline_watch.hpp"
 #include "common/metrics.hpp"
 #include "orchestrator/store/finished_cache.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -56,11 +58,16 @@ struct Submission {
   // The key and the request; Submit fills in saga_name, saga_version (the definition's) and
   // owner (this process). root_span_id: the request's span, parent of the saga's.
   ClaimRequest request;
+  // Sends an answer to the request while Submit is still running, from another thread; false
+  // when it was answered already. When set, a saga this request starts runs on the calling
+  // thread (no hand-off to the pool and back), and a request still waiting for it after the
+  // response budget gets its 202 through this. When unset, the saga runs on the pool.
+  std::function<bool(const Answer&)> answer_early;
 };
 
 struct SagaServiceOptions {
-  std::string owner;                                 // this process's lease identity
-  size_t threads = 64;                               // sagas block on participant calls
+  std::string owner;    // this process's lease identity
+  size_t threads = 64;  // sagas resumed by recovery, and submissions without answer_early
   std::chrono::milliseconds response_budget{10000};  // then 202 and the saga goes on
   FinishedCache::Options finished_cache;             // replays of finished keys from memory
 };
@@ -155,6 +162,8 @@ class SagaService {
   common::metrics::Family<common::metrics::Counter>& key_outcomes_;
   common::metrics::Family<common::metrics::Histogram>& durations_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
+  // Sends the 202 of a request whose saga outlives the response budget on its thread.
+  common::DeadlineWatch budget_watch_{std::chrono::milliseconds(50)};
 };
 
 }  // namespace orchestrator

@@ -236,7 +236,14 @@ struct Exchange {
   const Route* route = nullptr;
   bool head = false;
   bool keep_alive = false;
+  // Set once by whoever answers: the handler's return or an EarlyAnswer. `early` is written
+  // only by the EarlyAnswer that set it, before it hands the exchange to the loop.
+  std::atomic<bool> answered{false};
+  httplib::Response early;
 };
+
+// The EarlyAnswer of the request this worker's handler runs for.
+thread_local const EarlyAnswer* current_early_answer = nullptr;
 
 class Connection;
 
@@ -265,6 +272,8 @@ class ServerCore {
   bool FindRoute(Exchange& ex) const;
   // On a worker: the handler, its exception, the defaults.
   void Run(Exchange& ex) const;
+  // The defaults of a handler's answer: a status, an error body for an error status.
+  static void Complete(const httplib::Request& req, httplib::Response& res);
   void RunLoop();
 
   const Limits limits;
@@ -344,10 +353,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
-  void OnHandled(const Exchange& ex) {
+  void OnHandled(const Exchange& ex, const httplib::Response& res) {
     if (phase_ != Phase::kHandling) return;
-    if (ex.res.has_header(kCloseMarker)) return Close();
-    Respond(ex);
+    if (res.has_header(kCloseMarker)) return Close();
+    Respond(ex, res);
+  }
+
+  // From any thread, once per exchange at most (Exchange::answered decides who answers).
+  bool AnswerEarly(const std::shared_ptr<Exchange>& ex, httplib::Response res) {
+    if (ex->answered.exchange(true)) return false;
+    ServerCore::Complete(ex->req, res);
+    ex->early = std::move(res);
+    asio::post(executor_, [self = shared_from_this(), ex] { self->OnHandled(*ex, ex->early); });
+    return true;
   }
 
  private:
@@ -458,7 +476,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ex->req.local_addr = local_.first;
     ex->req.local_port = local_.second;
     ex->head = ex->req.method == "HEAD";
-    if (!server_.FindRoute(*ex)) return Respond(*ex);
+    if (!server_.FindRoute(*ex)) return Respond(*ex, ex->res);
     auto self = shared_from_this();
     auto queued_at = std::chrono::steady_clock::now();
     bool admitted = server_.pool.TryPush([self, ex, queued_at] {
@@ -466,21 +484,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
         ex->res = ErrorResponse(503, "unavailable",
                                 "the server is at capacity; retrying with the same key is safe");
       } else {
+        EarlyAnswer early([weak = std::weak_ptr<Connection>(self), ex](httplib::Response res) {
+          auto c = weak.lock();
+          return c != nullptr && c->AnswerEarly(ex, std::move(res));
+        });
+        current_early_answer = &early;
         self->server_.Run(*ex);
+        current_early_answer = nullptr;
       }
-      asio::post(self->executor_, [self, ex] { self->OnHandled(*ex); });
+      if (ex->answered.exchange(true)) return;  // an early answer went instead
+      asio::post(self->executor_, [self, ex] { self->OnHandled(*ex, ex->res); });
     });
     if (!admitted) {
       ex->res = ErrorResponse(503, "unavailable",
                               "the server is at capacity; retrying with the same key is safe");
-      Respond(*ex);
+      Respond(*ex, ex->res);
     }
   }
 
-  void Respond(const Exchange& ex) {
+  void Respond(const Exchange& ex, const httplib::Response& res) {
     bool keep = ex.keep_alive && !close_after_write_ && !server_.stopping &&
-                !IEquals(ex.res.get_header_value("Connection"), "close");
-    Write(Serialize(ex.res, ex.head, keep), keep);
+                !IEquals(res.get_header_value("Connection"), "close");
+    Write(Serialize(res, ex.head, keep), keep);
   }
 
   // Answers a request the server refuses itself, then closes: after a framing error the
@@ -765,18 +790,26 @@ void ServerCore::Run(Exchange& ex) const {
   } catch (...) {
     AnswerException(ex.req, ex.res, std::current_exception());
   }
-  if (ex.res.status == -1) ex.res.status = 200;
-  if (ex.res.status < 100 || ex.res.status > 999) {
-    Log("handler_bad_status", {{"path", ex.req.path}, {"status", std::to_string(ex.res.status)}});
-    ex.res = ErrorResponse(500, "internal_error", "internal error");
+  Complete(ex.req, ex.res);
+}
+
+void ServerCore::Complete(const httplib::Request& req, httplib::Response& res) {
+  if (res.status == -1) res.status = 200;
+  if (res.status < 100 || res.status > 999) {
+    Log("handler_bad_status", {{"path", req.path}, {"status", std::to_string(res.status)}});
+    res = ErrorResponse(500, "internal_error", "internal error");
   }
-  if (ex.res.status >= 400 && ex.res.body.empty()) {
-    auto text = TextFor(ex.res.status);
-    SetError(ex.res, ex.res.status, text.code, text.message);
+  if (res.status >= 400 && res.body.empty()) {
+    auto text = TextFor(res.status);
+    SetError(res, res.status, text.code, text.message);
   }
 }
 
 }  // namespace detail
+
+EarlyAnswer EarlyAnswer::ForCurrentRequest() {
+  return current_early_answer != nullptr ? *current_early_answer : EarlyAnswer();
+}
 
 Server::Server(Limits limits) : impl_(std::make_unique<detail::ServerCore>(std::move(limits))) {}
 

@@ -143,6 +143,28 @@ class Server {
   std::unique_ptr<detail::ServerCore> impl_;
 };
 
+// Answers a request from any thread before its handler returns: for a handler that owes its
+// client an answer within a time budget (a 202 and where to look) while it works on. Whatever
+// the handler leaves in its response afterwards is dropped. Empty outside a handler.
+//   auto early = EarlyAnswer::ForCurrentRequest();  // on the handler's thread
+//   // later, from any thread: false when the handler returned first
+//   early.Send(accepted_response);
+class EarlyAnswer {
+ public:
+  using SendFn = std::function<bool(httplib::Response)>;
+  EarlyAnswer() = default;
+  explicit EarlyAnswer(SendFn send) : send_(std::move(send)) {}
+  explicit operator bool() const { return static_cast<bool>(send_); }
+  // True when `res` is the request's answer: its handler had not returned, and no other early
+  // answer had gone.
+  bool Send(httplib::Response res) const { return send_ && send_(std::move(res)); }
+  // The handle of the request the calling thread's handler runs for; empty elsewhere.
+  static EarlyAnswer ForCurrentRequest();
+
+ private:
+  SendFn send_;
+};
+
 // Answers the one error body, a problem (common/http/problem.hpp).
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message);
 

@@ -78,6 +78,18 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
       .root_span_id = span.context().span_id,
       .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + body->dump())};
   Submission s{&definition, std::move(input), std::move(request)};
+  if (auto early = common::http::EarlyAnswer::ForCurrentRequest()) {
+    // The saga's 202 when it outlives the response budget; the saga's own span is this
+    // request's, so the traceparent is already known.
+    s.answer_early = [early,
+                      traceparent = common::trace::FormatTraceparent(
+                          span.context().trace_id, span.context().span_id)](const Answer& a) {
+      httplib::Response r;
+      Send(a, r);
+      r.set_header("traceparent", traceparent);
+      return early.Send(std::move(r));
+    };
+  }
   Answer answer = d.sagas.Submit(s);
   // A request that starts or resumes the saga is logged by it (saga_started, saga_resumed);
   // one line per request, not two.

@@ -249,3 +249,87 @@ TEST(ServerLoad, StopClosesIdleConnectionsAtOnceAndLetsAdmittedRequestsFinish) {
 }
 
 }  // namespace
+
+// A handler that works on past its budget has its request answered by another thread
+// (EarlyAnswer: the orchestrator's 202 while the saga goes on). The client gets that answer at
+// once and may send its next request on the same connection while the handler still runs;
+// what the handler answers when it returns is dropped, and a second early answer is refused.
+TEST(ServerLoad, AnEarlyAnswerGoesAtOnceAndTheHandlersOwnIsDropped) {
+  EdgeServer server({.threads = 4});
+  std::mutex m;
+  std::condition_variable cv;
+  common::http::EarlyAnswer early;
+  bool finish = false;
+  std::atomic<bool> second_refused{false};
+  std::atomic<bool> returned{false};
+  server.server.Get("/long", [&](const httplib::Request&, httplib::Response& res) {
+    {
+      std::unique_lock lock(m);
+      early = common::http::EarlyAnswer::ForCurrentRequest();
+      cv.notify_all();
+      cv.wait(lock, [&] { return finish; });
+    }
+    res.status = 201;
+    res.set_content(R"({"from":"handler"})", "application/json");
+    returned = true;
+  });
+  EXPECT_FALSE(common::http::EarlyAnswer::ForCurrentRequest()) << "not on a handler thread";
+
+  Socket c(server.port);
+  ASSERT_TRUE(c.Send("GET /long HTTP/1.1\r\nHost: x\r\n\r\n"));
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return static_cast<bool>(early); }));
+  }
+  httplib::Response accepted;
+  accepted.status = 202;
+  accepted.set_content(R"({"from":"early"})", "application/json");
+  ASSERT_TRUE(early.Send(accepted));
+  second_refused = !early.Send(accepted);
+  auto a = c.Read();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 202);
+  EXPECT_EQ(a->body, R"({"from":"early"})");
+  EXPECT_TRUE(second_refused);
+
+  // The connection serves on while the handler is still blocked.
+  ASSERT_TRUE(c.Send(kWork));
+  auto next = c.Read();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200);
+  {
+    std::lock_guard lock(m);
+    finish = true;
+  }
+  cv.notify_all();
+  while (!returned) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(100ms);  // time enough for a 201 that should not come
+  // Nothing else comes on the connection: the handler's own 201 was dropped.
+  ASSERT_TRUE(c.Send(kWork));
+  auto last = c.Read();
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->status, 200) << last->body;
+  EXPECT_EQ(last->body.find("handler"), std::string::npos);
+}
+
+TEST(ServerLoad, AnEarlyAnswerAfterTheHandlerReturnedIsRefused) {
+  EdgeServer server({.threads = 2});
+  common::http::EarlyAnswer early;
+  server.server.Get("/quick", [&](const httplib::Request&, httplib::Response& res) {
+    early = common::http::EarlyAnswer::ForCurrentRequest();
+    res.set_content(R"({"from":"handler"})", "application/json");
+  });
+  Socket c(server.port);
+  ASSERT_TRUE(c.Send("GET /quick HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto a = c.Read();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->body, R"({"from":"handler"})");
+  httplib::Response late;
+  late.status = 202;
+  EXPECT_FALSE(early.Send(late));
+  ASSERT_TRUE(c.Send(kWork));
+  auto next = c.Read();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200);
+  EXPECT_EQ(next->Header("Content-Length"), std::to_string(next->body.size()));
+}

@@ -646,6 +646,10 @@ TEST_F(OrdersTest, ASagaOutlivingTheResponseBudgetAnswers202ThenTheFinalResponse
   ASSERT_TRUE(accepted);
   EXPECT_EQ(accepted->status, 202);
   EXPECT_EQ(accepted->get_header_value("Location"), "/v1/orders/slow");
+  // Sent by the budget's watch while the saga runs on: the same trace as the saga's.
+  auto accepted_body = nlohmann::json::parse(accepted->body);
+  EXPECT_EQ(accepted_body["status"], "started");
+  EXPECT_EQ(accepted->get_header_value("traceparent").substr(3, 32), accepted_body["trace_id"]);
   auto busy = Submit(Order("slow"));
   EXPECT_EQ(busy->status, 409);
   EXPECT_EQ(ErrorCode(busy), "idempotency_key_in_progress");

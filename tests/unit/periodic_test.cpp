@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+
+#include "common/deadline_watch.hpp"
 
 namespace {
 
@@ -74,6 +77,52 @@ TEST(Periodic, AStartAfterStopRunsNothing) {
   // An absence can only be observed over time: twenty intervals.
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(runs.Count(), 0);
+}
+
+using common::DeadlineWatch;
+
+TEST(DeadlineWatch, RunsAtTheDeadlineWhatIsStillHeld) {
+  DeadlineWatch watch(milliseconds(5));
+  Runs runs;
+  auto start = DeadlineWatch::Clock::now();
+  auto held = watch.Add(start + milliseconds(50), [&] { runs.Add(); });
+  ASSERT_TRUE(runs.WaitFor(1));
+  EXPECT_GE(DeadlineWatch::Clock::now() - start, milliseconds(50));
+}
+
+TEST(DeadlineWatch, WhatWasLetGoOfNeverRuns) {
+  DeadlineWatch watch(milliseconds(1));
+  std::atomic<int> released_ran{0};
+  Runs held_runs;
+  auto now = DeadlineWatch::Clock::now();
+  for (int i = 0; i < 100; ++i) {
+    watch.Add(now + milliseconds(20), [&] { ++released_ran; });  // the handle dies here
+  }
+  auto held = watch.Add(now + milliseconds(40), [&] { held_runs.Add(); });
+  ASSERT_TRUE(held_runs.WaitFor(1));  // behind the others: they were due first
+  EXPECT_EQ(released_ran, 0);
+}
+
+TEST(DeadlineWatch, NothingRunsAfterStop) {
+  std::atomic<int> ran{0};
+  auto watch = std::make_unique<DeadlineWatch>(milliseconds(1));
+  auto held = watch->Add(DeadlineWatch::Clock::now() + milliseconds(30), [&] { ++ran; });
+  watch->Stop();
+  auto late = watch->Add(DeadlineWatch::Clock::now(), [&] { ++ran; });
+  std::this_thread::sleep_for(milliseconds(60));
+  watch.reset();
+  EXPECT_EQ(ran, 0);
+}
+
+// The watch is for answers within a budget: one due while the thread sleeps for a later one
+// wakes it, however long the granularity.
+TEST(DeadlineWatch, AFirstDeadlineWakesTheSleepingThread) {
+  DeadlineWatch watch(milliseconds(1));
+  Runs runs;
+  auto first = watch.Add(DeadlineWatch::Clock::now() + milliseconds(10), [&] { runs.Add(); });
+  ASSERT_TRUE(runs.WaitFor(1));
+  auto second = watch.Add(DeadlineWatch::Clock::now() + milliseconds(10), [&] { runs.Add(); });
+  EXPECT_TRUE(runs.WaitFor(2));
 }
 
 }  // namespace
