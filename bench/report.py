@@ -43,8 +43,8 @@ def num(v, key, default=None):
 
 INVENTORY_PHASES = ["inv_pg_claims", "inv_pg_replays", "inv_redis_claims", "inv_redis_replays",
                     "inv_redis_always", "inv_ff_claims", "inv_ff_replays"]
-PHASES = ["pgbench_w16", "pgbench_w64", "check", "orders16", "orders64", "replays", "select",
-          ] + INVENTORY_PHASES + ["overload", "flood"]
+PHASES = ["check", "pgbench_w16", "orders16", "pgbench_w16_after", "pgbench_w64", "orders64",
+          "pgbench_w64_after", "replays", "select"] + INVENTORY_PHASES + ["overload", "flood"]
 
 
 def foreign_cpu(res, v, phases=None):
@@ -279,6 +279,9 @@ def cmd_final(res, results_md):
     print(f"idemsaga bench {'(QUICK: rough figures) ' if quick else ''}at {v.get('head')}")
     print(f"pgbench bound   : participant txn {w16:.0f} tps (c=16), {w64:.0f} tps (c=64) -> "
           f"{b16:.0f} / {b64:.0f} orders/s; select -S {sel:.0f} tps (c=16)")
+    print(f"                  (before / after the orders phase: c=16 "
+          f"{num(v, 'pgbench_w16_before_tps'):.0f} / {num(v, 'pgbench_w16_after_tps'):.0f} tps, "
+          f"c=64 {num(v, 'pgbench_w64_before_tps'):.0f} / {num(v, 'pgbench_w64_after_tps'):.0f})")
     print(phase_line(o16, "orders    c=16"))
     print(phase_line(o64, "orders    c=64"))
     print(phase_line(rep, "replays   c=16"))
@@ -331,7 +334,7 @@ the CPU during a phase that stayed noisy after 3 attempts: its rates are low for
 |---|---|
 | date (UTC), commit | when, and `git rev-parse --short HEAD` (`-dirty`: uncommitted changes) |
 | mode | `full`, or `quick` (short phases: smoke test only) |
-| bound16, bound64 | pgbench TPS of a participant-shaped transaction (INSERT a key row + UPDATE it, `-M prepared`) at 16 / 64 clients, divided by 4 (an order makes 4 write commits): the orders/s PostgreSQL alone allows |
+| bound16, bound64 | pgbench TPS of a participant-shaped transaction (INSERT a key row + UPDATE it, `-M prepared`) at 16 / 64 clients, divided by 4 (an order makes 4 write commits): the orders/s PostgreSQL alone allows. Since 2026-11-26 the mean of a run right before and one right after the orders phase at as many connections (the machine's speed drifts within minutes) |
 | o/s 16, o/s 64 | orders/s through the whole saga (unique keys) at 16 / 64 connections |
 | x bound | o/s ÷ bound; target ≥ 0.50: the server should use at least half of what the database allows |
 | p50, p99 (ms) | order latency percentiles at that concurrency |

@@ -2,7 +2,8 @@
 # The benchmark. Starts `idemsaga dev` (release build) on its own ports and folder and, in one
 # run on that stack's PostgreSQL cluster (fsync and synchronous_commit as dev sets them):
 #   1. the pgbench bound: a participant-shaped transaction (INSERT a key row + UPDATE it) at 16
-#      and 64 clients; an order makes 4 such commits, so bound = TPS / 4 orders/s;
+#      and 64 clients; an order makes 4 such commits, so bound = TPS / 4 orders/s; measured
+#      right before and right after the orders phase at as many connections, and averaged;
 #   2. the instrument check: guarded charges straight to the payment participant at 16
 #      connections, loadgen vs wrk (they must agree within 10%);
 #   3. orders (unique keys) at 16 and 64 connections: orders/s, p50, p99, statuses, and that
@@ -237,22 +238,36 @@ timed() {
   mark "${name}_end"
 }
 
+# The bound at C clients is measured right before and right after the orders phase at C
+# connections, and averaged: this machine's speed drifts by up to 15% within minutes (the same
+# binary took 1,243 to 1,712 us of CPU per order in runs a minute apart), and a ratio of two
+# figures taken minutes apart would carry that drift. PHASE: pgbench_w16, pgbench_w16_after, ...
 pgbench_write() {
   checkpoint
-  timed "pgbench_w$C" pgbench -n -M prepared -c "$C" -j 2 -T "$PGB_S" -f "$WORK/participant.sql" \
-    "$URL/bench_pgbench" >"$RES/pgbench_w$C.txt" 2>&1
+  timed "$PHASE" pgbench -n -M prepared -c "$C" -j 2 -T "$PGB_S" -f "$WORK/participant.sql" \
+    "$URL/bench_pgbench" >"$RES/$PHASE.txt" 2>&1
 }
-for C in 16 64; do
-  phase "pgbench_w$C" pgbench_write
-  tps=$(pgb_tps "$RES/pgbench_w$C.txt")
+bound() { # C before|after
+  C=$1 PHASE=pgbench_w$1
+  [ "$2" = after ] && PHASE=pgbench_w$1_after
+  phase "$PHASE" pgbench_write
+  local tps
+  tps=$(pgb_tps "$RES/$PHASE.txt")
   [ -n "$tps" ] || {
-    cat "$RES/pgbench_w$C.txt"
+    cat "$RES/$PHASE.txt"
     exit 1
   }
-  put "pgbench_w${C}_tps" "$tps"
-  printf 'pgbench   participant txn  c=%-4s: %8.0f tps  -> bound %6.0f orders/s\n' "$C" "$tps" \
-    "$(python3 -c "print($tps/4)")"
-done
+  put "${PHASE}_tps" "$tps"
+  printf 'pgbench   participant txn  c=%-4s %-6s: %8.0f tps  -> bound %6.0f orders/s\n' "$C" "$2" \
+    "$tps" "$(python3 -c "print($tps/4)")"
+  if [ "$2" = after ]; then
+    tps=$(python3 -c "import sys; print((float(sys.argv[1]) + float(sys.argv[2])) / 2)" \
+      "$(grep "^pgbench_w$1_before_tps=" "$VALUES" | tail -1 | cut -d= -f2)" "$tps")
+    put "pgbench_w$1_tps" "$tps"
+  else
+    put "pgbench_w$1_before_tps" "$tps"
+  fi
+}
 
 # Warm-up: connections, the tenant cache, the stock row, the participant's pool.
 lg warm_orders "${ORDER_ARGS[@]}" -n 300 -c 16 --prefix warm-$$
@@ -347,8 +362,10 @@ orders16() {
   for kv in $commits_before; do put "stat_before_${kv%%=*}" "${kv#*=}"; done
   for kv in $commits_after; do put "stat_after_${kv%%=*}" "${kv#*=}"; done
 }
+bound 16 before
 phase orders16 orders16
 show orders16 "orders    c=16"
+bound 16 after
 python3 "$ROOT/bench/report.py" commits "$RES"
 
 # Orders at 64 connections; the peak RSS they cause.
@@ -363,8 +380,10 @@ orders64() {
   mark orders64_end
   put rss64_peak_kb "$(rss VmHWM)"
 }
+bound 64 before
 phase orders64 orders64
 show orders64 "orders    c=64"
+bound 64 after
 quiesce
 sql "SELECT string_agg(status || '=' || n, ' ' ORDER BY status)
      FROM (SELECT status, count(*) AS n FROM idempotency_keys GROUP BY 1) s" \
