@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/log.hpp"
+
 namespace common {
 
 DeadlineWatch::DeadlineWatch(std::chrono::milliseconds granularity)
@@ -56,7 +58,13 @@ void DeadlineWatch::Loop() {
     }
     if (!due.empty()) {
       lock.unlock();
-      for (auto& e : due) e->fn();
+      for (auto& e : due) {
+        try {
+          e->fn();
+        } catch (const std::exception& ex) {  // bad_alloc: the watch must go on
+          Log("deadline_watch_failed", {{"error", ex.what()}});
+        }
+      }
       due.clear();  // outside the lock: an entry's captures may be heavy to free
       lock.lock();
       continue;

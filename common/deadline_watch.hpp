@@ -30,7 +30,8 @@ class DeadlineWatch {
   DeadlineWatch& operator=(const DeadlineWatch&) = delete;
 
   // `fn` runs on the watch's thread at `at`, unless the handle (and every copy) is gone by
-  // then. After Stop() nothing runs and the handle is inert.
+  // then; letting go of the handle does not wait for a run already under way. After Stop()
+  // nothing runs and the handle is inert. `fn` must not destroy the watch.
   std::shared_ptr<void> Add(Clock::time_point at, std::function<void()> fn);
   // Joins the thread; pending functions never run. Idempotent.
   void Stop();

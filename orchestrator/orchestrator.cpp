@@ -225,12 +225,15 @@ void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
     // A request runs its saga on a server worker, and the server's stop waits for its
     // workers: it stops on a thread of its own while the sagas get their grace period.
     std::thread server_stop([this] { server_.Stop(); });
-    struct Join {
+    struct Join {  // on an exception: the sagas must stop, or the server's stop never ends
       std::thread& t;
+      SagaService& sagas;
       ~Join() {
-        if (t.joinable()) t.join();
+        if (!t.joinable()) return;
+        sagas.Shutdown();
+        t.join();
       }
-    } join_server_stop{server_stop};
+    } join_server_stop{server_stop, sagas_};
     recovery_.Stop();
     reconciler_.Stop();
     auto deadline = std::chrono::steady_clock::now() + grace;

@@ -2,7 +2,8 @@
 // clients, the saga registry, the saga service, recovery and the server, adds the routes
 // (orchestrator/http/), and starts and stops them, as one object that main() or a test runs.
 //
-// Bind() and Serve() from one thread; Stop() from any.
+// Bind() and Serve() from one thread; Stop() from any but its own handlers (the server's stop
+// waits for them).
 //   orchestrator::Orchestrator o({.database_url = url});
 //   int port = o.Bind("127.0.0.1", 0); std::thread t([&] { o.Serve(); }); ...; o.Stop();
 #pragma once

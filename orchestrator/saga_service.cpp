@@ -412,7 +412,8 @@ bool SagaService::ResumeAsync(const Claim& claim) {
 }
 
 int SagaService::FreeCapacity() const {
-  return std::max(0, static_cast<int>(options_.threads) - static_cast<int>(running_.load()));
+  return std::max(0, static_cast<int>(options_.threads) -
+                         static_cast<int>(running_.load() - running_inline_.load()));
 }
 
 Answer SagaService::Submit(const Submission& s) {
@@ -476,7 +477,11 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     a.root_span_id = root_span_id;
     return a;
   };
-  if (s.answer_early) {
+  if (s.answer_early && ++running_inline_ <= static_cast<long long>(options_.inline_limit)) {
+    struct Done {
+      std::atomic<long long>& n;
+      ~Done() { --n; }
+    } done{running_inline_};
     // On the request's own thread: handing the saga to the pool and waiting for it cost four
     // context switches per order (19 of the dev process's, 15 without).
     auto late = budget_watch_.Add(std::chrono::steady_clock::now() + options_.response_budget,
@@ -485,6 +490,7 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     a.outcome = outcome;
     return a;
   }
+  if (s.answer_early) --running_inline_;  // over the limit: the pool's
   auto promise = std::make_shared<std::promise<Answer>>();
   auto future = promise->get_future();
   boost::asio::post(*pool_, [this, claim, promise, input] {

@@ -69,7 +69,12 @@ struct SagaServiceOptions {
   std::string owner;    // this process's lease identity
   size_t threads = 64;  // sagas resumed by recovery, and submissions without answer_early
   std::chrono::milliseconds response_budget{10000};  // then 202 and the saga goes on
-  FinishedCache::Options finished_cache;             // replays of finished keys from memory
+  // Sagas run at most this many at once on the threads of the requests that started them
+  // (Submission::answer_early), the rest on the pool. Below the server's workers (32): a
+  // saga held up by a slow participant keeps its worker until it ends, and reads, polls of
+  // the 202's Location and health checks must still find one.
+  size_t inline_limit = 24;
+  FinishedCache::Options finished_cache;  // replays of finished keys from memory
 };
 
 // The saga POST /v1/orders runs; every registered saga runs under POST /v1/runs/{name}.
@@ -148,6 +153,7 @@ class SagaService {
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   std::atomic<long long> running_{0};
+  std::atomic<long long> running_inline_{0};  // of running_: on their request's thread
   std::atomic<long long> resumed_{0};
   saga::RetryPolicy policy_;
   const saga::Registry& registry_;

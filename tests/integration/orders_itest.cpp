@@ -662,6 +662,25 @@ TEST_F(OrdersTest, ASagaOutlivingTheResponseBudgetAnswers202ThenTheFinalResponse
   EXPECT_EQ(Charges(), 1);
 }
 
+// Past inline_limit sagas run on the pool, as every saga did before they ran on their
+// request's thread: the same answers either way.
+TEST_F(OrdersTest, SagasBeyondTheInlineLimitRunOnThePoolWithTheSameAnswers) {
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.sagas.response_budget = std::chrono::milliseconds(200);
+  options.sagas.inline_limit = 0;
+  Start(options);
+  auto done = Submit(Order("pooled"));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 201) << done->body;
+  payment_.service.faults().Set({.latency_ms = 1200});
+  auto accepted = Submit(Order("pooled-slow"));
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->status, 202);
+  EXPECT_EQ(WaitForStatus("pooled-slow", "completed")["status"], "completed");
+  EXPECT_EQ(Charges(), 2);
+  EXPECT_EQ(Submit(Order("pooled"))->body, done->body);
+}
+
 TEST_F(OrdersTest, AParticipantThatStaysDownFailsTheOrderAndCompensatesEveryStepThatMayHaveRun) {
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
   options.sagas.response_budget = std::chrono::milliseconds(300);
