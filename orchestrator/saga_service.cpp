@@ -204,6 +204,12 @@ void SagaService::Shutdown() {
 
 namespace {
 
+// Takes one off a count when the scope ends, however it ends.
+struct CountDown {
+  std::atomic<long long>& n;
+  ~CountDown() { --n; }
+};
+
 Answer ReplayOf(const FinishedAnswer& f) {
   Answer a{f.status, f.body, f.headers};
   a.headers["Idempotent-Replayed"] = "true";
@@ -245,10 +251,7 @@ Answer SagaService::Replay(const SagaRow& row) {
 
 Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed) {
   // running_ was counted when the saga was posted, so queued sagas count as running too.
-  struct Done {
-    std::atomic<long long>& n;
-    ~Done() { --n; }
-  } done{running_};
+  CountDown done{running_};
   const SagaRow& row = claim.row;
   // Cancels asked of this process reach the runner at once; the journal's lease renewals
   // bring those asked of another replica.
@@ -478,10 +481,7 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     return a;
   };
   if (s.answer_early && ++running_inline_ <= static_cast<long long>(options_.inline_limit)) {
-    struct Done {
-      std::atomic<long long>& n;
-      ~Done() { --n; }
-    } done{running_inline_};
+    CountDown done{running_inline_};
     // On the request's own thread: handing the saga to the pool and waiting for it cost four
     // context switches per order (19 of the dev process's, 15 without).
     auto late = budget_watch_.Add(std::chrono::steady_clock::now() + options_.response_budget,

@@ -11,13 +11,15 @@ namespace {
 
 using common::http::SetError;
 
-void Send(const Answer& a, httplib::Response& res) {
+// A saga's answer as HTTP, with the traceparent of the request's span.
+void Send(const Answer& a, const std::string& traceparent, httplib::Response& res) {
   res.status = a.status;
   auto type = a.headers.find("Content-Type");
   res.set_content(a.body, type == a.headers.end() ? "application/json" : type->second.c_str());
   for (const auto& [k, v] : a.headers) {
     if (k != "Content-Type") res.set_header(k.c_str(), v);
   }
+  res.set_header("traceparent", traceparent);
 }
 
 // Records the response's status on the request's span, however the handler returns.
@@ -85,8 +87,7 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
                       traceparent = common::trace::FormatTraceparent(
                           span.context().trace_id, span.context().span_id)](const Answer& a) {
       httplib::Response r;
-      Send(a, r);
-      r.set_header("traceparent", traceparent);
+      Send(a, traceparent, r);
       return early.Send(std::move(r));
     };
   }
@@ -109,9 +110,8 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
   if (!answer.Owns() && !caller && !answer.trace_id.empty()) {
     span.Reparent({answer.trace_id, answer.root_span_id});
   }
-  Send(answer, res);
-  res.set_header("traceparent",
-                 common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id));
+  Send(answer, common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id),
+       res);
   return answer.outcome;
 }
 
