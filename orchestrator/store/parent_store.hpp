@@ -104,8 +104,7 @@ struct StoreOptions {
   std::chrono::seconds lease{30};  // how long an owner may go without renewing
   // Finished keys are kept this long after they finish.
   std::chrono::seconds retention{std::chrono::hours(24)};
-  // Tests only: runs when a claim lost a race (the key was claimed after its snapshot), before
-  // it reads the key again.
+  // Tests only: runs when a claim found the key taken, before it reads the key.
   std::function<void()> after_conflict_for_test;
 };
 

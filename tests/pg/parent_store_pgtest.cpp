@@ -225,9 +225,9 @@ TEST_F(ParentStoreTest, AFinishedSagaIsKeptForTheRetentionCountedFromItsEnd) {
             1);
 }
 
-// The claim reads and inserts in one statement. A key claimed by another process after that
-// statement's snapshot makes it return nothing; the claim then reads again and answers from
-// the winner's row (here: in progress), never claims a second time.
+// A key another process is claiming right now: the claim waits for it, then reads and answers
+// from the winner's row (here: in progress), never claims a second time; when the winner rolls
+// back, the claim is this request's.
 TEST_F(ParentStoreTest, AClaimThatLosesARaceAnswersFromTheWinnersRow) {
   for (bool winner_commits : {true, false}) {
     std::string key = winner_commits ? "race-commit" : "race-rollback";
@@ -263,6 +263,52 @@ TEST_F(ParentStoreTest, AClaimThatLosesARaceAnswersFromTheWinnersRow) {
     EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1", key),
               1);
   }
+}
+
+// A key found taken, then deleted (garbage collection) before it is read: the claim tries
+// again and owns the key, rather than answering from a row that is gone.
+TEST_F(ParentStoreTest, AKeyGoneBetweenTheClaimAndItsReadIsClaimedAgain) {
+  store_.ClaimKey(Req("gone"));
+  int conflicts = 0;
+  ParentStore again(pool_, {.after_conflict_for_test = [&] {
+                      if (++conflicts == 1) db_.Exec("DELETE FROM idempotency_keys");
+                    }});
+  auto claim = again.ClaimKey(Req("gone", "owner-b"));
+  EXPECT_EQ(conflicts, 1);
+  EXPECT_EQ(claim.kind, Claim::kClaimed);
+  EXPECT_EQ(claim.row.lease_owner, "owner-b");
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE lease_owner = 'owner-b'"), 1);
+}
+
+// The row a claim answers is the row it stored, though it reads back only what the database
+// chose.
+TEST_F(ParentStoreTest, AClaimAnswersTheRowItStored) {
+  auto req = Req("fresh");
+  req.request_body = {{"zeta", 1}, {"a", {1.5, "x", nullptr}}, {"big", 12345678901234567ULL}};
+  req.root_span_id = "4f1944ae2eeb8b6e";
+  auto claim = store_.ClaimKey(req);
+  ASSERT_EQ(claim.kind, Claim::kClaimed);
+  auto stored = store_.Get("demo", "fresh");
+  ASSERT_TRUE(stored);
+  const orchestrator::SagaRow& a = claim.row;
+  const orchestrator::SagaRow& b = *stored;
+  EXPECT_EQ(std::tie(a.tenant_id, a.key, a.request_hash, a.saga_name, a.saga_version, a.order_id,
+                     a.lease_owner, a.lease_epoch, a.lease_live, a.failed_step, a.stuck,
+                     a.response_status, a.response_body, a.trace_id, a.created_at, a.updated_at,
+                     a.root_span_id),
+            std::tie(b.tenant_id, b.key, b.request_hash, b.saga_name, b.saga_version, b.order_id,
+                     b.lease_owner, b.lease_epoch, b.lease_live, b.failed_step, b.stuck,
+                     b.response_status, b.response_body, b.trace_id, b.created_at, b.updated_at,
+                     b.root_span_id));
+  EXPECT_EQ(a.status, b.status);
+  using Row = orchestrator::SagaRow;
+  for (nlohmann::json Row::*field :
+       {&Row::request_body, &Row::steps, &Row::failure, &Row::response_headers,
+        &Row::cancel_requested, &Row::resolution}) {
+    EXPECT_EQ(a.*field, b.*field);
+  }
+  EXPECT_NEAR(a.lease_seconds_left, b.lease_seconds_left, 5);
+  EXPECT_NEAR(a.expires_in_seconds, b.expires_in_seconds, 5);
 }
 
 TEST_F(ParentStoreTest, RetryNowExpiresOnlyAStuckSagasLease) {
