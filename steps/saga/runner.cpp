@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "common/crash_point.hpp"
-#include "common/crypto.hpp"
 #include "common/log.hpp"
+#include "common/trace/trace_context.hpp"
 
 namespace saga {
 namespace {
@@ -194,7 +194,7 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
   ctx.outputs = &outputs;
   ctx.input = input.typed;
   ctx.call_timeout = step.policy.call_timeout.value_or(std::chrono::milliseconds(0));
-  ctx.trace = {input.trace_id, common::RandomHex(8)};
+  ctx.trace = {input.trace_id, common::trace::NewSpanId()};
   return ctx;
 }
 
@@ -250,7 +250,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
       return last;
     }
     ctx.attempt = attempt;
-    ctx.trace.parent_span_id = common::RandomHex(8);
+    ctx.trace.parent_span_id = common::trace::NewSpanId();
     record.attempts = attempt;
     auto attempt_span = StartAttemptSpan(step.name + " attempt", step_span.context(), ctx);
     last = Call(step.action, ctx);
@@ -309,7 +309,7 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
     if (should_stop_()) return SagaEnd::kAbandoned;
     if (!journal.KeepLease()) return SagaEnd::kFenced;
     ctx.attempt = ++record.compensation_attempts;
-    ctx.trace.parent_span_id = common::RandomHex(8);
+    ctx.trace.parent_span_id = common::trace::NewSpanId();
     ctx.deadline = Clock::now() + policy.step_deadline;
     auto attempt_span =
         StartAttemptSpan(step.name + " compensation attempt", step_span.context(), ctx);
