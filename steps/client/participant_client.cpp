@@ -1,27 +1,37 @@
 #include "steps/client/participant_client.hpp"
 
-#include <httplib.h>
-
 #include <algorithm>
 
 #include "common/http/problem.hpp"
 #include "common/idempotency_key.hpp"
+#include "steps/client/http_connection.hpp"
 
 namespace steps::client {
 namespace {
 
-bool NeverSent(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection:
-    case httplib::Error::ConnectionTimeout:
-    case httplib::Error::BindIPAddress:
-    case httplib::Error::SSLConnection:
-    case httplib::Error::SSLLoadingCerts:
-    case httplib::Error::SSLServerVerification:
-      return true;
-    default:
-      return false;  // Read, Write, Canceled, Unknown, ...: the request may have arrived
+using namespace std::string_view_literals;
+
+// A header value as sent: one with CR, LF or NUL would end the header early (or smuggle one
+// in). Every value here is checked where it enters (keys, tenants, configuration); this is the
+// last line, and what trips it is never sent.
+bool SafeHeaderValue(std::string_view v) { return v.find_first_of("\r\n\0"sv) == v.npos; }
+
+// The whole request in one piece: one write, one segment.
+std::string Request(std::string_view method, std::string_view path, const std::string& authority,
+                    std::initializer_list<std::pair<std::string_view, std::string_view>> headers,
+                    std::string_view body) {
+  std::string out;
+  out.reserve(256 + body.size());
+  out.append(method).append(" ").append(path).append(" HTTP/1.1\r\nHost: ").append(authority);
+  for (const auto& [name, value] : headers) {
+    out.append("\r\n").append(name).append(": ").append(value);
   }
+  if (method == "POST") {
+    out.append("\r\nContent-Type: application/json\r\nContent-Length: ")
+        .append(std::to_string(body.size()));
+  }
+  out.append("\r\n\r\n").append(body);
+  return out;
 }
 
 // Retry-After as delay-seconds (RFC 9110 §10.2.3); an HTTP-date or garbage counts as absent.
@@ -68,38 +78,60 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
   return StepResult::Blocked(x.status, status_text + (message.empty() ? "" : ": " + message));
 }
 
-ParticipantClient::ParticipantClient(Options options) : options_(std::move(options)) {}
+ParticipantClient::ParticipantClient(Options options) : options_(std::move(options)) {
+  std::tie(host_, port_) = ParseHttpBaseUrl(options_.base_url);
+  authority_ = host_ + ":" + std::to_string(port_);
+}
 
 ParticipantClient::~ParticipantClient() = default;
 
-std::unique_ptr<httplib::Client> ParticipantClient::Acquire() {
+std::unique_ptr<HttpConnection> ParticipantClient::Acquire() {
   {
     std::lock_guard lock(mutex_);
     auto now = std::chrono::steady_clock::now();
     while (!idle_.empty()) {
       auto idle = std::move(idle_.back());
       idle_.pop_back();
-      if (now - idle.since <= options_.max_idle_age) return std::move(idle.client);
+      if (now - idle.since <= options_.max_idle_age) return std::move(idle.connection);
     }
   }
-  auto c = std::make_unique<httplib::Client>(options_.base_url);
-  c->set_keep_alive(true);
-  c->set_tcp_nodelay(true);
-  c->set_connection_timeout(
-      std::chrono::duration_cast<std::chrono::microseconds>(options_.connect_timeout));
-  return c;
+  return std::make_unique<HttpConnection>(host_, port_);
 }
 
-void ParticipantClient::Release(std::unique_ptr<httplib::Client> client) {
+void ParticipantClient::Release(std::unique_ptr<HttpConnection> connection) {
+  if (!connection->reusable()) return;
   std::lock_guard lock(mutex_);
   if (idle_.size() < options_.max_idle_connections) {
-    idle_.push_back({std::move(client), std::chrono::steady_clock::now()});
+    idle_.push_back({std::move(connection), std::chrono::steady_clock::now()});
   }
+}
+
+HttpExchange ParticipantClient::Send(const std::string& request,
+                                     std::chrono::milliseconds read_timeout) {
+  auto connection = Acquire();
+  HttpConnection::Answer answer;
+  HttpExchange x;
+  switch (connection->Exchange(request, options_.connect_timeout, read_timeout, answer, x.error)) {
+    case HttpConnection::Failure::kConnect:
+      x.transport = HttpExchange::Transport::kNotConnected;
+      return x;
+    case HttpConnection::Failure::kSend:
+    case HttpConnection::Failure::kReceive:
+      x.transport = HttpExchange::Transport::kNoAnswer;  // it may have arrived
+      return x;
+    case HttpConnection::Failure::kNone:
+      break;
+  }
+  Release(std::move(connection));
+  x.status = answer.status;
+  x.body = std::move(answer.body);
+  x.replayed = answer.replayed == "true";
+  x.retry_after = std::move(answer.retry_after);
+  return x;
 }
 
 saga::StepResult ParticipantClient::Post(const std::string& path, const saga::StepContext& ctx,
                                          const nlohmann::json& body) {
-  auto client = Acquire();
   // Never wait past the step's deadline, but give a call at least 100 ms.
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       ctx.deadline - std::chrono::steady_clock::now());
@@ -107,24 +139,24 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
                                             : options_.read_timeout;
   auto read_timeout = std::clamp(left, std::chrono::milliseconds(100),
                                  std::max(limit, std::chrono::milliseconds(100)));
-  client->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(read_timeout));
-  httplib::Headers headers = {{"Authorization", "Bearer " + options_.service_token},
-                              {"X-Tenant-ID", ctx.tenant_id},
-                              {"Idempotency-Key", common::FormatIdempotencyKey(ctx.derived_key)},
-                              {"traceparent", ctx.trace.Traceparent()}};
-  auto res = client->Post(path.c_str(), headers, body.dump(), "application/json");
+  const std::string token = "Bearer " + options_.service_token;
+  const std::string key = common::FormatIdempotencyKey(ctx.derived_key);
+  const std::string traceparent = ctx.trace.Traceparent();
   HttpExchange x;
-  if (!res) {
-    x.transport = NeverSent(res.error()) ? HttpExchange::Transport::kNotConnected
-                                         : HttpExchange::Transport::kNoAnswer;
-    x.error = httplib::to_string(res.error());
-    return MapOutcome(x);  // the connection is in an unknown state: do not reuse it
+  if (!SafeHeaderValue(token) || !SafeHeaderValue(ctx.tenant_id) || !SafeHeaderValue(key) ||
+      !SafeHeaderValue(traceparent) || !SafeHeaderValue(path)) {
+    x.transport = HttpExchange::Transport::kNotConnected;
+    x.error = "a header value with CR, LF or NUL was not sent";
+    return MapOutcome(x);
   }
-  x.status = res->status;
-  x.body = res->body;
-  x.replayed = res->get_header_value("Idempotent-Replayed") == "true";
-  x.retry_after = res->get_header_value("Retry-After");
-  Release(std::move(client));
+  x = Send(Request("POST", path, authority_,
+                   {{"Authorization", token},
+                    {"X-Tenant-ID", ctx.tenant_id},
+                    {"Idempotency-Key", key},
+                    {"traceparent", traceparent}},
+                   body.dump()),
+           read_timeout);
+  if (x.transport != HttpExchange::Transport::kAnswered) return MapOutcome(x);
   auto result = MapOutcome(x, options_.business_errors);
   if (result.outcome == saga::Outcome::kBlocked) {
     result.detail = "participant " + options_.base_url + path + " answered " + result.detail;
@@ -151,19 +183,21 @@ saga::StepResult ParticipantClient::Compensate(const std::string& path,
 std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path,
                                                          std::string& error, int& status) {
   status = 0;
-  auto client = Acquire();
-  client->set_read_timeout(
-      std::chrono::duration_cast<std::chrono::microseconds>(options_.read_timeout));
-  auto res = client->Get(path.c_str(), {{"Authorization", "Bearer " + options_.service_token}});
-  if (!res) {
-    error = httplib::to_string(res.error());
+  const std::string token = "Bearer " + options_.service_token;
+  if (!SafeHeaderValue(token) || !SafeHeaderValue(path)) {
+    error = "a header value with CR, LF or NUL was not sent";
     return std::nullopt;
   }
-  Release(std::move(client));
-  status = res->status;
-  auto body = nlohmann::json::parse(res->body, nullptr, false);
-  if (res->status != 200 || body.is_discarded()) {
-    error = "HTTP " + std::to_string(res->status);
+  auto x =
+      Send(Request("GET", path, authority_, {{"Authorization", token}}, ""), options_.read_timeout);
+  if (x.transport != HttpExchange::Transport::kAnswered) {
+    error = x.error;
+    return std::nullopt;
+  }
+  status = x.status;
+  auto body = nlohmann::json::parse(x.body, nullptr, false);
+  if (x.status != 200 || body.is_discarded()) {
+    error = "HTTP " + std::to_string(x.status);
     return std::nullopt;
   }
   return body;

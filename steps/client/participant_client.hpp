@@ -18,11 +18,9 @@
 #include "common/defaults.hpp"
 #include "steps/saga/step.hpp"
 
-namespace httplib {
-class Client;
-}
-
 namespace steps::client {
+
+class HttpConnection;
 
 // What came back from one HTTP exchange, before interpretation.
 struct HttpExchange {
@@ -91,13 +89,18 @@ class ParticipantClient {
   const std::string& base_url() const { return options_.base_url; }
 
  private:
-  std::unique_ptr<httplib::Client> Acquire();
-  void Release(std::unique_ptr<httplib::Client> client);
+  std::unique_ptr<HttpConnection> Acquire();
+  void Release(std::unique_ptr<HttpConnection> connection);
+  // One request and its answer on a borrowed connection, mapped to what came back.
+  HttpExchange Send(const std::string& request, std::chrono::milliseconds read_timeout);
 
   Options options_;
+  std::string host_;
+  int port_;
+  std::string authority_;  // host:port, the Host header
   std::mutex mutex_;
   struct Idle {
-    std::unique_ptr<httplib::Client> client;
+    std::unique_ptr<HttpConnection> connection;
     std::chrono::steady_clock::time_point since;
   };
   std::vector<Idle> idle_;  // most recently used last

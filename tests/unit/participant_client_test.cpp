@@ -1,9 +1,18 @@
 // The one table from the wire to what the runner does next.
 #include "steps/client/participant_client.hpp"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
 
 #include "common/http/problem.hpp"
+#include "steps/client/http_connection.hpp"
 
 namespace {
 
@@ -104,6 +113,172 @@ TEST(MapOutcome, KeepsTheParticipantsErrorCodeStatusAndReplayFlag) {
   auto ok = MapOutcome({T::kAnswered, 201, R"({"charge_id":"ch_1"})", true});
   EXPECT_TRUE(ok.replayed);
   EXPECT_EQ(ok.output["charge_id"], "ch_1");
+}
+
+}  // namespace
+
+// ---- The connection under the client: real sockets on loopback, a scripted peer.
+
+namespace {
+
+using steps::client::HttpConnection;
+using steps::client::ParseHttpBaseUrl;
+using namespace std::chrono_literals;
+
+// A one-connection-at-a-time TCP peer on 127.0.0.1: each accepted connection runs `script`
+// with the socket, on the peer's thread.
+class Peer {
+ public:
+  explicit Peer(std::function<void(int fd)> script) : script_(std::move(script)) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    ::listen(listen_, 8);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int fd = ::accept(listen_, nullptr, nullptr);
+        if (fd < 0) return;
+        ++accepted_;
+        script_(fd);
+        ::close(fd);
+      }
+    });
+  }
+  ~Peer() {
+    ::shutdown(listen_, SHUT_RDWR);
+    ::close(listen_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int accepted() const { return accepted_; }
+
+ private:
+  std::function<void(int)> script_;
+  int listen_ = -1;
+  int port_ = 0;
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+// Reads one request: up to the end of its header plus Content-Length bytes, in as many reads
+// as it takes; `reads` counts them.
+std::string ReadRequest(int fd, int* reads = nullptr) {
+  std::string in;
+  char buf[4096];
+  for (;;) {
+    auto end = in.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      size_t length = 0;
+      auto at = in.find("Content-Length: ");
+      if (at != std::string::npos && at < end) length = std::stoul(in.substr(at + 16));
+      if (in.size() >= end + 4 + length) return in;
+    }
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return in;
+    if (reads != nullptr) ++*reads;
+    in.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void Write(int fd, std::string_view bytes) {
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+constexpr std::string_view kRequest =
+    "POST /v1/charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"k\"\r\nContent-Length: 2\r\n\r\n{}";
+
+using Target = std::pair<std::string, int>;
+
+TEST(ParseHttpBaseUrl, TakesHttpHostAndPortOnly) {
+  EXPECT_EQ(ParseHttpBaseUrl("http://127.0.0.1:8081"), (Target{"127.0.0.1", 8081}));
+  EXPECT_EQ(ParseHttpBaseUrl("http://inventory/"), (Target{"inventory", 80}));
+  for (const char* bad : {"https://a:1", "a:1", "http://", "http://a:1/v1", "http://a:x",
+                          "http://a:99999", "http://:80", "http://a:"}) {
+    EXPECT_THROW(ParseHttpBaseUrl(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(HttpConnection, SendsTheRequestInOneSegmentAndReadsAChunkedAnswer) {
+  std::string got;
+  int reads = 0;
+  Peer peer([&](int fd) {
+    got = ReadRequest(fd, &reads);
+    Write(fd,
+          "HTTP/1.1 201 Created\r\nIdempotent-Replayed: true\r\nRetry-After: 3\r\n"
+          "Transfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n");
+    char c;
+    ::recv(fd, &c, 1, 0);  // until the client closes
+  });
+  HttpConnection c("127.0.0.1", peer.port());
+  HttpConnection::Answer answer;
+  std::string error;
+  ASSERT_EQ(c.Exchange(kRequest, 1s, 2s, answer, error), HttpConnection::Failure::kNone) << error;
+  EXPECT_EQ(got, kRequest);
+  EXPECT_EQ(reads, 1) << "the request must go out in one write";
+  EXPECT_EQ(answer.status, 201);
+  EXPECT_EQ(answer.body, "{\"a\":1}");
+  EXPECT_EQ(answer.replayed, "true");
+  EXPECT_EQ(answer.retry_after, "3");
+  EXPECT_TRUE(c.reusable());
+}
+
+TEST(HttpConnection, KeepsTheConnectionAliveAndReconnectsWhenThePeerClosedIt) {
+  Peer peer([&](int fd) {
+    for (int i = 0; i < 2; ++i) {
+      if (ReadRequest(fd).empty()) return;
+      Write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+    }
+    // Closes after two answers, as a server past its keep-alive count or timeout does.
+  });
+  HttpConnection c("127.0.0.1", peer.port());
+  for (int i = 0; i < 4; ++i) {
+    HttpConnection::Answer answer;
+    std::string error;
+    ASSERT_EQ(c.Exchange(kRequest, 1s, 2s, answer, error), HttpConnection::Failure::kNone)
+        << i << ": " << error;
+    EXPECT_EQ(answer.body, "{}");
+    std::this_thread::sleep_for(50ms);  // the close reaches the client before the next call
+  }
+  EXPECT_EQ(peer.accepted(), 2);
+}
+
+TEST(HttpConnection, TellsNotConnectedFromSentButUnanswered) {
+  HttpConnection::Answer answer;
+  std::string error;
+  {
+    int port;
+    {
+      Peer gone([](int) {});
+      port = gone.port();
+    }
+    HttpConnection c("127.0.0.1", port);
+    EXPECT_EQ(c.Exchange(kRequest, 1s, 1s, answer, error), HttpConnection::Failure::kConnect);
+  }
+  struct Case {
+    const char* name;
+    std::string answer;  // sent after the request is read; then the peer closes
+    bool wait;           // the peer waits past the read timeout instead of closing
+  };
+  for (const Case& k :
+       {Case{"closed without an answer", "", false},
+        Case{"closed mid-body", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}", false},
+        Case{"garbage", "SMTP ready\r\n\r\n", false}, Case{"no answer in time", "", true}}) {
+    Peer peer([&](int fd) {
+      ReadRequest(fd);
+      if (!k.answer.empty()) Write(fd, k.answer);
+      if (k.wait) std::this_thread::sleep_for(400ms);
+    });
+    HttpConnection c("127.0.0.1", peer.port());
+    EXPECT_EQ(c.Exchange(kRequest, 1s, 200ms, answer, error), HttpConnection::Failure::kReceive)
+        << k.name;
+    EXPECT_FALSE(c.reusable()) << k.name;
+  }
 }
 
 }  // namespace
