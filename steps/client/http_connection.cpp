@@ -103,7 +103,9 @@ bool HttpConnection::Connect(std::chrono::milliseconds timeout, std::string& err
       socklen_t len = sizeof so_error;
       if (!Wait(fd, POLLOUT, deadline)) {
         error = "ConnectionTimeout: " + authority_;
-      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error != 0) {
+      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) {
+        error = Errno("Connection: getsockopt");
+      } else if (so_error != 0) {
         error = "Connection: " + authority_ + ": " + std::strerror(so_error);
       } else {
         connected = true;
@@ -137,7 +139,7 @@ bool HttpConnection::Send(std::string_view bytes, Clock::time_point deadline, st
         return false;
       }
     } else {
-      error = Errno("Write");
+      error = n == 0 ? std::string("Write: nothing written") : Errno("Write");
       return false;
     }
   }
@@ -145,19 +147,25 @@ bool HttpConnection::Send(std::string_view bytes, Clock::time_point deadline, st
 }
 
 bool HttpConnection::Receive(Clock::time_point deadline, Answer& answer, std::string& error) {
-  http::response_parser<http::string_body> parser;
-  parser.header_limit(kMaxHeader);
-  parser.body_limit(kMaxBody);
-  parser.eager(true);
+  std::optional<http::response_parser<http::string_body>> parser;
+  auto fresh = [&parser] {
+    parser.emplace();
+    parser->header_limit(kMaxHeader);
+    parser->body_limit(kMaxBody);
+    parser->eager(true);
+  };
+  fresh();
   std::string buffer;
   size_t start = 0;  // bytes of `buffer` the parser has taken
+  bool closed = false;
+  char chunk[kReadChunk];
   for (;;) {
     // Feed what is buffered: the parser wants a whole header in one piece, so an incomplete one
     // waits for more bytes.
-    while (start < buffer.size() && !parser.is_done()) {
+    while (start < buffer.size() && !parser->is_done()) {
       boost::beast::error_code ec;
       size_t used =
-          parser.put(boost::asio::buffer(buffer.data() + start, buffer.size() - start), ec);
+          parser->put(boost::asio::buffer(buffer.data() + start, buffer.size() - start), ec);
       start += used;
       if (ec == http::error::need_more) break;
       if (ec) {
@@ -166,19 +174,31 @@ bool HttpConnection::Receive(Clock::time_point deadline, Answer& answer, std::st
       }
       if (used == 0) break;
     }
-    if (parser.is_done()) break;
+    if (parser->is_done()) {
+      const unsigned status = parser->get().result_int();
+      if (status == 101) {
+        error = "Read: the participant switched protocols";
+        return false;
+      }
+      // An interim answer (RFC 9110 §15.2: a client accepts one it did not ask for): the
+      // final one follows on the same connection.
+      if (status / 100 != 1) break;
+      fresh();
+      continue;
+    }
     buffer.erase(0, start);
     start = 0;
-    size_t old = buffer.size();
-    buffer.resize(old + kReadChunk);
-    ssize_t n = ::recv(fd_, buffer.data() + old, kReadChunk, 0);
-    buffer.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
-    if (n > 0) continue;
+    ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n > 0) {
+      buffer.append(chunk, static_cast<size_t>(n));
+      continue;
+    }
     if (n == 0) {
       // Closed: the end of an answer that runs to the close, else a cut one.
+      closed = true;
       boost::beast::error_code ec;
-      if (parser.is_header_done() && !parser.is_done()) parser.put_eof(ec);
-      if (!parser.is_done() || ec) {
+      if (parser->is_header_done() && !parser->is_done()) parser->put_eof(ec);
+      if (!parser->is_done() || ec || parser->get().result_int() / 100 == 1) {
         error = "Read: the connection closed before the answer was complete";
         return false;
       }
@@ -194,13 +214,13 @@ bool HttpConnection::Receive(Clock::time_point deadline, Answer& answer, std::st
       return false;
     }
   }
-  auto& message = parser.get();
+  // Bytes past the answer would be the start of an answer to nothing we asked.
+  reusable_ = parser->keep_alive() && !closed && start == buffer.size();
+  auto& message = parser->get();
   answer.status = static_cast<int>(message.result_int());
-  answer.body = std::move(message.body());
   answer.replayed = std::string(message["Idempotent-Replayed"]);
   answer.retry_after = std::string(message["Retry-After"]);
-  // Bytes past the answer would be the start of an answer to nothing we asked.
-  reusable_ = message.keep_alive() && start == buffer.size();
+  answer.body = std::move(message.body());
   return true;
 }
 

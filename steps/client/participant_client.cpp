@@ -16,6 +16,12 @@ using namespace std::string_view_literals;
 // last line, and what trips it is never sent.
 bool SafeHeaderValue(std::string_view v) { return v.find_first_of("\r\n\0"sv) == v.npos; }
 
+// A request target as sent: visible ASCII only (a space would end it).
+bool SafeTarget(std::string_view path) {
+  return !path.empty() && std::all_of(path.begin(), path.end(),
+                                      [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+}
+
 // The whole request in one piece: one write, one segment.
 std::string Request(std::string_view method, std::string_view path, const std::string& authority,
                     std::initializer_list<std::pair<std::string_view, std::string_view>> headers,
@@ -144,9 +150,11 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
   const std::string traceparent = ctx.trace.Traceparent();
   HttpExchange x;
   if (!SafeHeaderValue(token) || !SafeHeaderValue(ctx.tenant_id) || !SafeHeaderValue(key) ||
-      !SafeHeaderValue(traceparent) || !SafeHeaderValue(path)) {
+      !SafeHeaderValue(traceparent) || !SafeTarget(path)) {
     x.transport = HttpExchange::Transport::kNotConnected;
-    x.error = "a header value with CR, LF or NUL was not sent";
+    x.error =
+        "a header value with CR, LF or NUL, or a path with a space or control character, was not "
+        "sent";
     return MapOutcome(x);
   }
   x = Send(Request("POST", path, authority_,
@@ -184,8 +192,10 @@ std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path
                                                          std::string& error, int& status) {
   status = 0;
   const std::string token = "Bearer " + options_.service_token;
-  if (!SafeHeaderValue(token) || !SafeHeaderValue(path)) {
-    error = "a header value with CR, LF or NUL was not sent";
+  if (!SafeHeaderValue(token) || !SafeTarget(path)) {
+    error =
+        "a header value with CR, LF or NUL, or a path with a space or control character, was not "
+        "sent";
     return std::nullopt;
   }
   auto x =

@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/http/problem.hpp"
 #include "steps/client/http_connection.hpp"
@@ -278,6 +280,69 @@ TEST(HttpConnection, TellsNotConnectedFromSentButUnanswered) {
     EXPECT_EQ(c.Exchange(kRequest, 1s, 200ms, answer, error), HttpConnection::Failure::kReceive)
         << k.name;
     EXPECT_FALSE(c.reusable()) << k.name;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+using steps::client::HttpConnection;
+using namespace std::chrono_literals;
+
+// Interim answers (1xx) are skipped, whether they come with the final one or apart; an answer
+// that runs to the close is whole, and its connection is not kept.
+TEST(HttpConnection, SkipsInterimAnswersAndReadsAnAnswerThatRunsToTheClose) {
+  struct Case {
+    const char* name;
+    std::vector<std::string> writes;  // 100 ms apart
+    int status;
+    std::string body;
+    bool reusable;
+  };
+  const std::string final_answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+  for (const Case& k :
+       {Case{"103 then 200 together",
+             {"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + final_answer},
+             200,
+             "{}",
+             true},
+        Case{"100 apart", {"HTTP/1.1 100 Continue\r\n\r\n", final_answer}, 200, "{}", true},
+        Case{"to the close",
+             {"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"x\":1}"},
+             200,
+             "{\"x\":1}",
+             false}}) {
+    Peer peer([&](int fd) {
+      ReadRequest(fd);
+      for (const auto& w : k.writes) {
+        Write(fd, w);
+        std::this_thread::sleep_for(100ms);
+      }
+      if (!k.reusable) ::shutdown(fd, SHUT_WR);
+      char c;
+      ::recv(fd, &c, 1, 0);
+    });
+    HttpConnection c("127.0.0.1", peer.port());
+    HttpConnection::Answer answer;
+    std::string error;
+    ASSERT_EQ(c.Exchange(kRequest, 1s, 2s, answer, error), HttpConnection::Failure::kNone)
+        << k.name << ": " << error;
+    EXPECT_EQ(answer.status, k.status) << k.name;
+    EXPECT_EQ(answer.body, k.body) << k.name;
+    EXPECT_EQ(c.reusable(), k.reusable) << k.name;
+  }
+  for (const char* cut :
+       {"HTTP/1.1 100 Continue\r\n\r\n", "HTTP/1.1 101 Switching Protocols\r\n\r\n"}) {
+    Peer peer([&](int fd) {
+      ReadRequest(fd);
+      Write(fd, cut);
+    });
+    HttpConnection c("127.0.0.1", peer.port());
+    HttpConnection::Answer answer;
+    std::string error;
+    EXPECT_EQ(c.Exchange(kRequest, 1s, 1s, answer, error), HttpConnection::Failure::kReceive)
+        << cut;
   }
 }
 
