@@ -33,9 +33,9 @@ constexpr const char* kColumns = R"sql(
 // Claims a new key in one round trip and returns only what the database chose (the rest of
 // the row is the request). A key already there is not written or locked: ON CONFLICT DO
 // NOTHING's check finds it before anything is inserted; a second statement (kGet) reads it.
-// One statement doing both (a CTE that reads the key, then inserts) cost a fifth more
-// PostgreSQL CPU per new order: its plan, with the whole row's 26 output expressions, is
-// started again at every execution, and new keys are nearly all claims.
+// One statement doing both (a CTE that reads the key, then inserts) cost a claim about a fifth
+// more PostgreSQL CPU: its plan, with the whole row's 26 output expressions, is started again
+// at every execution, and new keys are nearly all claims.
 const common::pg::Statement kClaim{R"sql(
   INSERT INTO idempotency_keys AS k
     (tenant_id, idempotency_key, request_hash, request_body, saga_name, order_id, status,
