@@ -15,6 +15,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "common/http/server.hpp"
+
 namespace steps::client {
 namespace {
 
@@ -57,18 +59,11 @@ std::pair<std::string, int> ParseHttpBaseUrl(const std::string& base_url) {
   if (rest.empty() || rest.find('/') != std::string::npos) {
     throw std::invalid_argument("a participant URL is http://host[:port]: " + base_url);
   }
-  auto colon = rest.rfind(':');
-  if (colon == std::string::npos) return {rest, 80};
-  std::string port = rest.substr(colon + 1);
-  if (colon == 0 || port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
-    throw std::invalid_argument("a participant URL has a bad host or port: " + base_url);
-  }
-  return {rest.substr(0, colon), std::stoi(port)};
+  if (rest.find(':') == std::string::npos) return {rest, 80};
+  return common::http::SplitHostPort(rest);
 }
 
-HttpConnection::HttpConnection(std::string host, int port)
-    : host_(std::move(host)), port_(port), authority_(host_ + ":" + std::to_string(port)) {}
+HttpConnection::HttpConnection(std::string host, int port) : host_(std::move(host)), port_(port) {}
 
 HttpConnection::~HttpConnection() { Close(); }
 
@@ -102,11 +97,11 @@ bool HttpConnection::Connect(std::chrono::milliseconds timeout, std::string& err
       int so_error = 0;
       socklen_t len = sizeof so_error;
       if (!Wait(fd, POLLOUT, deadline)) {
-        error = "ConnectionTimeout: " + authority_;
+        error = "ConnectionTimeout: " + host_ + ":" + port;
       } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) {
         error = Errno("Connection: getsockopt");
       } else if (so_error != 0) {
-        error = "Connection: " + authority_ + ": " + std::strerror(so_error);
+        error = "Connection: " + host_ + ":" + port + ": " + std::strerror(so_error);
       } else {
         connected = true;
       }

@@ -44,9 +44,6 @@ class HttpConnection {
   // The answer allowed another request on this connection.
   bool reusable() const { return fd_ >= 0 && reusable_; }
 
-  // "host:port", for the Host header.
-  const std::string& authority() const { return authority_; }
-
  private:
   bool Connect(std::chrono::milliseconds timeout, std::string& error);
   bool Send(std::string_view bytes, std::chrono::steady_clock::time_point deadline,
@@ -56,7 +53,6 @@ class HttpConnection {
 
   std::string host_;
   int port_;
-  std::string authority_;
   int fd_ = -1;
   bool reusable_ = false;
 };
