@@ -62,11 +62,16 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
   auto* order = app.add_subcommand("order", "Submit an order (POST /v1/orders)");
   AddConnectionFlags(order, f);
   order->add_option("--key", f.key, "Idempotency-Key (reuse it to retry safely)")->required();
-  order->add_option("--customer-id", f.customer_id)->capture_default_str();
-  order->add_option("--sku", f.sku)->capture_default_str();
-  order->add_option("--quantity", f.quantity)->capture_default_str();
-  order->add_option("--amount-cents", f.amount_cents)->capture_default_str();
-  order->add_option("--currency", f.currency)->capture_default_str();
+  order->add_option("--customer-id", f.customer_id, "the order's customer_id")
+      ->capture_default_str();
+  order->add_option("--sku", f.sku, "the SKU of the order's one item (widget, gadget, ...)")
+      ->capture_default_str();
+  order->add_option("--quantity", f.quantity, "how many of that item")->capture_default_str();
+  order
+      ->add_option("--amount-cents", f.amount_cents,
+                   "the amount to charge, in the currency's minor unit")
+      ->capture_default_str();
+  order->add_option("--currency", f.currency, "ISO 4217 code of the amount")->capture_default_str();
   order
       ->add_option("--payment-method", f.payment_method,
                    "pm_card_visa, or pm_card_declined to see a compensation")

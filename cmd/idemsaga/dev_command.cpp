@@ -41,10 +41,18 @@ void AddDevCommand(CLI::App& app, Run& run) {
       "dev", "Run the whole stack locally on a private PostgreSQL cluster (no Docker)");
   cmd->add_option("--dir", flags.dir, "where the private cluster lives")->capture_default_str();
   cmd->add_option("--pg-port", flags.pg_port, "PostgreSQL port (loopback)")->capture_default_str();
-  cmd->add_option("--orchestrator-port", flags.orchestrator_port)->capture_default_str();
-  cmd->add_option("--inventory-port", flags.inventory_port)->capture_default_str();
-  cmd->add_option("--payment-port", flags.payment_port)->capture_default_str();
-  cmd->add_option("--shipping-port", flags.shipping_port)->capture_default_str();
+  cmd->add_option("--orchestrator-port", flags.orchestrator_port,
+                  "the orchestrator's HTTP port (order API, traces, pages) (loopback)")
+      ->capture_default_str();
+  cmd->add_option("--inventory-port", flags.inventory_port,
+                  "the inventory participant's HTTP port (loopback)")
+      ->capture_default_str();
+  cmd->add_option("--payment-port", flags.payment_port,
+                  "the payment participant's HTTP port (loopback)")
+      ->capture_default_str();
+  cmd->add_option("--shipping-port", flags.shipping_port,
+                  "the shipping participant's HTTP port (loopback)")
+      ->capture_default_str();
   cmd->callback([flags_ptr, &run] {
     run = [flags_ptr] {
       auto& flags = *flags_ptr;

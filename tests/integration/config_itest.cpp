@@ -77,6 +77,58 @@ TEST(Config, EveryFlagOfEveryCommandReadsAVariableThatTheTableDocuments) {
   }
 }
 
+// `idemsaga ... --help` of every command, found by walking the help's own Subcommands lists
+// (so a command added later is checked too): every option and positional has a description.
+TEST(Config, EveryOptionOfEveryCommandHasADescriptionInItsHelp) {
+  std::vector<std::vector<std::string>> queue = {{}};
+  int commands = 0, options = 0;
+  while (!queue.empty()) {
+    auto command = queue.back();
+    queue.pop_back();
+    ++commands;
+    std::vector<std::string> argv = {IDEMSAGA_BINARY};
+    argv.insert(argv.end(), command.begin(), command.end());
+    argv.push_back("--help");
+    std::string name = "idemsaga";
+    for (const auto& c : command) name += " " + c;
+    std::vector<std::string> lines;
+    std::istringstream help(common::ReadProgramOutput(argv));
+    for (std::string line; std::getline(help, line);) lines.push_back(line);
+    std::string section;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string& line = lines[i];
+      if (!line.empty() && line[0] != ' ') {
+        section = line;
+        continue;
+      }
+      if (line.size() < 3 || line[0] != ' ' || line[1] != ' ' || line[2] == ' ') continue;
+      // "  NAME[ TYPE=DEFAULT (Env:X)]" then, after two or more spaces or on the next line
+      // (indented, when the left column is full), the description.
+      auto left_end = line.find("  ", 2);
+      bool described = left_end != std::string::npos &&
+                       line.find_first_not_of(' ', left_end) != std::string::npos;
+      if (!described && i + 1 < lines.size()) {
+        const std::string& next = lines[i + 1];
+        auto text = next.find_first_not_of(' ');
+        described = text != std::string::npos && text > 4 && next[text] != '-';
+      }
+      std::string option = line.substr(2, line.find(' ', 2) - 2);
+      if (section == "Subcommands:") {
+        auto sub = command;
+        sub.push_back(option);
+        queue.push_back(sub);
+        EXPECT_TRUE(described) << name << " " << option << " has no summary";
+      } else if (section == "Options:" || section == "Positionals:") {
+        ++options;
+        EXPECT_TRUE(described) << name << ": " << option << " has no description in --help";
+      }
+    }
+  }
+  EXPECT_GE(commands, 15);
+  EXPECT_GE(options, 100);
+  std::cout << "help: commands=" << commands << " options=" << options << std::endl;
+}
+
 TEST(Config, AParticipantConfiguredOnlyByItsEnvironmentServesAndLogsJsonLines) {
   test_support::ScratchDatabase db("inventory");
   int port = common::FreeLoopbackPort();
