@@ -8,6 +8,7 @@
 #include "common/http/server.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
+#include "common/pg/errors.hpp"
 #include "orchestrator/response.hpp"
 
 namespace orchestrator {
@@ -345,13 +346,22 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     auto now = store_.Get(row.tenant_id, row.key);
     if (now && !now->response_body.empty()) return Replay(*now);
     return InProgress(now.value_or(row));
-  } catch (const std::exception& e) {
+  } catch (...) {
     // The database (or a bug) stopped us mid-saga: nothing final was stored; the lease
-    // expires and a retry or the sweeper resumes with the same derived keys.
-    common::Log("saga_interrupted", {{"tenant", row.tenant_id},
-                                     {"key", row.key},
-                                     {"error", e.what()},
-                                     {"trace_id", row.trace_id}});
+    // expires and a retry or the sweeper resumes with the same derived keys. Only an outage
+    // is a 503 that invites the retry; anything else says what it is.
+    auto failure = common::pg::Classify(std::current_exception());
+    bool outage = failure.kind == common::pg::Failure::kUnavailable;
+    common::Log(outage ? "saga_interrupted" : "saga_interrupted_by_error",
+                {{"tenant", row.tenant_id},
+                 {"key", row.key},
+                 {"sqlstate", failure.sqlstate},
+                 {"error", failure.what},
+                 {"trace_id", row.trace_id}});
+    if (!outage) {
+      return Error(500, "internal_error",
+                   "the order stopped on an internal error; nothing final was stored");
+    }
     return Error(503, "unavailable",
                  "the order could not be completed now; retry with the same key");
   }

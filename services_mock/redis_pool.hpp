@@ -21,12 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "common/unavailable.hpp"
+
 namespace services_mock {
 
 // Redis could not be reached, or did not answer in time: nothing is known to have happened.
 // (A script runs whole or not at all, so a retry with the same key is safe.)
-class RedisUnavailable : public std::runtime_error {
-  using std::runtime_error::runtime_error;
+class RedisUnavailable : public common::Unavailable {
+  using common::Unavailable::Unavailable;
 };
 
 // An error reply (a script error, a refused command).

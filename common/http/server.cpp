@@ -25,6 +25,7 @@
 
 #include "common/http/request_parser.hpp"
 #include "common/log.hpp"
+#include "common/pg/errors.hpp"
 #include "common/pg/pool.hpp"
 
 namespace common::http {
@@ -115,32 +116,17 @@ httplib::Response ErrorResponse(int status, std::string_view code, std::string_v
   return res;
 }
 
-// The one catch point for a handler's exception. The database being down, restarting or
-// unsure whether a commit landed is an outage (503, retry with the same key); anything else
-// is a bug (500). Neither is ever the client's fault.
+// The one catch point for a handler's exception: answered by what it means (SetFailure).
 void AnswerException(const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-  std::string what = "unknown";
-  bool outage = false;
-  try {
-    std::rethrow_exception(std::move(ep));
-  } catch (const pg::PoolUnavailable& e) {
-    what = e.what();
-    outage = true;
-  } catch (const pqxx::failure& e) {  // broken_connection, in_doubt_error, sql_error...
-    what = e.what();
-    outage = true;
-  } catch (const std::exception& e) {
-    what = e.what();
-  } catch (...) {
-  }
-  Log(outage ? "handler_database_unavailable" : "handler_exception",
-      {{"method", req.method}, {"path", req.path}, {"error", what}});
   res = httplib::Response();
-  if (outage) {
-    SetUnavailable(res, "the database is unavailable");
-  } else {
-    SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
-  }
+  auto failure = SetFailure(res, ep);
+  const char* event = failure.kind == pg::Failure::kUnavailable     ? "handler_database_unavailable"
+                      : failure.kind == pg::Failure::kRejectedValue ? "handler_value_rejected"
+                                                                    : "handler_exception";
+  Log(event, {{"method", req.method},
+              {"path", req.path},
+              {"sqlstate", failure.sqlstate},
+              {"error", failure.what}});
 }
 
 // A fixed set of threads for blocking handlers behind a bounded queue. TryPush refuses
@@ -872,8 +858,25 @@ void CloseWithoutResponse(httplib::Response& res) {
   res.set_header(kCloseMarker, "1");
 }
 
+namespace {
+
+// Any member name or string, at any depth (bounded by the parser's depth limit), with a NUL.
+bool HoldsNul(const nlohmann::json& j) {
+  if (j.is_string()) return j.get_ref<const std::string&>().find('\0') != std::string::npos;
+  if (j.is_array())
+    return std::any_of(j.begin(), j.end(), [](const auto& e) { return HoldsNul(e); });
+  if (j.is_object()) {
+    for (const auto& [name, value] : j.items()) {
+      if (name.find('\0') != std::string::npos || HoldsNul(value)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
-                                            const Limits& limits) {
+                                            const Limits& limits, NulInJson nul) {
   auto type = req.get_header_value("Content-Type");
   auto semicolon = type.find(';');
   std::string media = type.substr(0, semicolon);
@@ -897,13 +900,41 @@ std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib
   try {
     // A callback that refuses an element discards it rather than throwing; hence the flag.
     auto body = nlohmann::json::parse(req.body, depth_guard);
-    if (!too_deep) return body;
-    SetError(res, 400, "invalid_json",
-             "the JSON body nests deeper than " + std::to_string(limits.max_json_depth));
+    if (too_deep) {
+      SetError(res, 400, "invalid_json",
+               "the JSON body nests deeper than " + std::to_string(limits.max_json_depth));
+    } else if (nul == NulInJson::kRefuse && HoldsNul(body)) {
+      // PostgreSQL stores no U+0000 in text or jsonb: refused here, once for every route,
+      // rather than failing later as if the database were down.
+      SetError(res, 400, "invalid_json",
+               "a string in the body holds U+0000 (\\u0000), which is not accepted");
+    } else {
+      return body;
+    }
   } catch (const nlohmann::json::exception&) {
     SetError(res, 400, "invalid_json", "the body is not valid JSON");
   }
   return std::nullopt;
+}
+
+pg::ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep) {
+  auto failure = pg::Classify(ep);
+  switch (failure.kind) {
+    case pg::Failure::kUnavailable:
+      SetUnavailable(res, "the database is unavailable");
+      break;
+    case pg::Failure::kRejectedValue:
+      // Not an outage: the same request would fail the same way, so no Retry-After and no
+      // promise that a retry helps. Nothing was stored (the transaction rolled back).
+      SetError(res, 500, "internal_error",
+               "the database refused a value of this request (SQLSTATE " + failure.sqlstate +
+                   "); nothing was stored, and sending it again fails the same way");
+      break;
+    case pg::Failure::kDefect:
+      SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
+      break;
+  }
+  return failure;
 }
 
 void SetUnavailable(httplib::Response& res, const std::string& what) {

@@ -29,8 +29,8 @@
 //   - `body`: the body, within the path's limit; `Content-Encoding` other than identity is 415.
 // HEAD runs the GET route and sends no body; a path served under other methods only is 405
 // (with Allow), an unknown path 404. Every 4xx/5xx without a body gets the JSON error body.
-// A handler exception is 503 `unavailable` + Retry-After for a database failure (pqxx,
-// pg::PoolUnavailable), else 500. Responses carry Content-Length; keep-alive as the client
+// A handler exception is answered by SetFailure: 503 `unavailable` + Retry-After only for an
+// outage a retry can cure, else 500. Responses carry Content-Length; keep-alive as the client
 // asks, up to `keep_alive_max_count` requests.
 //
 // Thread-safety: register routes before Serve() (adding one while serving is safe too); call
@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "common/http/problem.hpp"
+#include "common/pg/errors.hpp"
 
 namespace common::pg {
 class Pool;
@@ -174,9 +175,18 @@ void SetError(httplib::Response& res, int status, std::string_view code, std::st
 void CloseWithoutResponse(httplib::Response& res);
 
 // Parses the body as JSON once, within the server's depth limit. On failure sets a 400 or 415
-// on `res` and returns nullopt.
+// on `res` and returns nullopt. A string with U+0000 anywhere (which no store takes) is a 400
+// `invalid_json`, unless the route checks each field itself (kRouteChecksFields: the OTLP
+// intake refuses such a span alone and keeps the rest of its batch).
+enum class NulInJson { kRefuse, kRouteChecksFields };
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
-                                            const Limits& limits);
+                                            const Limits& limits,
+                                            NulInJson nul = NulInJson::kRefuse);
+
+// Answers a failure by what it means (common/pg/errors.hpp): an outage (the database down,
+// restarting, failing over, unsure of a commit) is 503 `unavailable` + Retry-After; a value
+// the database refused is a 500 that says a retry fails the same way; anything else a 500.
+pg::ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep);
 
 // 503 `unavailable` with Retry-After: an outage, after which a retry with the same key is safe.
 void SetUnavailable(httplib::Response& res, const std::string& what);

@@ -18,12 +18,13 @@
 #include <vector>
 
 #include "common/metrics.hpp"
+#include "common/unavailable.hpp"
 
 namespace common::pg {
 
 // No connection became free in time, or none could be opened: the database is unavailable.
-class PoolUnavailable : public std::runtime_error {
-  using std::runtime_error::runtime_error;
+class PoolUnavailable : public Unavailable {
+  using Unavailable::Unavailable;
 };
 
 class Pool {

@@ -6,6 +6,7 @@
 
 #include "common/http/problem.hpp"
 #include "common/http/request_parser.hpp"
+#include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "orchestrator/amqp/connection.hpp"
@@ -132,10 +133,18 @@ class Intake::Consumer {
       std::optional<KeyOutcome> outcome;
       try {
         outcome = intake_.submit_(req, res);
-      } catch (const std::exception& e) {
-        if (!logged_outage) {
+      } catch (...) {
+        auto failure = common::http::SetFailure(res, std::current_exception());
+        if (failure.kind != common::pg::Failure::kUnavailable) {
+          // Not an outage (a value the database refused, a defect): asking again fails the
+          // same way, so the message is dead-lettered with the 500 below.
+          common::Log("amqp_order_failed", {{"queue", intake_.options_.queue},
+                                            {"sqlstate", failure.sqlstate},
+                                            {"error", failure.what}});
+          outcome = KeyOutcome::kNone;
+        } else if (!logged_outage) {
           common::Log("amqp_order_unavailable",
-                      {{"queue", intake_.options_.queue}, {"error", e.what()}});
+                      {{"queue", intake_.options_.queue}, {"error", failure.what}});
           logged_outage = true;
         }
       }
@@ -143,7 +152,7 @@ class Intake::Consumer {
       // "try again" (503 while shutting down): asked again, with the message kept in hand
       // rather than requeued, since a requeue counts against a quorum queue's delivery-limit
       // and an outage must not use it up.
-      bool unavailable = !outcome || (*outcome == KeyOutcome::kNone && res.status >= 500);
+      bool unavailable = !outcome || (*outcome == KeyOutcome::kNone && res.status == 503);
       if (!unavailable && (*outcome == KeyOutcome::kNone || *outcome == KeyOutcome::kMismatch)) {
         // Mandatory: a dead-letter queue deleted meanwhile fails the publish (the message is
         // then redelivered and the queue declared again), never loses the message.

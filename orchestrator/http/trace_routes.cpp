@@ -17,7 +17,9 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
     if (!common::ConstantTimeEquals(common::http::BearerToken(req), d.service_token)) {
       return SetError(res, 401, "unauthorized", "the service token is required");
     }
-    auto body = common::http::ParseJsonBody(req, res, server.limits());
+    // Each span's text is checked by DecodeOtlp, which refuses a span with a NUL alone.
+    auto body = common::http::ParseJsonBody(req, res, server.limits(),
+                                            common::http::NulInJson::kRouteChecksFields);
     if (!body) return;
     std::string error;
     auto decoded = common::trace::DecodeOtlp(*body, error);

@@ -141,13 +141,18 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
       }
     }
     WriteAnswer(answer, res);
-  } catch (const std::exception& e) {
-    common::Log("guard_transient_failure", {{"path", req.path},
-                                            {"tenant", admitted->tenant_id},
-                                            {"key", admitted->key},
-                                            {"error", e.what()}});
-    common::http::SetUnavailable(res, "the request could not be completed");
-    Count(kind, "unavailable");
+  } catch (...) {
+    // Nothing was stored (the guard's transaction rolled back). Only an outage invites a
+    // retry; a value the store refused fails the same way every time.
+    auto failure = common::http::SetFailure(res, std::current_exception());
+    bool outage = failure.kind == common::pg::Failure::kUnavailable;
+    common::Log(outage ? "guard_transient_failure" : "guard_failure",
+                {{"path", req.path},
+                 {"tenant", admitted->tenant_id},
+                 {"key", admitted->key},
+                 {"sqlstate", failure.sqlstate},
+                 {"error", failure.what}});
+    Count(kind, outage ? "unavailable" : "internal_error");
   }
   finish();
 }
