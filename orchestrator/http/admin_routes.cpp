@@ -151,6 +151,10 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
     res.status = 202;
     res.set_content(nlohmann::json{{"cancelling", true},
                                    {"outcome", outcome},
+                                   {"takes_effect",
+                                    "at the saga's next step boundary; if its last step is "
+                                    "already running it completes, and status_path then shows "
+                                    "cancel_requested.outcome \"too_late\""},
                                    {"idempotency_key", row->key},
                                    {"status_path", StatusPath(row->saga_name, row->key)}}
                         .dump(),

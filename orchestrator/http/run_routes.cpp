@@ -115,6 +115,30 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
   return answer.outcome;
 }
 
+namespace {
+
+// What became of an operator's cancel: "pending" (no step boundary reached yet),
+// "compensating" (the saga is being undone), "took_effect" (it ended undone for the cancel:
+// 409 saga_cancelled), "too_late" (its last step had begun: it completed, and its answer
+// stands), or "overtaken" (it failed for its own reason first).
+const char* CancelOutcome(const SagaRow& row) {
+  switch (row.status) {
+    case SagaStatus::kStarted:
+      return "pending";
+    case SagaStatus::kCompensating:
+      return "compensating";
+    case SagaStatus::kCompleted:
+      return "too_late";
+    case SagaStatus::kFailed:
+      break;
+  }
+  auto [code, detail] =
+      common::http::ErrorOf(nlohmann::json::parse(row.response_body, nullptr, false));
+  return code == "saga_cancelled" ? "took_effect" : "overtaken";
+}
+
+}  // namespace
+
 nlohmann::json SagaView(const SagaRow& row) {
   nlohmann::json steps = nlohmann::json::array();
   // What an operator reads first: the compensation that is stuck, else the step that failed,
@@ -160,7 +184,12 @@ nlohmann::json SagaView(const SagaRow& row) {
                          {"updated_at", row.updated_at}};
   if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
   view["last_error"] = last_error;
-  if (!row.cancel_requested.is_null()) view["cancel_requested"] = row.cancel_requested;
+  if (!row.cancel_requested.is_null()) {
+    // A cancel takes effect at the saga's next step boundary; one that arrives while the last
+    // step runs is too late, and the operator must see that it did not take effect.
+    view["cancel_requested"] = row.cancel_requested;
+    view["cancel_requested"]["outcome"] = CancelOutcome(row);
+  }
   if (!row.resolution.is_null()) view["resolution"] = row.resolution;
   if (row.response_status != 0) {
     view["response"] = {{"status", row.response_status},

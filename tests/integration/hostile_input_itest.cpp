@@ -4,8 +4,10 @@
 // refused: the keys in each database are exactly those of the requests that were accepted.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
@@ -292,6 +294,43 @@ TEST_F(HostileInput, OperatorRoutesRefuseMalformedDecisionsAndQueriesWithA4xx) {
             "completed");
   std::cout << "hostile_input operators: requests=" << sent << " status_5xx=" << server_errors
             << std::endl;
+}
+
+}  // namespace
+
+namespace {
+
+// A cancel accepted while the saga's last step runs cannot take effect: the saga completes
+// and the client's 201 stands. The operator is told so in the 202, and the saga's record
+// says the cancel was too late.
+TEST_F(HostileInput, ACancelThatArrivesDuringTheLastStepIsRecordedAsTooLate) {
+  payment_.service.faults().Set({.latency_ms = 1500});
+  auto orch = orch_.Client();
+  std::promise<httplib::Result> answered;
+  std::thread order([&] {
+    auto c = orch_.Client();
+    answered.set_value(test_support::Post(c, "/v1/orders", test_support::Order("late-1")));
+  });
+  // Inventory answers at once; payment, the last step, takes 1.5 s.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  httplib::Headers auth = {{"Authorization", "Bearer dev-key-demo"}};
+  auto cancel = orch.Post("/v1/sagas/late-1/cancel", auth, R"({"reason":"customer called"})",
+                          "application/json");
+  ASSERT_TRUE(cancel);
+  EXPECT_EQ(cancel->status, 202) << cancel->body;
+  EXPECT_NE(cancel->body.find("too_late"), std::string::npos) << cancel->body;
+  auto result = answered.get_future().get();
+  order.join();
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 201) << result->body;
+  auto view = orch.Get("/v1/orders/late-1", auth);
+  ASSERT_TRUE(view);
+  auto saga = nlohmann::json::parse(view->body);
+  EXPECT_EQ(saga["status"], "completed");
+  EXPECT_EQ(saga["cancel_requested"]["outcome"], "too_late") << view->body;
+  EXPECT_EQ(saga["cancel_requested"]["reason"], "customer called");
+  // The charge stands: a cancel that came too late undid nothing.
+  EXPECT_EQ(pay_db_.Count("SELECT count(*) FROM charges WHERE status = 'captured'"), 1);
 }
 
 }  // namespace
