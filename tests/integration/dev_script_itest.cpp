@@ -18,12 +18,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -59,6 +62,100 @@ std::string ReadmeOrderBody() {
   if (at == std::string::npos) return "";
   at += 4;
   return readme.substr(at, readme.find('\'', at) - at);
+}
+
+// The shell examples of README.md and docs/*.md (```sh and ```bash blocks), to be run as
+// written against the running stack: its ports put in for the defaults, `$B` the binary.
+struct ShellBlock {
+  std::string where;  // file:line
+  std::string text;
+};
+std::vector<ShellBlock> DocShellBlocks() {
+  std::vector<fs::path> files = {kSourceDir / "README.md"};
+  for (const auto& e : fs::directory_iterator(kSourceDir / "docs")) {
+    if (e.path().extension() == ".md") files.push_back(e.path());
+  }
+  std::sort(files.begin() + 1, files.end());
+  std::vector<ShellBlock> out;
+  for (const auto& file : files) {
+    std::istringstream in(Slurp(file));
+    int n = 0;
+    std::optional<ShellBlock> open;
+    for (std::string line; std::getline(in, line);) {
+      ++n;
+      if (open) {
+        if (line.rfind("```", 0) == 0) {
+          out.push_back(*open);
+          open.reset();
+        } else {
+          open->text += line + "\n";
+        }
+      } else if (line == "```sh" || line == "```bash") {
+        open = ShellBlock{fs::relative(file, kSourceDir).string() + ":" + std::to_string(n), ""};
+      }
+    }
+  }
+  return out;
+}
+
+// Blocks that are not requests to a running stack, and the test that runs each instead.
+std::optional<std::string> NotAgainstTheStack(const std::string& text) {
+  if (text.rfind("./scripts/", 0) == 0) return "the Quick start: this test and scripts/test";
+  if (text.rfind("cmake ", 0) == 0) return "building and installing: install_example_test";
+  if (text.rfind("redis-server ", 0) == 0) return "a Redis of the reader's: redis_inventory_itest";
+  if (text.find("postgresql://...") != std::string::npos) {
+    return "a template for a production database: the chaos suite runs reconcile";
+  }
+  return std::nullopt;
+}
+
+struct ShellCommand {
+  std::string text;
+  std::vector<std::string> expected;  // the comment lines that show its answer
+};
+
+// A block's commands (continuation lines joined), each with the comments that follow it.
+std::vector<ShellCommand> Commands(const std::string& block) {
+  std::vector<ShellCommand> out;
+  std::istringstream in(block);
+  bool continued = false, after_blank = false;
+  for (std::string line; std::getline(in, line);) {
+    if (continued) {
+      out.back().text += "\n" + line;
+      continued = !line.empty() && line.back() == '\\';
+      if (!continued) {
+        if (auto at = line.find("  # "); at != std::string::npos) {
+          out.back().expected.push_back(line.substr(at + 4));
+        }
+      }
+      continue;
+    }
+    if (line.empty()) {
+      after_blank = true;
+      continue;
+    }
+    if (line.rfind("#", 0) == 0) {
+      if (!out.empty() && !after_blank) out.back().expected.push_back(line.substr(1));
+      continue;
+    }
+    after_blank = false;
+    out.push_back({line, {}});
+    continued = line.back() == '\\';
+    if (auto at = line.find("  # "); !continued && at != std::string::npos) {
+      out.back().expected.push_back(line.substr(at + 4));
+    }
+  }
+  return out;
+}
+
+// The status an example's comment shows: "HTTP/1.1 201 Created", "HTTP 402", "201 {...}".
+std::optional<int> ExpectedStatus(const std::vector<std::string>& expected) {
+  static const std::regex status(R"(^\s*(?:HTTP/1\.1 |HTTP )?([1-5]\d\d)\b)");
+  std::smatch m;
+  for (const auto& line : expected) {
+    if (std::regex_search(line, m, status)) return std::stoi(m[1]);
+  }
+  return std::nullopt;
 }
 
 bool PortAcceptsConnections(int port) {
@@ -248,6 +345,72 @@ class DevScriptTest : public ::testing::Test {
     fs::remove_all(work_);
   }
 
+  void RunDocShellExamples() {
+    const std::vector<std::pair<std::string, int>> ports = {{"127.0.0.1:8080", orchestrator_port_},
+                                                            {"127.0.0.1:8081", inventory_port_},
+                                                            {"127.0.0.1:8082", payment_port_},
+                                                            {"127.0.0.1:8083", shipping_port_}};
+    int blocks = 0, commands = 0;
+    for (const auto& block : DocShellBlocks()) {
+      if (auto why = NotAgainstTheStack(block.text)) {
+        std::cout << "docs example " << block.where << ": not run here (" << *why << ")"
+                  << std::endl;
+        continue;
+      }
+      ++blocks;
+      std::string text = block.text;
+      for (const auto& [from, port] : ports) {
+        for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+          text.replace(at, from.size(), "127.0.0.1:" + std::to_string(port));
+        }
+      }
+      auto list = Commands(text);
+      std::string script =
+          "B=" + (kSourceDir / "build/release/cmd/idemsaga/idemsaga").string() +
+          "\nexport IDEMSAGA_URL=http://127.0.0.1:" + std::to_string(orchestrator_port_) +
+          "\ncurl() { command curl -sS -w '\\n@@status %{http_code}\\n' \"$@\"; }\n";
+      for (const auto& c : list) script += c.text + "\necho \"@@exit $?\"\n";
+      fs::path file = work_ / "example.sh", log = work_ / "example.log";
+      std::ofstream(file) << script;
+      fs::remove(log);
+      common::RunProgram({"bash", file.string()}, log.string());
+      std::string output = Slurp(log);
+      // One part of the output per command, each ending in its exit status.
+      size_t from = 0;
+      for (const auto& c : list) {
+        ++commands;
+        size_t end = output.find("@@exit ", from);
+        ASSERT_NE(end, std::string::npos) << block.where << ": " << c.text << "\n" << output;
+        std::string part = output.substr(from, end - from);
+        int exit_code = std::stoi(output.substr(end + 7));
+        from = output.find('\n', end) + 1;
+        std::smatch m;
+        static const std::regex curl_status(R"(@@status (\d{3}))");
+        static const std::regex cli_status(R"((?:^|\n)HTTP (\d{3}))");
+        std::optional<int> status;
+        if (std::regex_search(part, m, curl_status) || std::regex_search(part, m, cli_status)) {
+          status = std::stoi(m[1]);
+        }
+        std::string what = block.where + ": " + c.text + "\n" + part;
+        if (auto expected = ExpectedStatus(c.expected)) {
+          EXPECT_EQ(status, expected) << what;
+        } else {
+          EXPECT_EQ(exit_code, 0) << what;
+          if (status) EXPECT_LT(*status, 400) << what;
+        }
+        // The problem codes the example shows are the ones answered.
+        static const std::regex code(R"re("code":"([a-z_]+)")re");
+        for (const auto& line : c.expected) {
+          for (std::sregex_iterator it(line.begin(), line.end(), code), e; it != e; ++it) {
+            EXPECT_NE(part.find("\"" + (*it)[1].str() + "\""), std::string::npos) << what;
+          }
+        }
+      }
+    }
+    std::cout << "docs examples: blocks=" << blocks << " commands=" << commands << std::endl;
+    EXPECT_GE(blocks, 5);
+  }
+
   fs::path work_, cluster_dir_;
   int pg_port_ = 0, orchestrator_port_ = 0, inventory_port_ = 0, payment_port_ = 0,
       shipping_port_ = 0;
@@ -297,7 +460,7 @@ TEST_F(DevScriptTest, TheReadmesFirstCommandServesAnOrderAndCtrlCStopsEverything
   EXPECT_EQ(again->body, first->body);
   EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
   // The second shipped saga, through the runs API: its three participants all run under dev.
-  headers = {{"Authorization", "Bearer dev-key-demo"}, {"Idempotency-Key", "ship-1"}};
+  headers = {{"Authorization", "Bearer dev-key-demo"}, {"Idempotency-Key", "ship-dev-1"}};
   auto shipped = client.Post(
       "/v1/runs/ship_order", headers,
       R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,)"
@@ -321,6 +484,9 @@ TEST_F(DevScriptTest, TheReadmesFirstCommandServesAnOrderAndCtrlCStopsEverything
   EXPECT_EQ(cli_exit, 0) << cli;
   EXPECT_NE(cli.find("HTTP 201"), std::string::npos) << cli;
   EXPECT_NE(cli.find("Idempotent-Replayed: true"), std::string::npos) << cli;
+
+  // Every shell example of the README and docs/, as written, on this stack's ports.
+  RunDocShellExamples();
 
   // Ctrl-C.
   auto interrupted = Clock::now();
