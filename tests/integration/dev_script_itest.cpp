@@ -114,20 +114,46 @@ struct ShellCommand {
   std::vector<std::string> expected;  // the comment lines that show its answer
 };
 
-// A block's commands (continuation lines joined), each with the comments that follow it.
+// A block's commands (lines continued by a backslash or inside an open single quote joined),
+// each with the comments that follow it.
 std::vector<ShellCommand> Commands(const std::string& block) {
   std::vector<ShellCommand> out;
+  std::string code;  // the command so far without its trailing comments
+  auto without_comment = [](const std::string& line) {
+    auto at = line.find("  # ");
+    return at == std::string::npos ? line : line.substr(0, at);
+  };
+  // Whether the shell reads on: a quote still open, or a backslash before the line's end.
+  auto continues = [](const std::string& text) {
+    char quote = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      if (quote == '\'') {
+        if (c == '\'') quote = 0;
+      } else if (c == '\\') {
+        if (i + 1 == text.size()) return true;
+        ++i;
+      } else if (quote == '"') {
+        if (c == '"') quote = 0;
+      } else if (c == '\'' || c == '"') {
+        quote = c;
+      }
+    }
+    return quote != 0;
+  };
+  auto trailing_comment = [&](const std::string& line) {
+    if (auto at = line.find("  # "); at != std::string::npos) {
+      out.back().expected.push_back(line.substr(at + 4));
+    }
+  };
   std::istringstream in(block);
   bool continued = false, after_blank = false;
   for (std::string line; std::getline(in, line);) {
     if (continued) {
       out.back().text += "\n" + line;
-      continued = !line.empty() && line.back() == '\\';
-      if (!continued) {
-        if (auto at = line.find("  # "); at != std::string::npos) {
-          out.back().expected.push_back(line.substr(at + 4));
-        }
-      }
+      code += "\n" + without_comment(line);
+      continued = continues(code);
+      if (!continued) trailing_comment(line);
       continue;
     }
     if (line.empty()) {
@@ -140,10 +166,9 @@ std::vector<ShellCommand> Commands(const std::string& block) {
     }
     after_blank = false;
     out.push_back({line, {}});
-    continued = line.back() == '\\';
-    if (auto at = line.find("  # "); !continued && at != std::string::npos) {
-      out.back().expected.push_back(line.substr(at + 4));
-    }
+    code = without_comment(line);
+    continued = continues(code);
+    if (!continued) trailing_comment(line);
   }
   return out;
 }
@@ -350,7 +375,7 @@ class DevScriptTest : public ::testing::Test {
                                                             {"127.0.0.1:8081", inventory_port_},
                                                             {"127.0.0.1:8082", payment_port_},
                                                             {"127.0.0.1:8083", shipping_port_}};
-    int blocks = 0, commands = 0;
+    int blocks = 0, commands = 0, checked = 0;  // checked: with the status their comment shows
     for (const auto& block : DocShellBlocks()) {
       if (auto why = NotAgainstTheStack(block.text)) {
         std::cout << "docs example " << block.where << ": not run here (" << *why << ")"
@@ -393,6 +418,7 @@ class DevScriptTest : public ::testing::Test {
         }
         std::string what = block.where + ": " + c.text + "\n" + part;
         if (auto expected = ExpectedStatus(c.expected)) {
+          ++checked;
           EXPECT_EQ(status, expected) << what;
         } else {
           EXPECT_EQ(exit_code, 0) << what;
@@ -407,8 +433,10 @@ class DevScriptTest : public ::testing::Test {
         }
       }
     }
-    std::cout << "docs examples: blocks=" << blocks << " commands=" << commands << std::endl;
+    std::cout << "docs examples: blocks=" << blocks << " commands=" << commands
+              << " with_status_checked=" << checked << std::endl;
     EXPECT_GE(blocks, 5);
+    EXPECT_GE(checked, 8);
   }
 
   fs::path work_, cluster_dir_;
