@@ -19,6 +19,7 @@ steps::client::Participants MakeParticipants(const OrchestratorOptions& o) {
     if (client.base_url.empty()) continue;  // not configured
     client.service_token = o.service_token;
     client.read_timeout = o.participant_timeout;
+    client.max_in_flight = o.participant_max_in_flight;
     participants.Add(name, std::move(client));
   }
   return participants;

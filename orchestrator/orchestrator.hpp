@@ -52,6 +52,9 @@ struct OrchestratorOptions {
   std::string service_token = common::defaults::kServiceToken;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
+  // The bulkhead: calls in flight to each participant at most (0: no limit); a step past it
+  // waits, parked, instead of holding a thread (ParticipantClient::Options::max_in_flight).
+  size_t participant_max_in_flight = 32;
   saga::RetryPolicy retry;
   StoreOptions store;
   SagaServiceOptions sagas;

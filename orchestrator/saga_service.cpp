@@ -53,6 +53,12 @@ class StoreJournal : public saga::Journal {
     return std::chrono::duration_cast<std::chrono::milliseconds>(store_.options().lease / 3);
   }
 
+  ParkResult Park(const std::vector<saga::StepRecord>& steps,
+                  std::chrono::milliseconds wake_in) override {
+    return store_.Park(lease_, StepsJson(steps), wake_in) ? ParkResult::kParked
+                                                          : ParkResult::kFenced;
+  }
+
   bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult& cause,
                          const std::string& failed_step) override {
     return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
@@ -89,12 +95,14 @@ saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
   input.trace_id = row.trace_id;
   input.root_span_id = row.root_span_id;
   input.resumed = resumed;
+  std::vector<saga::StepRecord> steps;
+  for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
   if (row.status == SagaStatus::kCompensating) {
-    std::vector<saga::StepRecord> steps;
-    for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
     input.compensating = std::move(steps);
     input.failure = FailureFromJson(row.failure);
     input.failed_step = row.failed_step;
+  } else if (!steps.empty()) {
+    input.checkpoint = std::move(steps);  // parked, or deferred while running
   }
   return input;
 }
@@ -250,7 +258,8 @@ Answer SagaService::Replay(const SagaRow& row) {
                std::chrono::milliseconds(static_cast<long long>(row.expires_in_seconds * 1000))));
 }
 
-Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed) {
+Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed,
+                          std::chrono::steady_clock::time_point answer_by) {
   // running_ was counted when the saga was posted, so queued sagas count as running too.
   CountDown done{running_};
   const SagaRow& row = claim.row;
@@ -288,6 +297,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     saga::SagaInput input;
     try {
       input = InputOf(row, claim.kind == Claim::kTakenOver);
+      input.answer_by = answer_by;
       // Resumed: the stored request, parsed as the definition it started with reads it.
       input.typed = typed ? std::move(typed) : definition->ParseInput(row.request_body);
     } catch (const std::exception& e) {  // json, InvalidInput, an unknown step status
@@ -310,6 +320,16 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
         .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (result.end == saga::SagaEnd::kAbandoned) {
       return Error(503, "unavailable", "the service is shutting down; retry with the same key");
+    }
+    if (result.end == saga::SagaEnd::kParked) {
+      // Waiting with no thread held: recovery resumes it at its wake-up time. The caller
+      // polls the saga (or retries the key, which answers 409 until then).
+      nlohmann::json body = {{"status", ToString(SagaStatus::kStarted)},
+                             {"waiting", true},
+                             {"order_id", row.order_id},
+                             {"idempotency_key", row.key},
+                             {"trace_id", row.trace_id}};
+      return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
     }
     if (result.end == saga::SagaEnd::kDeferred) {
       // Stuck (a compensation keeps failing, or a step is blocked on a configuration fault):
@@ -494,13 +514,27 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     CountDown done{running_inline_};
     // On the request's own thread: handing the saga to the pool and waiting for it cost four
     // context switches per order (19 of the dev process's, 15 without).
-    auto late = budget_watch_.Add(std::chrono::steady_clock::now() + options_.response_budget,
-                                  [send = s.answer_early, accepted] { send(accepted()); });
-    Answer a = Drive(claim, input);
+    auto answer_by = std::chrono::steady_clock::now() + options_.response_budget;
+    auto late =
+        budget_watch_.Add(answer_by, [send = s.answer_early, accepted] { send(accepted()); });
+    Answer a = Drive(claim, input, answer_by);
     a.outcome = outcome;
     return a;
   }
   if (s.answer_early) --running_inline_;  // over the limit: the pool's
+  if (running_.load() - running_inline_.load() > static_cast<long long>(options_.threads)) {
+    // Every thread is taken: the saga waits durably instead of holding this request's worker
+    // (a worker held for the response budget is how one slow participant used to turn every
+    // route into 503s). Its lease runs out now; recovery starts it when a thread is free.
+    --running_;
+    if (!store_.Park(claim.lease, claim.row.steps, std::chrono::milliseconds(0))) {
+      return InProgress(claim.row);  // fenced: another owner has it already
+    }
+    common::Log("saga_queued", {{"tenant", s.request.tenant_id},
+                                {"key", s.request.key},
+                                {"trace_id", claim.row.trace_id}});
+    return accepted();
+  }
   auto promise = std::make_shared<std::promise<Answer>>();
   auto future = promise->get_future();
   boost::asio::post(*pool_, [this, claim, promise, input] {

@@ -133,7 +133,9 @@ class SagaService {
 
  private:
   // `input`: the typed input when the route parsed it (a new claim); null when resumed.
-  Answer Drive(const Claim& claim, std::shared_ptr<const std::any> input);
+  // `answer_by`: the request that runs it on its own thread waits until then (SagaInput).
+  Answer Drive(const Claim& claim, std::shared_ptr<const std::any> input,
+               std::chrono::steady_clock::time_point answer_by = {});
   Answer Replay(const SagaRow& row);
   // Remembers a finished row's answer for replays; returns it.
   FinishedAnswer Remember(const SagaRow& row, int status, const std::string& body,

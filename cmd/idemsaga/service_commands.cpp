@@ -221,6 +221,14 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
   cmd->add_option("--participant-timeout-ms", o.participant_timeout,
                   "read timeout of one participant call")
       ->capture_default_str();
+  cmd->add_option("--participant-max-in-flight", o.participant_max_in_flight,
+                  "calls in flight to each participant at most; a saga past it waits, parked "
+                  "(0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--park-after-ms", o.retry.park_after,
+                  "a wait this long or longer holds no thread: the saga is parked and resumed "
+                  "when due (0: never park)")
+      ->capture_default_str();
   cmd->add_option("--sweep-interval-ms", o.recovery.sweep_interval,
                   "how often recovery looks for expired leases")
       ->capture_default_str();

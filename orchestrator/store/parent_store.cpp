@@ -103,6 +103,13 @@ const common::pg::Statement kDeferStuck{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed'))sql"};
 
+const common::pg::Statement kPark{R"sql(
+  UPDATE idempotency_keys
+  SET steps = $5::jsonb, updated_at = now(),
+      lease_expires_at = now() + make_interval(secs => $6)
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
+    AND status NOT IN ('completed', 'failed'))sql"};
+
 // SKIP LOCKED: a row another sweeper is taking over right now is left to it.
 const common::pg::Statement kTakeOverBatch{std::string(R"sql(
   UPDATE idempotency_keys k
@@ -361,6 +368,16 @@ bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
     return r.affected_rows();
   });
   return !Fenced(l, "defer_stuck", n == 1);
+}
+
+bool ParentStore::Park(const Lease& l, const nlohmann::json& steps,
+                       std::chrono::milliseconds wake_in) {
+  auto n = OneStatement([&](pqxx::nontransaction& tx) {
+    auto r = Exec(tx, kPark, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
+                  static_cast<double>(wake_in.count()) / 1000.0);
+    return r.affected_rows();
+  });
+  return !Fenced(l, "park", n == 1);
 }
 
 std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, int limit) {

@@ -128,6 +128,9 @@ class ParentStore {
   // Marks a saga stuck and lets its lease expire after `retry_in` (recovery retries it then).
   bool DeferStuck(const Lease& lease, const nlohmann::json& steps,
                   std::chrono::milliseconds retry_in);
+  // Checkpoints a waiting saga's steps and lets its lease run out after `wake_in` (not
+  // stuck): recovery in any replica resumes it then. False when fenced.
+  bool Park(const Lease& lease, const nlohmann::json& steps, std::chrono::milliseconds wake_in);
   // Stores the final response and ends the lease; false when fenced.
   // `response_headers` are stored with the answer and replayed with it.
   bool Finish(const Lease& lease, bool completed, int response_status,

@@ -157,6 +157,22 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
         "sent";
     return MapOutcome(x);
   }
+  // The bulkhead: refused before anything is sent, so certainly not applied.
+  if (options_.max_in_flight > 0 && in_flight_.fetch_add(1) >= options_.max_in_flight) {
+    in_flight_.fetch_sub(1);
+    auto busy =
+        saga::StepResult::Retryable("not sent: " + std::to_string(options_.max_in_flight) +
+                                    " calls to " + options_.base_url + " are in flight already");
+    busy.retry_after = options_.busy_retry_after;
+    return busy;
+  }
+  struct Leave {
+    std::atomic<size_t>& n;
+    bool counted;
+    ~Leave() {
+      if (counted) n.fetch_sub(1);
+    }
+  } leave{in_flight_, options_.max_in_flight > 0};
   x = Send(Request("POST", path, authority_,
                    {{"Authorization", token},
                     {"X-Tenant-ID", ctx.tenant_id},

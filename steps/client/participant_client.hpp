@@ -7,6 +7,7 @@
 //   saga::StepResult r = inventory.Post("/v1/reservations", ctx, body);
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,11 @@ class ParticipantClient {
     std::chrono::milliseconds max_idle_age{500};
     // The participant's business refusals: the only 4xx codes that fail a saga for good.
     std::set<std::string> business_errors;
+    // A bulkhead: at most this many calls in flight to this participant. A call past it is
+    // not sent; the step is retried after `busy_retry_after` (a wait the runner parks for,
+    // holding no thread), so a slow participant delays only the sagas that call it. 0: none.
+    size_t max_in_flight = 32;
+    std::chrono::milliseconds busy_retry_after{1000};
   };
 
   explicit ParticipantClient(Options options);
@@ -104,6 +110,7 @@ class ParticipantClient {
     std::chrono::steady_clock::time_point since;
   };
   std::vector<Idle> idle_;  // most recently used last
+  std::atomic<size_t> in_flight_{0};
 };
 
 }  // namespace steps::client

@@ -86,6 +86,8 @@ nlohmann::json StepRecord::ToJson() const {
                       {"action_confirmed", action_confirmed}};
   if (!output.is_null()) j["output"] = output;
   if (!detail.empty()) j["detail"] = detail;
+  if (first_attempt_unix_ms != 0) j["first_attempt_unix_ms"] = first_attempt_unix_ms;
+  if (maybe_applied) j["maybe_applied"] = true;
   return j;
 }
 
@@ -104,6 +106,8 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
   r.action_confirmed = j.value("action_confirmed", false);
   if (j.contains("output")) r.output = j["output"];
   r.detail = j.value("detail", "");
+  r.first_attempt_unix_ms = j.value("first_attempt_unix_ms", 0LL);
+  r.maybe_applied = j.value("maybe_applied", false);
   return r;
 }
 
@@ -198,25 +202,38 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
   return ctx;
 }
 
-bool Runner::Backoff(const RetryPolicy& policy, int attempt, std::chrono::milliseconds at_least,
-                     Journal& journal) const {
+std::optional<SagaEnd> Runner::Backoff(const RetryPolicy& policy, int attempt,
+                                       std::chrono::milliseconds at_least, const SagaInput& input,
+                                       const std::vector<StepRecord>& all, Journal& journal) const {
   // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
   auto cap = std::min<long long>(policy.max_backoff.count(), policy.initial_backoff.count()
                                                                  << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto jitter = std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
-  // A long wait (a participant's Retry-After) is slept in slices that keep the lease: another
-  // replica must not take over a saga that is only waiting.
   auto left = std::max(jitter, at_least);
+  bool answered_in_time = Clock::now() + left < input.answer_by;
+  if (policy.park_after.count() > 0 && left >= policy.park_after && !answered_in_time) {
+    // A long wait holds no thread: checkpoint and let recovery wake the saga.
+    switch (journal.Park(all, left)) {
+      case Journal::ParkResult::kParked:
+        return SagaEnd::kParked;
+      case Journal::ParkResult::kFenced:
+        return SagaEnd::kFenced;
+      case Journal::ParkResult::kUnsupported:
+        break;
+    }
+  }
+  // A wait is slept in slices that keep the lease: another replica must not take over a saga
+  // that is only waiting.
   const auto every =
       std::max(std::chrono::milliseconds(1), std::min(kLeaseCheckEvery, journal.KeepLeaseEvery()));
   do {
     auto slice = std::min(left, every);
     sleep_(slice);
     left -= slice;
-    if (left.count() > 0 && !journal.KeepLease()) return false;
+    if (left.count() > 0 && !journal.KeepLease()) return SagaEnd::kFenced;
   } while (left.count() > 0 && !should_stop_());
-  return true;
+  return std::nullopt;
 }
 
 SagaEnd Runner::Defer(const SagaInput& input, const std::string& step, const std::string& why,
@@ -237,14 +254,21 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
                        std::optional<SagaEnd>& interrupted,
                        const common::trace::SpanContext& saga_span) const {
   const RetryPolicy policy = policy_.For(step.policy);
-  auto deadline = Clock::now() + policy.step_deadline;
+  // The deadline counts from the first attempt ever sent, by this owner or one before it
+  // (a parked or taken-over step goes on where it stood).
+  const long long now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  if (record.first_attempt_unix_ms == 0) record.first_attempt_unix_ms = now_ms;
+  auto deadline = Clock::now() + policy.step_deadline -
+                  std::chrono::milliseconds(now_ms - record.first_attempt_unix_ms);
   StepContext ctx = Context(step, input, outputs, record.action_key);
   auto step_span = StartSpan("step " + step.name, saga_span, input);
   step_span.Set("step", step.name).Set("derived_key", record.action_key);
   ctx.deadline = deadline;
-  bool in_doubt = false;
+  bool in_doubt = record.maybe_applied;
   StepResult last = StepResult::Retryable("not attempted");
-  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
+  for (int attempt = record.attempts + 1; attempt <= policy.max_attempts; ++attempt) {
     if (!journal.KeepLease()) {
       interrupted = SagaEnd::kFenced;
       return last;
@@ -267,8 +291,11 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     }
     in_doubt = in_doubt || last.outcome == Outcome::kInDoubt;
     if (last.outcome == Outcome::kBlocked) {
-      // A configuration fault decides nothing about the order: wait, visibly, for a fix.
+      // A configuration fault decides nothing about the order: wait, visibly, for a fix. Its
+      // deadline starts again once fixed (time spent blocked is not the participant's).
       record.detail = last.detail;
+      record.maybe_applied = in_doubt;
+      record.first_attempt_unix_ms = 0;
       Record(step_span, last);
       interrupted = Defer(input, step.name, last.detail, all, journal);
       return last;
@@ -280,8 +307,11 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     }
     if (attempt == policy.max_attempts || Clock::now() >= deadline) break;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (!Backoff(policy, attempt, std::min(last.retry_after, left), journal)) {
-      interrupted = SagaEnd::kFenced;
+    record.maybe_applied = in_doubt;
+    record.detail = last.detail;
+    if (auto stop =
+            Backoff(policy, attempt, std::min(last.retry_after, left), input, all, journal)) {
+      interrupted = stop;
       return last;
     }
     if (should_stop_()) {
@@ -329,8 +359,9 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
     record.detail = r.detail;
     if (r.outcome != Outcome::kBlocked &&
         record.compensation_attempts < policy.compensation_stuck_after) {
-      if (!Backoff(policy, record.compensation_attempts, r.retry_after, journal)) {
-        return SagaEnd::kFenced;
+      if (auto stop =
+              Backoff(policy, record.compensation_attempts, r.retry_after, input, all, journal)) {
+        return stop;
       }
       continue;
     }
@@ -359,6 +390,8 @@ const char* ToString(SagaEnd end) {
       return "abandoned";
     case SagaEnd::kDeferred:
       return "deferred";
+    case SagaEnd::kParked:
+      return "parked";
   }
   return "unknown";
 }
@@ -418,11 +451,28 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       StepRecord r;
       r.name = s.name;
       r.action_key = ActionKey(input.parent_key, s.name);
+      // What a parked (or deferred) run had checkpointed: a step that succeeded is not sent
+      // again (its recorded output is what the participant would replay); the step it waited
+      // on goes on with its attempts, clock and doubt.
+      if (input.checkpoint) {
+        for (const auto& c : *input.checkpoint) {
+          if (c.name != s.name || c.action_key != r.action_key) continue;
+          if (c.status == StepStatus::kSucceeded && c.action_confirmed) {
+            r = c;
+            result.outputs[s.name] = c.output;
+          } else {
+            r.attempts = c.attempts;
+            r.first_attempt_unix_ms = c.first_attempt_unix_ms;
+            r.maybe_applied = c.maybe_applied || c.status == StepStatus::kInDoubt;
+          }
+        }
+      }
       result.steps.push_back(r);
     }
     for (size_t i = 0; i < defs.size(); ++i) {
       if (should_stop_()) return result;  // kAbandoned
       auto& record = result.steps[i];
+      if (record.status == StepStatus::kSucceeded) continue;  // checkpointed
       if (journal.CancelRequested()) {
         common::Log("saga_cancelled", {{"tenant", input.tenant_id},
                                        {"key", input.parent_key},

@@ -36,6 +36,10 @@ struct RetryPolicy {
   std::chrono::milliseconds step_deadline{120000};       // no new action attempt after this
   int compensation_stuck_after = 8;                      // attempts before the saga shows as stuck
   std::chrono::milliseconds stuck_retry_interval{5000};  // pace once stuck
+  // A wait at least this long (a backoff, a participant's Retry-After) holds no thread: the
+  // saga is parked (its steps checkpointed, its lease pushed to the wake-up time) and any
+  // replica's recovery sweeper resumes it when due. Shorter waits are slept. 0: never park.
+  std::chrono::milliseconds park_after{1000};
 
   // This policy with a step's overrides.
   RetryPolicy For(const StepPolicy& step) const;
@@ -73,6 +77,11 @@ struct StepRecord {
   bool action_confirmed = false;
   nlohmann::json output;
   std::string detail;
+  // When the action was first sent (Unix ms; 0: not yet), and whether an attempt may have
+  // applied it: kept across a park or a takeover, so that a resumed step keeps its deadline
+  // and its doubt instead of starting over.
+  long long first_attempt_unix_ms = 0;
+  bool maybe_applied = false;
 
   nlohmann::json ToJson() const;
   // Throws std::invalid_argument (or nlohmann::json::exception) on a record this build
@@ -88,6 +97,9 @@ enum class SagaEnd {
   // Stuck, to be retried by recovery later: a compensation keeps failing, a step is blocked
   // on a configuration fault, or the step to undo is not defined by this build.
   kDeferred,
+  // Waiting (RetryPolicy::park_after) with its steps checkpointed and no thread held:
+  // recovery resumes it when its lease runs out at the wake-up time.
+  kParked,
 };
 
 const char* ToString(SagaEnd end);
@@ -124,6 +136,13 @@ class Journal {
   // out after `retry_in`, when recovery picks it up again. False: fenced.
   virtual bool DeferStuck(const std::vector<StepRecord>& steps,
                           std::chrono::milliseconds retry_in) = 0;
+  // Checkpoints `steps` and lets the lease run out after `wake_in`, when recovery (in any
+  // replica) resumes the saga; the runner then returns and frees its thread.
+  enum class ParkResult { kParked, kFenced, kUnsupported };
+  virtual ParkResult Park(const std::vector<StepRecord>& /*steps*/,
+                          std::chrono::milliseconds /*wake_in*/) {
+    return ParkResult::kUnsupported;  // a journal that cannot park: the runner sleeps instead
+  }
 };
 
 struct SagaInput {
@@ -135,8 +154,15 @@ struct SagaInput {
   bool resumed = false;      // taken over from another owner (recovery)
   // Set when resuming a saga that had already decided to compensate: its recorded steps.
   std::optional<std::vector<StepRecord>> compensating;
+  // Set when resuming a running saga that checkpointed its steps (parked, or deferred): their
+  // attempts, first-attempt times and doubt carry over (the actions are re-sent: replayed).
+  std::optional<std::vector<StepRecord>> checkpoint;
   std::optional<StepResult> failure;
   std::string failed_step;
+  // When a client is waiting for this run's answer on the thread that runs it (the request
+  // that started it), until when: a wait that ends before then is slept, so a short outage
+  // still ends in the client's 201; a wait past it is parked. Unset: no one waits here.
+  std::chrono::steady_clock::time_point answer_by{};
   // The typed input (Definition::ParseInput of `request`); parsed by the runner when null.
   std::shared_ptr<const std::any> typed;
 };
@@ -189,9 +215,11 @@ class Runner {
                                     const common::trace::SpanContext& saga_span) const;
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
-  // Sleeps before the next attempt; false when the lease was lost meanwhile.
-  bool Backoff(const RetryPolicy& policy, int attempt, std::chrono::milliseconds at_least,
-               Journal& journal) const;
+  // Waits before the next attempt: sleeps (keeping the lease), or parks the saga when the
+  // wait is at least park_after. nullopt: go on; else why the run stops (kFenced, kParked).
+  std::optional<SagaEnd> Backoff(const RetryPolicy& policy, int attempt,
+                                 std::chrono::milliseconds at_least, const SagaInput& input,
+                                 const std::vector<StepRecord>& all, Journal& journal) const;
   common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
                                 const SagaInput& input) const;
   common::trace::Span StartAttemptSpan(const std::string& name,

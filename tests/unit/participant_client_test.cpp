@@ -347,3 +347,45 @@ TEST(HttpConnection, SkipsInterimAnswersAndReadsAnAnswerThatRunsToTheClose) {
 }
 
 }  // namespace
+
+namespace {
+
+// The bulkhead: a participant that holds its calls gets at most max_in_flight of them; one
+// past that is not sent at all (certainly not applied) and asks for a retry later, so a slow
+// participant holds no more of the orchestrator than its share.
+TEST(ParticipantClient, ACallPastTheBulkheadIsNotSentAndAsksForARetryLater) {
+  std::atomic<int> requests{0};
+  Peer peer([&](int fd) {
+    for (;;) {
+      if (ReadRequest(fd).empty()) return;
+      ++requests;
+      std::this_thread::sleep_for(400ms);  // a slow participant
+      Write(fd, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}");
+    }
+  });
+  steps::client::ParticipantClient client(
+      {.base_url = "http://127.0.0.1:" + std::to_string(peer.port()), .max_in_flight = 1});
+  auto context = [](const std::string& key) {
+    saga::StepContext ctx;
+    ctx.tenant_id = "demo";
+    ctx.derived_key = key;
+    ctx.trace = saga::TraceContext{std::string(32, 'a'), std::string(16, 'b')};
+    ctx.deadline = std::chrono::steady_clock::now() + 5s;
+    return ctx;
+  };
+  saga::StepResult first;
+  std::thread slow([&] { first = client.Post("/v1/charges", context("A-payment"), {}); });
+  std::this_thread::sleep_for(100ms);
+  auto busy = client.Post("/v1/charges", context("B-payment"), {});
+  EXPECT_EQ(busy.outcome, Outcome::kRetryable);
+  EXPECT_EQ(busy.retry_after, 1000ms);
+  EXPECT_NE(busy.detail.find("in flight"), std::string::npos) << busy.detail;
+  slow.join();
+  EXPECT_EQ(first.outcome, Outcome::kSucceeded) << first.detail;
+  EXPECT_EQ(requests.load(), 1);  // the refused call never reached the participant
+  // Its slot is free again once the first call answered.
+  EXPECT_EQ(client.Post("/v1/charges", context("C-payment"), {}).outcome, Outcome::kSucceeded);
+  EXPECT_EQ(requests.load(), 2);
+}
+
+}  // namespace

@@ -63,10 +63,21 @@ class FakeJournal : public saga::Journal {
     compensating_steps = steps;
     return true;
   }
+  ParkResult Park(const std::vector<saga::StepRecord>& steps,
+                  std::chrono::milliseconds wake_in) override {
+    if (!can_park) return ParkResult::kUnsupported;
+    events.push_back("park");
+    parked_for = wake_in;
+    checkpoint = steps;
+    return ParkResult::kParked;
+  }
   std::chrono::milliseconds KeepLeaseEvery() const override { return keep_lease_every; }
   bool CancelRequested() override {
     return cancel_after_boundaries >= 0 && boundaries++ >= cancel_after_boundaries;
   }
+  bool can_park = false;  // a journal of our own that parks (the store's does)
+  std::chrono::milliseconds parked_for{0};
+  std::vector<saga::StepRecord> checkpoint;
   int cancel_after_boundaries = -1;  // the cancel arrives once this many steps have begun
   int boundaries = 0;
   std::chrono::milliseconds keep_lease_every{2000};
@@ -668,6 +679,111 @@ TEST(Response, AStepsOwnOrderIdNeverReplacesTheOrchestrators) {
   EXPECT_EQ(body["order_id"], "ord_1");
   EXPECT_EQ(body["status"], "completed");
   EXPECT_EQ(body["points_id"], "pts_1");
+}
+
+// Waiting costs no thread: a wait of park_after or more is not slept; the saga is
+// checkpointed and parked until then, and resumes from its checkpoint.
+StepResult RetryAfter(std::chrono::milliseconds wait) {
+  auto r = StepResult::Retryable("HTTP 503", 503);
+  r.retry_after = wait;
+  return r;
+}
+
+TEST_F(RunnerTest, ALongRetryAfterParksTheSagaInsteadOfSleeping) {
+  journal_.can_park = true;
+  fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(30))});
+  auto def = Saga({"inventory", "payment"});
+  auto r = Run(def);
+  EXPECT_EQ(r.end, SagaEnd::kParked);
+  EXPECT_TRUE(slept_.empty());  // no thread waited
+  EXPECT_EQ(journal_.parked_for, std::chrono::seconds(30));
+  ASSERT_EQ(journal_.checkpoint.size(), 2u);
+  EXPECT_EQ(journal_.checkpoint[0].status, saga::StepStatus::kSucceeded);
+  EXPECT_EQ(journal_.checkpoint[0].output["inventory_id"], "inventory-1");
+  EXPECT_EQ(journal_.checkpoint[1].attempts, 1);
+  EXPECT_GT(journal_.checkpoint[1].first_attempt_unix_ms, 0);
+  EXPECT_EQ(journal_.checkpoint[1].detail, "HTTP 503");
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-payment"}));
+}
+
+TEST_F(RunnerTest, AShortWaitIsSleptNotParked) {
+  journal_.can_park = true;
+  fake_.Script("A-payment",
+               {RetryAfter(std::chrono::milliseconds(300)), StepResult::Succeeded({})});
+  auto r = Run(Saga({"payment"}));
+  EXPECT_EQ(r.end, SagaEnd::kCompleted);
+  EXPECT_TRUE(journal_.events.empty());
+  EXPECT_FALSE(slept_.empty());
+}
+
+TEST_F(RunnerTest, AWaitThatEndsWithinTheWaitingClientsBudgetIsSleptSoItStillGetsItsAnswer) {
+  journal_.can_park = true;
+  fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(2)), StepResult::Succeeded({})});
+  saga::SagaInput input;
+  input.answer_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto r = Run(Saga({"payment"}), input);
+  EXPECT_EQ(r.end, SagaEnd::kCompleted);
+  EXPECT_TRUE(journal_.events.empty());
+  // Past the budget it parks: the client gets its 202 then anyway.
+  fake_.Script("B-payment", {RetryAfter(std::chrono::seconds(30))});
+  input.parent_key = "B";
+  EXPECT_EQ(Run(Saga({"payment"}), input).end, SagaEnd::kParked);
+}
+
+TEST_F(RunnerTest, AResumedSagaSendsNoCheckpointedSuccessAgainAndGoesOnWhereItWaited) {
+  journal_.can_park = true;
+  fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(30))});
+  auto def = Saga({"inventory", "payment"});
+  ASSERT_EQ(Run(def).end, SagaEnd::kParked);
+  auto checkpoint = journal_.checkpoint;
+  fake_.calls.clear();
+  fake_.Script("A-payment", {StepResult::Succeeded({{"charge_id", "ch_1"}})});
+  saga::SagaInput input;
+  input.resumed = true;
+  input.checkpoint = checkpoint;
+  auto r = Run(def, input);
+  EXPECT_EQ(r.end, SagaEnd::kCompleted);
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-payment"}));  // inventory not re-sent
+  EXPECT_EQ(r.outputs["inventory"]["inventory_id"], "inventory-1");
+  EXPECT_EQ(r.steps[1].attempts, 2);  // the count goes on
+}
+
+TEST_F(RunnerTest, AResumedStepKeepsItsDeadlineAndItsDoubt) {
+  journal_.can_park = true;
+  policy_.max_attempts = 1000;
+  auto def = Saga({"inventory", "payment"});
+  saga::StepRecord waited;
+  waited.name = "payment";
+  waited.action_key = "A-payment";
+  waited.attempts = 5;
+  waited.maybe_applied = true;  // an earlier attempt timed out after sending
+  waited.first_attempt_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          (std::chrono::system_clock::now() - policy_.step_deadline - std::chrono::seconds(1))
+              .time_since_epoch())
+          .count();
+  saga::SagaInput input;
+  input.resumed = true;
+  input.checkpoint = std::vector<saga::StepRecord>{waited};
+  fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(30))});
+  auto r = Run(def, input);
+  // Past its deadline: one more attempt, then the step is given up on, as possibly applied,
+  // and both steps are compensated (the payment too: it may have been charged).
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(r.steps[1].attempts, 6);
+  EXPECT_EQ(r.compensated, (std::vector<std::string>{"payment", "inventory"}));
+}
+
+TEST_F(RunnerTest, ACompensationThatMustWaitParksWithItsCountKept) {
+  journal_.can_park = true;
+  fake_.Script("A-payment", {StepResult::Terminal(402, "card_declined", "declined")});
+  fake_.Script("A-inventory-compensate", {RetryAfter(std::chrono::seconds(10))});
+  auto r = Run(Saga({"inventory", "payment"}));
+  EXPECT_EQ(r.end, SagaEnd::kParked);
+  ASSERT_EQ(journal_.checkpoint.size(), 2u);
+  EXPECT_EQ(journal_.checkpoint[0].status, saga::StepStatus::kCompensating);
+  EXPECT_EQ(journal_.checkpoint[0].compensation_attempts, 1);
+  EXPECT_EQ(journal_.parked_for, std::chrono::seconds(10));
 }
 
 }  // namespace
