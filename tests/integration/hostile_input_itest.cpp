@@ -12,6 +12,7 @@
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "tests/support/stack.hpp"
+#include "tests/support/wait.hpp"
 
 namespace {
 
@@ -311,8 +312,16 @@ TEST_F(HostileInput, ACancelThatArrivesDuringTheLastStepIsRecordedAsTooLate) {
     auto c = orch_.Client();
     answered.set_value(test_support::Post(c, "/v1/orders", test_support::Order("late-1")));
   });
-  // Inventory answers at once; payment, the last step, takes 1.5 s.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Inventory answers at once; payment, the last step, takes 1.5 s: once the reservation is
+  // stored, the payment call is on its way.
+  ASSERT_TRUE(test_support::WaitFor(
+      [&] {
+        return inv_db_.Count(
+                   "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+                   "'late-1-inventory'") == 1;
+      },
+      std::chrono::seconds(10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   httplib::Headers auth = {{"Authorization", "Bearer dev-key-demo"}};
   auto cancel = orch.Post("/v1/sagas/late-1/cancel", auth, R"({"reason":"customer called"})",
                           "application/json");
