@@ -81,6 +81,19 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
       (business_errors.count(code) > 0 || kGuardRefusals.count(code) > 0)) {
     return StepResult::Terminal(x.status, code, message.empty() ? status_text : message);
   }
+  if (x.status == 422 && code == "idempotency_key_reused") {
+    // The participant keeps the first request under this key: this one differs. After a
+    // crash, a takeover or a park every step is re-sent, so a step whose request is not a
+    // pure function of the input and earlier outputs (a timestamp, a fresh id) lands here.
+    auto changed = StepResult::Blocked(
+        x.status, status_text +
+                      " (step_request_changed): this step's request differs from the one first "
+                      "sent under its key; a step's request must be a pure function of the "
+                      "saga's input and earlier outputs (no clock, no fresh ids), because every "
+                      "step is re-sent after a crash. Fix the step, then retry the saga");
+    changed.error_code = "step_request_changed";
+    return changed;
+  }
   return StepResult::Blocked(x.status, status_text + (message.empty() ? "" : ": " + message));
 }
 

@@ -80,6 +80,17 @@ TEST(MapOutcome, MapsEveryKindOfAnswerToWhatTheRunnerShouldDo) {
   }
 }
 
+// A re-sent step whose request changed (a timestamp, a fresh id) is refused by the guard as a
+// reuse of its key: the saga stops, stuck, with a detail that names the step rule.
+TEST(MapOutcome, AReusedKeyNamesTheRuleThatStepRequestsMustBeDeterministic) {
+  auto r = MapOutcome(
+      {T::kAnswered, 422, R"({"code":"idempotency_key_reused","detail":"another body"})"});
+  EXPECT_EQ(r.outcome, Outcome::kBlocked);
+  EXPECT_EQ(r.error_code, "step_request_changed");
+  EXPECT_NE(r.detail.find("pure function of the saga's input"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find("(step_request_changed)"), std::string::npos) << r.detail;
+}
+
 TEST(MapOutcome, HonoursTheParticipantsRetryAfterInSecondsCappedAtAMinute) {
   auto busy = [](std::string retry_after) {
     HttpExchange x{T::kAnswered, 503, "", false, "", std::move(retry_after)};
