@@ -96,16 +96,10 @@ const common::pg::Statement kBeginCompensation{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('compensating', 'completed', 'failed'))sql"};
 
-const common::pg::Statement kDeferStuck{R"sql(
+// A saga set aside until its lease runs out: stuck (deferred), or waiting (parked).
+const common::pg::Statement kSetAside{R"sql(
   UPDATE idempotency_keys
-  SET stuck = true, steps = $5::jsonb, updated_at = now(),
-      lease_expires_at = now() + make_interval(secs => $6)
-  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
-    AND status NOT IN ('completed', 'failed'))sql"};
-
-const common::pg::Statement kPark{R"sql(
-  UPDATE idempotency_keys
-  SET steps = $5::jsonb, updated_at = now(),
+  SET stuck = $7, steps = $5::jsonb, updated_at = now(),
       lease_expires_at = now() + make_interval(secs => $6)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed'))sql"};
@@ -362,22 +356,22 @@ bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
 
 bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
                              std::chrono::milliseconds retry_in) {
-  auto n = OneStatement([&](pqxx::nontransaction& tx) {
-    auto r = Exec(tx, kDeferStuck, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
-                  static_cast<double>(retry_in.count()) / 1000.0);
-    return r.affected_rows();
-  });
-  return !Fenced(l, "defer_stuck", n == 1);
+  return SetAside(l, steps, retry_in, true, "defer_stuck");
 }
 
 bool ParentStore::Park(const Lease& l, const nlohmann::json& steps,
                        std::chrono::milliseconds wake_in) {
+  return SetAside(l, steps, wake_in, false, "park");
+}
+
+bool ParentStore::SetAside(const Lease& l, const nlohmann::json& steps,
+                           std::chrono::milliseconds until, bool stuck, const char* what) {
   auto n = OneStatement([&](pqxx::nontransaction& tx) {
-    auto r = Exec(tx, kPark, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
-                  static_cast<double>(wake_in.count()) / 1000.0);
+    auto r = Exec(tx, kSetAside, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
+                  static_cast<double>(until.count()) / 1000.0, stuck);
     return r.affected_rows();
   });
-  return !Fenced(l, "park", n == 1);
+  return !Fenced(l, what, n == 1);
 }
 
 std::vector<Claim> ParentStore::TakeOverExpiredBatch(const std::string& owner, int limit) {

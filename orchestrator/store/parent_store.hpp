@@ -192,6 +192,9 @@ class ParentStore {
 
  private:
   bool Fenced(const Lease& lease, const char* what, bool applied);
+  // DeferStuck and Park: the steps checkpointed, the lease left to run out after `until`.
+  bool SetAside(const Lease& lease, const nlohmann::json& steps, std::chrono::milliseconds until,
+                bool stuck, const char* what);
   // Runs `fn(tx)` on a borrowed connection: each phase here is one statement, committed on its
   // own (autocommit), so it needs no BEGIN and COMMIT round trips. A broken connection is
   // discarded (Pool::With).
