@@ -321,23 +321,15 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     if (result.end == saga::SagaEnd::kAbandoned) {
       return Error(503, "unavailable", "the service is shutting down; retry with the same key");
     }
-    if (result.end == saga::SagaEnd::kParked) {
-      // Waiting with no thread held: recovery resumes it at its wake-up time. The caller
-      // polls the saga (or retries the key, which answers 409 until then).
-      nlohmann::json body = {{"status", ToString(SagaStatus::kStarted)},
-                             {"waiting", true},
-                             {"order_id", row.order_id},
-                             {"idempotency_key", row.key},
-                             {"trace_id", row.trace_id}};
-      return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
-    }
-    if (result.end == saga::SagaEnd::kDeferred) {
-      // Stuck (a compensation keeps failing, or a step is blocked on a configuration fault):
-      // recovery retries it later; the caller polls the saga.
+    if (result.end == saga::SagaEnd::kParked || result.end == saga::SagaEnd::kDeferred) {
+      // Set aside, for recovery to resume: parked (waiting with no thread held, until its
+      // wake-up time) or stuck (a compensation keeps failing, or a step is blocked on a
+      // configuration fault). The caller polls the saga, or retries the key (409 until then).
+      bool parked = result.end == saga::SagaEnd::kParked;
       nlohmann::json body = {
           {"status",
            ToString(result.failed_step.empty() ? SagaStatus::kStarted : SagaStatus::kCompensating)},
-          {"stuck", true},
+          {parked ? "waiting" : "stuck", true},
           {"order_id", row.order_id},
           {"idempotency_key", row.key},
           {"trace_id", row.trace_id}};

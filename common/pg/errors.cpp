@@ -27,16 +27,12 @@ ClassifiedFailure Classify(const std::exception_ptr& ep) {
     std::rethrow_exception(ep);
   } catch (const Unavailable& e) {
     out = {Failure::kUnavailable, "", e.what()};
-  } catch (const pqxx::in_doubt_error& e) {
-    out = {Failure::kUnavailable, "", e.what()};
-  } catch (const pqxx::broken_connection& e) {
-    out = {Failure::kUnavailable, "", e.what()};
   } catch (const pqxx::sql_error& e) {
     // No SQLSTATE: libpq lost the server mid-statement.
     out = {e.sqlstate().empty() ? Failure::kUnavailable : ClassifySqlState(e.sqlstate()),
            e.sqlstate(), e.what()};
   } catch (const pqxx::failure& e) {
-    // libpqxx's own failures without a SQLSTATE are about the connection's state.
+    // broken_connection, in_doubt_error: the connection, or whether a commit landed.
     out = {Failure::kUnavailable, "", e.what()};
   } catch (const std::exception& e) {
     out = {Failure::kDefect, "", e.what()};
