@@ -38,6 +38,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
+      events_(pool_),
       span_pool_({.url = options_.database_url, .size = 2}),
       span_store_(span_pool_),
       exporter_(
@@ -58,7 +59,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
         return registry;
       }()),
       sagas_(
-          store_, registry_, options_.retry,
+          store_, events_, registry_, options_.retry,
           [&] {
             auto s = options_.sagas;
             if (s.owner.empty()) s.owner = MakeOwnerId();
@@ -97,6 +98,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
   http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});
+  http::AddEventRoutes(server_, {events_, registry_, store_, auth_, options_.limits});
   http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_, options_.limits});
   http::AddPageRoutes(server_);
   AddMetrics();

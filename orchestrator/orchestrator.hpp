@@ -47,7 +47,7 @@ struct OrchestratorOptions {
         .business_errors = {"insufficient_stock"}}},
       {"payment",
        {.base_url = common::defaults::LocalUrl(common::defaults::kPaymentPort),
-        .business_errors = {"card_declined"}}},
+        .business_errors = {"card_declined", "charge_not_capturable"}}},
       {"shipping", {.business_errors = {"address_unserviceable"}}}};
   std::string service_token = common::defaults::kServiceToken;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
@@ -126,6 +126,7 @@ class Orchestrator {
   common::metrics::Registry metrics_;  // first: every other member may count into it
   common::pg::Pool pool_;
   ParentStore store_;
+  EventStore events_;
   // Span batches (up to a few MB of JSON) on their own two connections: libpq never shrinks a
   // connection's buffers, and spread over the order pool they held megabytes on every one.
   common::pg::Pool span_pool_;

@@ -135,6 +135,8 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
                                   " has a step record this build cannot read");
           continue;
         }
+        // A wait (no participant, no key) or a step its condition skipped: nothing was sent.
+        if (s.value("action_key", "").empty() || s.value("status", "") == "skipped") continue;
         auto step = s["name"].get<std::string>();
         auto action = saga::ActionKey(row.key, step);
         derived.insert(action);

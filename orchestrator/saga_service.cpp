@@ -26,8 +26,10 @@ nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
 class StoreJournal : public saga::Journal {
  public:
   // `cancel`: set by SagaService::Cancel while the saga runs in this process.
-  StoreJournal(ParentStore& store, const Claim& claim, std::shared_ptr<std::atomic<bool>> cancel)
+  StoreJournal(ParentStore& store, EventStore& events, const Claim& claim,
+               std::shared_ptr<std::atomic<bool>> cancel)
       : store_(store),
+        events_(events),
         lease_(claim.lease),
         renewed_at_(claim.leased_at),
         cancel_(std::move(cancel)) {
@@ -59,6 +61,25 @@ class StoreJournal : public saga::Journal {
                                                           : ParkResult::kFenced;
   }
 
+  std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
+    return events_.First(lease_.tenant_id, lease_.key, names);
+  }
+
+  AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,
+                         const std::vector<std::string>& names,
+                         std::chrono::milliseconds wake_in) override {
+    switch (store_.ParkForEvents(lease_, StepsJson(steps), names, wake_in)) {
+      case ParentStore::AwaitOutcome::kParked:
+        return AwaitResult::kParked;
+      case ParentStore::AwaitOutcome::kFenced:
+        return AwaitResult::kFenced;
+      case ParentStore::AwaitOutcome::kArrived:
+        renewed_at_ = Clock::now();
+        return AwaitResult::kArrived;
+    }
+    return AwaitResult::kFenced;
+  }
+
   bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult& cause,
                          const std::string& failed_step) override {
     return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
@@ -71,6 +92,7 @@ class StoreJournal : public saga::Journal {
 
  private:
   ParentStore& store_;
+  EventStore& events_;
   Lease lease_;
   Clock::time_point renewed_at_;
   std::shared_ptr<std::atomic<bool>> cancel_;
@@ -158,10 +180,11 @@ saga::StepResult FailureFromJson(const nlohmann::json& j) {
   return r;
 }
 
-SagaService::SagaService(ParentStore& store, const saga::Registry& registry,
+SagaService::SagaService(ParentStore& store, EventStore& events, const saga::Registry& registry,
                          saga::RetryPolicy policy, SagaServiceOptions options,
                          const common::trace::Tracer* tracer, common::metrics::Registry* metrics)
     : store_(store),
+      events_(events),
       options_(std::move(options)),
       policy_(policy),
       registry_(registry),
@@ -279,7 +302,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
       s.cancels_.erase(k);
     }
   } unregister{*this, running_key};
-  StoreJournal journal(store_, claim, cancel);
+  StoreJournal journal(store_, events_, claim, cancel);
   try {
     // The definition the saga started with, never a newer one: its steps and compensations
     // are what ran. A build without it must not guess.
@@ -333,6 +356,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
           {"order_id", row.order_id},
           {"idempotency_key", row.key},
           {"trace_id", row.trace_id}};
+      if (!result.waiting_for.empty()) body["waiting_for"] = result.waiting_for;
       return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
     }
     if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {

@@ -5,7 +5,7 @@
 //
 // Thread-safe. Shutdown() stops new work and lets running sagas stop at their next step
 // boundary; their leases expire and recovery resumes them.
-//   SagaService svc(store, registry, policy, {.owner = "host:1234"});
+//   SagaService svc(store, events, registry, policy, {.owner = "host:1234"});
 //   Answer a = svc.Submit({registry.Latest("ship_order"), input, {tenant, key, hash, body}});
 #pragma once
 
@@ -20,6 +20,7 @@
 
 #include "common/deadline_watch.hpp"
 #include "common/metrics.hpp"
+#include "orchestrator/store/event_store.hpp"
 #include "orchestrator/store/finished_cache.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "steps/saga/registry.hpp"
@@ -94,8 +95,9 @@ class SagaService {
   //   idemsaga_saga_duration_seconds{saga,end}: one run of a saga in this process, to its end
   //   (completed, failed) or its stop (deferred, fenced, abandoned, interrupted)
   // and the runner's step attempts and compensations (saga::RunnerMetrics).
-  SagaService(ParentStore& store, const saga::Registry& registry, saga::RetryPolicy policy,
-              SagaServiceOptions options, const common::trace::Tracer* tracer = nullptr,
+  SagaService(ParentStore& store, EventStore& events, const saga::Registry& registry,
+              saga::RetryPolicy policy, SagaServiceOptions options,
+              const common::trace::Tracer* tracer = nullptr,
               common::metrics::Registry* metrics = nullptr);
   ~SagaService();
 
@@ -150,6 +152,7 @@ class SagaService {
   void SleepUnlessStopping(std::chrono::milliseconds d);
 
   ParentStore& store_;
+  EventStore& events_;
   SagaServiceOptions options_;
   std::atomic<bool> stopping_{false};
   std::mutex stop_mutex_;

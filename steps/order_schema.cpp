@@ -88,17 +88,21 @@ std::string CheckCharge(const nlohmann::json& body) {
   return "";
 }
 
-// Reservation ids are made by the inventory participant: "res_" and 32 hex digits.
-std::string CheckReservationId(const nlohmann::json& body) {
-  constexpr std::string_view kPrefix = "res_";
+// Ids the participants make: a prefix ("res_", "ch_") and 32 lower-case hex digits.
+std::string CheckId(const nlohmann::json& body, const std::string& field, std::string_view prefix) {
   constexpr size_t kHexDigits = 32;
-  bool ok = body.contains("reservation_id") && body["reservation_id"].is_string();
+  bool ok = body.contains(field) && body[field].is_string();
   if (ok) {
-    const auto& id = body["reservation_id"].get_ref<const std::string&>();
-    ok = id.size() == kPrefix.size() + kHexDigits && id.starts_with(kPrefix) &&
-         AllOf(id.substr(kPrefix.size()), kHexDigits, HexChar);
+    const auto& id = body[field].get_ref<const std::string&>();
+    ok = id.size() == prefix.size() + kHexDigits && id.starts_with(prefix) &&
+         AllOf(id.substr(prefix.size()), kHexDigits, HexChar);
   }
-  return ok ? "" : "reservation_id must be res_ followed by 32 lower-case hex digits";
+  return ok ? ""
+            : field + " must be " + std::string(prefix) + " followed by 32 lower-case hex digits";
+}
+
+std::string CheckReservationId(const nlohmann::json& body) {
+  return CheckId(body, "reservation_id", "res_");
 }
 
 }  // namespace
@@ -107,6 +111,12 @@ std::string ValidateReservation(const nlohmann::json& body) {
   if (!body.is_object()) return "the body must be a JSON object";
   if (auto e = UnknownField(body, {"items"}); !e.empty()) return e;
   return CheckItems(body);
+}
+
+std::string ValidateCapture(const nlohmann::json& body) {
+  if (!body.is_object()) return "the body must be a JSON object";
+  if (auto e = UnknownField(body, {"charge_id"}); !e.empty()) return e;
+  return CheckId(body, "charge_id", "ch_");
 }
 
 std::string ValidateCharge(const nlohmann::json& body) {

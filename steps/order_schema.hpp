@@ -22,6 +22,8 @@ inline constexpr size_t kMaxPostalCode = 16;
 std::string ValidateReservation(const nlohmann::json& body);
 // {"amount_cents","currency","customer_id","payment_method"}: the payment step's body.
 std::string ValidateCharge(const nlohmann::json& body);
+// POST /v1/captures: {"charge_id": "ch_" + 32 hex}.
+std::string ValidateCapture(const nlohmann::json& body);
 // {"reservation_id":"res_<32 hex>","address":{"name","line1","city","postal_code","country"}}:
 // the shipping step's body.
 std::string ValidateShipment(const nlohmann::json& body);

@@ -3,33 +3,105 @@
 #include "steps/order_schema.hpp"
 
 namespace steps {
+namespace {
 
-saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
-                                    client::ParticipantClient& payment) {
-  return saga::Definition("place_order")
+// The two steps every version starts with.
+saga::Definition ReserveAndCharge(int version, client::ParticipantClient& inventory,
+                                  client::ParticipantClient& payment) {
+  return saga::Definition("place_order", version)
       .Input<nlohmann::json>([](const nlohmann::json& body) {
         if (auto problem = ValidateOrder(body); !problem.empty()) throw saga::InvalidInput(problem);
         return body;
       })
+      .Step("inventory", ReserveItems(inventory), ReleaseItems(inventory))
+      .Step("payment", ChargeOrder(payment), RefundOrder(payment));
+}
+
+bool NeedsConfirmation(const saga::StepContext& ctx) {
+  return ctx.Output("payment").value("status", "") == "requires_action";
+}
+
+// The card holder's answer, posted by the client (or a payment provider's webhook) to
+// /v1/runs/place_order/{key}/events/{payment_confirmed|payment_failed}.
+saga::StepResult Confirmation(const std::string& event, const nlohmann::json& payload,
+                              const saga::StepContext&) {
+  if (event == "payment_failed") {
+    std::string reason = payload.is_object() ? payload.value("reason", "") : "";
+    return saga::StepResult::Terminal(
+        402, "payment_failed",
+        reason.empty() ? "the card holder did not confirm the payment" : reason);
+  }
+  return saga::StepResult::Succeeded(nlohmann::json::object());
+}
+
+void ValidateConfirmation(const std::string&, const nlohmann::json& payload) {
+  if (!payload.is_object()) throw saga::InvalidInput("the payload must be a JSON object");
+  for (const auto& [field, value] : payload.items()) {
+    if (field != "reason") throw saga::InvalidInput("unknown field " + field);
+    if (!value.is_string() || value.get_ref<const std::string&>().size() > 200) {
+      throw saga::InvalidInput("reason must be a string of at most 200 bytes");
+    }
+  }
+}
+
+}  // namespace
+
+saga::StepFn ReserveItems(client::ParticipantClient& inventory) {
+  return [&inventory](saga::StepContext& ctx) {
+    return inventory.Post("/v1/reservations", ctx, {{"items", (*ctx.request)["items"]}});
+  };
+}
+
+saga::StepFn ReleaseItems(client::ParticipantClient& inventory) {
+  return [&inventory](saga::StepContext& ctx) {
+    return inventory.Compensate("/v1/reservations/release", ctx);
+  };
+}
+
+saga::StepFn ChargeOrder(client::ParticipantClient& payment) {
+  return [&payment](saga::StepContext& ctx) {
+    const auto& r = *ctx.request;
+    return payment.Post("/v1/charges", ctx,
+                        {{"amount_cents", r["amount_cents"]},
+                         {"currency", r["currency"]},
+                         {"customer_id", r["customer_id"]},
+                         {"payment_method", r["payment_method"]}});
+  };
+}
+
+saga::StepFn RefundOrder(client::ParticipantClient& payment) {
+  return [&payment](saga::StepContext& ctx) { return payment.Compensate("/v1/refunds", ctx); };
+}
+
+saga::Definition MakePlaceOrderSagaV1(client::ParticipantClient& inventory,
+                                      client::ParticipantClient& payment) {
+  return ReserveAndCharge(1, inventory, payment);
+}
+
+saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
+                                    client::ParticipantClient& payment,
+                                    const PlaceOrderOptions& options) {
+  return ReserveAndCharge(2, inventory, payment)
+      .Await("confirmation",
+             {.events = {"payment_confirmed", "payment_failed"},
+              .timeout = options.confirmation_timeout,
+              .validate = ValidateConfirmation,
+              .decide = Confirmation,
+              .on_timeout = saga::StepResult::Terminal(
+                  402, "payment_not_confirmed",
+                  "the payment was not confirmed in time; the stock was released and the "
+                  "authorisation voided")})
+      .When(NeedsConfirmation)
       .Step(
-          "inventory",
-          [&inventory](saga::StepContext& ctx) {
-            return inventory.Post("/v1/reservations", ctx, {{"items", (*ctx.request)["items"]}});
-          },
-          [&inventory](saga::StepContext& ctx) {
-            return inventory.Compensate("/v1/reservations/release", ctx);
-          })
-      .Step(
-          "payment",
+          "capture",
           [&payment](saga::StepContext& ctx) {
-            const auto& r = *ctx.request;
-            return payment.Post("/v1/charges", ctx,
-                                {{"amount_cents", r["amount_cents"]},
-                                 {"currency", r["currency"]},
-                                 {"customer_id", r["customer_id"]},
-                                 {"payment_method", r["payment_method"]}});
+            return payment.Post("/v1/captures", ctx,
+                                {{"charge_id", ctx.Output("payment").at("charge_id")}});
           },
-          [&payment](saga::StepContext& ctx) { return payment.Compensate("/v1/refunds", ctx); });
+          [&payment](saga::StepContext& ctx) {
+            return payment.Compensate("/v1/captures/refund", ctx);
+          })
+      .When(NeedsConfirmation);
 }
 
 }  // namespace steps

@@ -2,17 +2,43 @@
 // stock and refund the charge. Step names become key suffixes: "A-inventory", "A-payment".
 // Its input is the order as POST /v1/orders takes it (ValidateOrder).
 //
+// Version 2 (what new orders run) adds 3-D Secure: when the charge answers `requires_action`
+// (a card that needs the card holder's confirmation, pm_card_3ds in the demo), the saga waits,
+// parked, for the event `payment_confirmed` or `payment_failed`, then captures the charge
+// ("A-capture"; compensated by a refund). A failure, or no event within the confirmation
+// timeout, releases the stock and voids the authorisation. For any other card those two steps
+// are skipped. Version 1 stays registered for orders that started with it.
+//
 // The clients must outlive the definition. Thread-safe to run concurrently.
 //   registry.Add(steps::MakePlaceOrderSaga(participants.Get("inventory"),
 //   participants.Get("payment")));
 #pragma once
+
+#include <chrono>
 
 #include "steps/client/participant_client.hpp"
 #include "steps/saga/definition.hpp"
 
 namespace steps {
 
+struct PlaceOrderOptions {
+  // How long an order paid by a card that needs 3-D Secure waits for the confirmation.
+  std::chrono::milliseconds confirmation_timeout{std::chrono::minutes(15)};
+};
+
+// The order's steps, for sagas of your own built around them: reserve the order's items and
+// release them; charge the order's amount and refund it. Each reads the order (ctx.request).
+saga::StepFn ReserveItems(client::ParticipantClient& inventory);
+saga::StepFn ReleaseItems(client::ParticipantClient& inventory);
+saga::StepFn ChargeOrder(client::ParticipantClient& payment);
+saga::StepFn RefundOrder(client::ParticipantClient& payment);
+
+// The latest version (2).
 saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
-                                    client::ParticipantClient& payment);
+                                    client::ParticipantClient& payment,
+                                    const PlaceOrderOptions& options = {});
+// Version 1: inventory, payment.
+saga::Definition MakePlaceOrderSagaV1(client::ParticipantClient& inventory,
+                                      client::ParticipantClient& payment);
 
 }  // namespace steps

@@ -6,9 +6,12 @@
 
 namespace steps {
 
-std::vector<SagaFactory> ShippedSagas() {
+std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
   return {[](client::Participants& p) {
-            return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"));
+            return MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment"));
+          },
+          [place_order](client::Participants& p) {
+            return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"), place_order);
           },
           [](client::Participants& p) -> std::optional<saga::Definition> {
             if (!p.Has("shipping")) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "steps/client/participants.hpp"
+#include "steps/place_order.hpp"
 #include "steps/saga/definition.hpp"
 
 namespace steps {
@@ -19,8 +20,8 @@ namespace steps {
 // std::out_of_range from Participants::Get.
 using SagaFactory = std::function<std::optional<saga::Definition>(client::Participants&)>;
 
-// place_order (inventory, payment), and ship_order (inventory, payment, shipping) when a
-// shipping participant is configured.
-std::vector<SagaFactory> ShippedSagas();
+// place_order (inventory, payment; versions 1 and 2, see place_order.hpp), and ship_order
+// (inventory, payment, shipping) when a shipping participant is configured.
+std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order = {});
 
 }  // namespace steps

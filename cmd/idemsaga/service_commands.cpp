@@ -158,6 +158,7 @@ struct OrchestratorFlags {
   std::vector<std::string> otlp_headers;
   bool migrate = false;
   int retention_hours = 24;
+  steps::PlaceOrderOptions place_order;
   std::chrono::milliseconds grace{10000};
   std::vector<std::string> participants;  // NAME=URL
   orchestrator::OrchestratorOptions options;
@@ -229,6 +230,10 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
                   "a wait this long or longer holds no thread: the saga is parked and resumed "
                   "when due (0: never park)")
       ->capture_default_str();
+  cmd->add_option("--payment-confirmation-timeout-ms", flags.place_order.confirmation_timeout,
+                  "how long an order paid by a card that needs 3-D Secure waits for "
+                  "payment_confirmed before it releases the stock and voids the charge")
+      ->capture_default_str();
   cmd->add_option("--sweep-interval-ms", o.recovery.sweep_interval,
                   "how often recovery looks for expired leases")
       ->capture_default_str();
@@ -277,7 +282,7 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
         auto eq = p.find('=');
         flags.options.participants[p.substr(0, eq)].base_url = p.substr(eq + 1);
       }
-      orchestrator::Orchestrator o(flags.options);
+      orchestrator::Orchestrator o(flags.options, steps::ShippedSagas(flags.place_order));
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
       std::thread server([&] { o.Serve(); });

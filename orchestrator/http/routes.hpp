@@ -17,6 +17,7 @@
 #include "common/trace/span.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga_service.hpp"
+#include "orchestrator/store/event_store.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
 #include "steps/saga/registry.hpp"
@@ -74,6 +75,16 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
 // POST /v1/orders (place_order), POST /v1/runs/{saga}, GET /v1/runs, GET /v1/runs/{saga}/{key},
 // GET /v1/orders/{key}.
 void AddRunRoutes(common::http::Server& server, const RunRoutes& deps);
+
+struct EventRoutes {
+  EventStore& events;
+  const saga::Registry& registry;
+  ParentStore& store;
+  TenantAuth& auth;
+  const common::http::Limits& limits;
+};
+// POST /v1/runs/{saga}/{key}/events/{name}.
+void AddEventRoutes(common::http::Server& server, const EventRoutes& deps);
 
 struct AdminRoutes {
   ParentStore& store;

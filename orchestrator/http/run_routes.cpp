@@ -183,6 +183,8 @@ nlohmann::json SagaView(const SagaRow& row) {
                          {"created_at", row.created_at},
                          {"updated_at", row.updated_at}};
   if (!row.failed_step.empty()) view["failed_step"] = row.failed_step;
+  // Parked until one of these events is delivered (or its wait times out).
+  if (!row.waiting_for.empty()) view["waiting_for"] = row.waiting_for;
   view["last_error"] = last_error;
   if (!row.cancel_requested.is_null()) {
     // A cancel takes effect at the saga's next step boundary; one that arrives while the last
@@ -269,10 +271,16 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
     nlohmann::json sagas = nlohmann::json::array();
     for (const auto* def : d.registry.All()) {
       nlohmann::json steps = nlohmann::json::array();
-      for (const auto& step : def->steps()) steps.push_back(step.name);
+      nlohmann::json events = nlohmann::json::array();
+      for (const auto& step : def->steps()) {
+        steps.push_back(step.name);
+        if (step.kind != saga::StepKind::kEvent) continue;
+        for (const auto& e : step.wait->events) events.push_back(e);
+      }
       sagas.push_back({{"name", def->name()},
                        {"version", def->version()},
                        {"steps", steps},
+                       {"events", events},
                        {"path", "/v1/runs/" + def->name()}});
     }
     res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");

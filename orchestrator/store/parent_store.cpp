@@ -28,7 +28,7 @@ constexpr const char* kColumns = R"sql(
   coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
   coalesce(k.root_span_id, ''), extract(epoch FROM k.expires_at - now())::float8,
   k.saga_version, coalesce(k.cancel_requested::text, 'null'),
-  coalesce(k.resolution::text, 'null'))sql";
+  coalesce(k.resolution::text, 'null'), coalesce(array_to_json(k.waiting_for)::text, 'null'))sql";
 
 // Claims a new key in one round trip and returns only what the database chose (the rest of
 // the row is the request). A key already there is not written or locked: ON CONFLICT DO
@@ -56,7 +56,7 @@ const common::pg::Statement kGet{
 // One conditional UPDATE: of all the processes that see the lease expired, exactly one wins.
 const common::pg::Statement kTakeOver{std::string(R"sql(
   UPDATE idempotency_keys k
-  SET lease_owner = $3, lease_epoch = lease_epoch + 1, stuck = false,
+  SET lease_owner = $3, lease_epoch = lease_epoch + 1, stuck = false, waiting_for = NULL,
       lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2
     AND status NOT IN ('completed', 'failed') AND lease_expires_at < now()
@@ -71,10 +71,12 @@ const common::pg::Statement kRenew{R"sql(
     AND status NOT IN ('completed', 'failed')
   RETURNING cancel_requested IS NOT NULL)sql"};
 
-// The first request is kept: who asked first, and why.
+// The first request is kept: who asked first, and why. A parked saga wakes now to act on it
+// (one that runs hears of it at its next lease renewal).
 const common::pg::Statement kRequestCancel{R"sql(
   UPDATE idempotency_keys
   SET cancel_requested = coalesce(cancel_requested, $3::jsonb || jsonb_build_object('at', now())),
+      lease_expires_at = CASE WHEN waiting_for IS NULL THEN lease_expires_at ELSE now() END,
       updated_at = now()
   WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'started'
   RETURNING 1)sql"};
@@ -96,18 +98,32 @@ const common::pg::Statement kBeginCompensation{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('compensating', 'completed', 'failed'))sql"};
 
-// A saga set aside until its lease runs out: stuck (deferred), or waiting (parked).
+// A saga set aside until its lease runs out: stuck (deferred), or waiting (parked: $8 the
+// events that wake it sooner, "{}" for none).
 const common::pg::Statement kSetAside{R"sql(
   UPDATE idempotency_keys
   SET stuck = $7, steps = $5::jsonb, updated_at = now(),
+      waiting_for = CASE WHEN $7 THEN NULL ELSE $8::text[] END,
       lease_expires_at = now() + make_interval(secs => $6)
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed'))sql"};
 
+// A saga that has just parked for events takes its lease back if one was delivered meanwhile:
+// a delivery committed before this statement began is seen here, and one committed after the
+// park is seen by the delivery's own wake-up (EventStore::Deliver), so none is missed.
+const common::pg::Statement kTakeBackForEvent{R"sql(
+  UPDATE idempotency_keys
+  SET waiting_for = NULL, lease_expires_at = now() + make_interval(secs => $6), updated_at = now()
+  WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
+    AND status NOT IN ('completed', 'failed')
+    AND EXISTS (SELECT 1 FROM saga_events e
+                WHERE e.tenant_id = $1 AND e.idempotency_key = $2 AND e.name = ANY($5::text[]))
+  RETURNING 1)sql"};
+
 // SKIP LOCKED: a row another sweeper is taking over right now is left to it.
 const common::pg::Statement kTakeOverBatch{std::string(R"sql(
   UPDATE idempotency_keys k
-  SET lease_owner = $1, lease_epoch = k.lease_epoch + 1, stuck = false,
+  SET lease_owner = $1, lease_epoch = k.lease_epoch + 1, stuck = false, waiting_for = NULL,
       lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
   FROM (SELECT tenant_id, idempotency_key FROM idempotency_keys
         WHERE status IN ('started', 'compensating') AND lease_expires_at < now()
@@ -235,10 +251,26 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   s.saga_version = r(23).as<int>();
   s.cancel_requested = nlohmann::json::parse(r(24).as<std::string>());
   s.resolution = nlohmann::json::parse(r(25).as<std::string>());
+  auto waiting = nlohmann::json::parse(r(26).as<std::string>());
+  if (waiting.is_array()) {
+    s.parked = true;
+    for (const auto& e : waiting) s.waiting_for.push_back(e.get<std::string>());
+  }
   return s;
 }
 
 double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); }
+
+}  // namespace
+
+// Names of [a-z0-9_] only (event names): nothing in them needs quoting in an array literal.
+std::string TextArray(const std::vector<std::string>& names) {
+  std::string out = "{";
+  for (const auto& n : names) out.append(out.size() > 1 ? "," : "").append(n);
+  return out + "}";
+}
+
+namespace {
 
 // The row a claim just inserted: the request, and what the database chose.
 SagaRow ClaimedRow(const ClaimRequest& req, const pqxx::row& r) {
@@ -356,19 +388,35 @@ bool ParentStore::BeginCompensation(const Lease& l, const nlohmann::json& steps,
 
 bool ParentStore::DeferStuck(const Lease& l, const nlohmann::json& steps,
                              std::chrono::milliseconds retry_in) {
-  return SetAside(l, steps, retry_in, true, "defer_stuck");
+  return SetAside(l, steps, retry_in, true, {}, "defer_stuck");
 }
 
 bool ParentStore::Park(const Lease& l, const nlohmann::json& steps,
                        std::chrono::milliseconds wake_in) {
-  return SetAside(l, steps, wake_in, false, "park");
+  return SetAside(l, steps, wake_in, false, {}, "park");
+}
+
+ParentStore::AwaitOutcome ParentStore::ParkForEvents(const Lease& l, const nlohmann::json& steps,
+                                                     const std::vector<std::string>& events,
+                                                     std::chrono::milliseconds wake_in) {
+  if (!SetAside(l, steps, wake_in, false, events, "park_for_events")) {
+    return AwaitOutcome::kFenced;
+  }
+  // Two statements, each committed before the next begins: see kTakeBackForEvent.
+  auto n = OneStatement([&](pqxx::nontransaction& tx) {
+    return Exec(tx, kTakeBackForEvent, l.tenant_id, l.key, l.owner, l.epoch, TextArray(events),
+                Seconds(options_.lease))
+        .affected_rows();
+  });
+  return n == 1 ? AwaitOutcome::kArrived : AwaitOutcome::kParked;
 }
 
 bool ParentStore::SetAside(const Lease& l, const nlohmann::json& steps,
-                           std::chrono::milliseconds until, bool stuck, const char* what) {
+                           std::chrono::milliseconds until, bool stuck,
+                           const std::vector<std::string>& waiting_for, const char* what) {
   auto n = OneStatement([&](pqxx::nontransaction& tx) {
     auto r = Exec(tx, kSetAside, l.tenant_id, l.key, l.owner, l.epoch, steps.dump(),
-                  static_cast<double>(until.count()) / 1000.0, stuck);
+                  static_cast<double>(until.count()) / 1000.0, stuck, TextArray(waiting_for));
     return r.affected_rows();
   });
   return !Fenced(l, what, n == 1);

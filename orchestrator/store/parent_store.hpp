@@ -60,7 +60,13 @@ struct SagaRow {
   // Operators' decisions ({"operator","reason"|"note","at"}), null when none.
   nlohmann::json cancel_requested;
   nlohmann::json resolution;
+  // Parked (waiting with no owner running it), and the events whose delivery wakes it.
+  bool parked = false;
+  std::vector<std::string> waiting_for;
 };
+
+// A PostgreSQL text[] literal of names made of [a-z0-9_] (they need no quoting).
+std::string TextArray(const std::vector<std::string>& names);
 
 // A request under a parent key: what the key is claimed for, and what a retry must match.
 struct ClaimRequest {
@@ -131,6 +137,13 @@ class ParentStore {
   // Checkpoints a waiting saga's steps and lets its lease run out after `wake_in` (not
   // stuck): recovery in any replica resumes it then. False when fenced.
   bool Park(const Lease& lease, const nlohmann::json& steps, std::chrono::milliseconds wake_in);
+  // Parks the same way, and lets a delivery of any of `events` (EventStore::Deliver) wake it
+  // sooner. kArrived: one had been delivered meanwhile; the lease is still this owner's,
+  // renewed, and the saga goes on here.
+  enum class AwaitOutcome { kParked, kFenced, kArrived };
+  AwaitOutcome ParkForEvents(const Lease& lease, const nlohmann::json& steps,
+                             const std::vector<std::string>& events,
+                             std::chrono::milliseconds wake_in);
   // Stores the final response and ends the lease; false when fenced.
   // `response_headers` are stored with the answer and replayed with it.
   bool Finish(const Lease& lease, bool completed, int response_status,
@@ -194,7 +207,7 @@ class ParentStore {
   bool Fenced(const Lease& lease, const char* what, bool applied);
   // DeferStuck and Park: the steps checkpointed, the lease left to run out after `until`.
   bool SetAside(const Lease& lease, const nlohmann::json& steps, std::chrono::milliseconds until,
-                bool stuck, const char* what);
+                bool stuck, const std::vector<std::string>& waiting_for, const char* what);
   // Runs `fn(tx)` on a borrowed connection: each phase here is one statement, committed on its
   // own (autocommit), so it needs no BEGIN and COMMIT round trips. A broken connection is
   // discarded (Pool::With).

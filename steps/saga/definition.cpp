@@ -1,5 +1,6 @@
 #include "steps/saga/definition.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace saga {
@@ -32,20 +33,91 @@ std::shared_ptr<const std::any> Definition::ParseInput(const nlohmann::json& bod
   return parse_(body);
 }
 
-Definition& Definition::Step(std::string name, StepFn action, StepFn compensation,
-                             StepPolicy policy) {
-  if (!IsValidStepName(name)) {
-    throw std::invalid_argument("step name '" + name +
+Definition& Definition::Add(StepDefinition step) {
+  if (!IsValidStepName(step.name)) {
+    throw std::invalid_argument("step name '" + step.name +
                                 "' must be 1-32 of [a-z0-9_] and not 'compensate'");
   }
   for (const auto& s : steps_) {
-    if (s.name == name) throw std::invalid_argument("duplicate step name '" + name + "'");
+    if (s.name == step.name) {
+      throw std::invalid_argument("duplicate step name '" + step.name + "'");
+    }
   }
+  steps_.push_back(std::move(step));
+  return *this;
+}
+
+Definition& Definition::Step(std::string name, StepFn action, StepFn compensation,
+                             StepPolicy policy) {
   if (!action || !compensation) {
     throw std::invalid_argument("step '" + name + "' needs an action and a compensation");
   }
-  steps_.push_back({std::move(name), std::move(action), std::move(compensation), policy});
+  StepDefinition step;
+  step.name = std::move(name);
+  step.action = std::move(action);
+  step.compensation = std::move(compensation);
+  step.policy = policy;
+  return Add(std::move(step));
+}
+
+Definition& Definition::Sleep(std::string name, std::chrono::milliseconds duration) {
+  if (duration.count() < 0) {
+    throw std::invalid_argument("step '" + name + "': a sleep cannot be negative");
+  }
+  SleepUntil(std::move(name),
+             [duration](const StepContext& ctx) { return ctx.arrived_at + duration; });
+  steps_.back().longest_wait = duration;
   return *this;
+}
+
+Definition& Definition::SleepUntil(std::string name, WakeFn until) {
+  if (!until) throw std::invalid_argument("step '" + name + "' needs a wake-up time");
+  StepDefinition step;
+  step.name = std::move(name);
+  step.kind = StepKind::kTimer;
+  step.wake_at = std::move(until);
+  return Add(std::move(step));
+}
+
+Definition& Definition::Await(std::string name, EventWait wait) {
+  if (wait.events.empty()) {
+    throw std::invalid_argument("step '" + name + "' must await at least one event");
+  }
+  if (wait.timeout.count() <= 0) {
+    throw std::invalid_argument("step '" + name + "': the timeout must be positive");
+  }
+  for (const auto& event : wait.events) {
+    if (!IsValidStepName(event)) {
+      throw std::invalid_argument("event name '" + event + "' must be 1-32 of [a-z0-9_]");
+    }
+    if (Awaiting(event) != nullptr ||
+        std::count(wait.events.begin(), wait.events.end(), event) > 1) {
+      throw std::invalid_argument("event '" + event + "' is awaited by another step");
+    }
+  }
+  StepDefinition step;
+  step.name = std::move(name);
+  step.kind = StepKind::kEvent;
+  step.longest_wait = wait.timeout;
+  step.wait = std::make_shared<const EventWait>(std::move(wait));
+  return Add(std::move(step));
+}
+
+Definition& Definition::When(ConditionFn condition) {
+  if (steps_.empty()) throw std::logic_error("When() applies to the step added last: add one");
+  if (!condition) throw std::invalid_argument("step '" + steps_.back().name + "': no condition");
+  steps_.back().when = std::move(condition);
+  return *this;
+}
+
+const StepDefinition* Definition::Awaiting(std::string_view event) const {
+  for (const auto& step : steps_) {
+    if (step.kind != StepKind::kEvent) continue;
+    for (const auto& e : step.wait->events) {
+      if (e == event) return &step;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace saga

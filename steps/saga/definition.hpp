@@ -1,12 +1,18 @@
-// A saga declared in code: a name, a version, a typed input and an ordered list of steps,
-// each an action and the compensation that undoes it, with an optional policy of its own. The
-// runner does the mechanics (derived keys, retries, compensation in reverse, recording and
-// persisting outputs); a definition only says what each step does.
+// A saga declared in code: a name, a version, a typed input and an ordered list of steps. A
+// step is an action and the compensation that undoes it, with an optional policy of its own;
+// or a durable wait: a timer (Sleep, SleepUntil) or named external events (Await) with a
+// timeout. Any step may run only when a condition on the input and earlier outputs holds
+// (When); otherwise it is recorded `skipped`. The runner does the mechanics (derived keys,
+// retries, compensation in reverse, recording and persisting outputs, parking a saga that
+// waits so that it holds no thread); a definition only says what each step does.
 //
 // Immutable once built; safe to share between threads.
 //   auto def = saga::Definition("ship_order", /*version=*/1)
 //       .Input<ShipOrder>(ParseShipOrder)
 //       .Step("inventory", reserve, release)
+//       .Await("approval", {.events = {"approved", "rejected"}, .timeout = 24h,
+//                           .decide = approved_or_refused})
+//       .When([](const saga::StepContext& ctx) { return ctx.Input<ShipOrder>().total > 1000; })
 //       .Step("shipping", ship, cancel, {.call_timeout = std::chrono::seconds(2)});
 #pragma once
 
@@ -38,11 +44,52 @@ struct StepPolicy {
   std::optional<int> compensation_stuck_after;
 };
 
+// Whether a step runs, decided from the input and earlier outputs (the same answer every time
+// it is asked: a resumed saga asks again only for steps it had not reached).
+using ConditionFn = std::function<bool(const StepContext&)>;
+// When a timer step wakes, from the input, earlier outputs and ctx.arrived_at.
+using WakeFn = std::function<std::chrono::system_clock::time_point(const StepContext&)>;
+
+// A wait for named external events addressed to one run (POST
+// /v1/runs/{saga}/{key}/events/{name}). The first of `events` received ends it; events that
+// arrive before the run reaches the step are kept for it. Each name is awaited by one step.
+struct EventWait {
+  std::vector<std::string> events;  // 1..32 of [a-z0-9_] each
+  // From when the step is first reached; then the wait fails with `on_timeout`.
+  std::chrono::milliseconds timeout{std::chrono::minutes(15)};
+  // Checks a posted event's payload; throws InvalidInput naming the field (400, nothing is
+  // stored). Unset: any JSON value.
+  std::function<void(const std::string& event, const nlohmann::json& payload)> validate;
+  // What the event means: Succeeded(output) goes on; Terminal fails the saga, which
+  // compensates the steps before. Unset: Succeeded({"event": name, "payload": payload}).
+  std::function<StepResult(const std::string& event, const nlohmann::json& payload,
+                           const StepContext& ctx)>
+      decide;
+  // The failure when no event came in time. Unset: 409 event_timeout.
+  std::optional<StepResult> on_timeout;
+};
+
+enum class StepKind {
+  kCall,   // an action with its compensation
+  kTimer,  // waits until a time; nothing to compensate
+  kEvent,  // waits for an event; nothing to compensate
+};
+
 struct StepDefinition {
   std::string name;
-  StepFn action;
-  StepFn compensation;
+  StepFn action;        // kCall
+  StepFn compensation;  // kCall
   StepPolicy policy;
+  StepKind kind = StepKind::kCall;
+  ConditionFn when;                       // unset: always runs
+  WakeFn wake_at;                         // kTimer
+  std::shared_ptr<const EventWait> wait;  // kEvent
+  // How long the step may wait, when known (Sleep, Await): it adds to the saga's longest
+  // run, which participants' key retention must cover. A SleepUntil's is not known.
+  std::chrono::milliseconds longest_wait{0};
+
+  // Whether an applied step has something to undo.
+  bool Compensable() const { return kind == StepKind::kCall; }
 };
 
 // The input broke a rule; what() names the field ("address.country must be ...").
@@ -79,6 +126,21 @@ class Definition {
 
   // Throws std::invalid_argument for a bad or duplicate name, or a missing callable.
   Definition& Step(std::string name, StepFn action, StepFn compensation, StepPolicy policy = {});
+  // A durable timer: the saga goes on `duration` after it first reaches this step. A wait of
+  // RetryPolicy::park_after or more holds no thread, survives restarts and fires on any
+  // replica (recovery's sweep: at most about a second late).
+  Definition& Sleep(std::string name, std::chrono::milliseconds duration);
+  // The same, until the time `until` computes (from the input and earlier outputs).
+  Definition& SleepUntil(std::string name, WakeFn until);
+  // Waits for one of `wait.events`, parked (no thread) until it arrives or times out.
+  // Throws std::invalid_argument for a bad name, no events, or an event another step awaits.
+  Definition& Await(std::string name, EventWait wait);
+  // The step added last runs only when `condition` holds; otherwise it is recorded `skipped`
+  // (and, never applied, never compensated). Throws std::logic_error before any step.
+  Definition& When(ConditionFn condition);
+
+  // The step that awaits `event`; nullptr when none does.
+  const StepDefinition* Awaiting(std::string_view event) const;
 
   // The typed input of `body`; throws InvalidInput.
   std::shared_ptr<const std::any> ParseInput(const nlohmann::json& body) const;
@@ -92,6 +154,8 @@ class Definition {
   int version_;
   std::function<std::shared_ptr<const std::any>(const nlohmann::json&)> parse_;
   std::vector<StepDefinition> steps_;
+
+  Definition& Add(StepDefinition step);
 };
 
 }  // namespace saga

@@ -14,6 +14,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+long long NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::chrono::system_clock::time_point FromUnixMs(long long ms) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+}
+
+long long ToUnixMs(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+std::string Joined(const std::vector<std::string>& names, const char* separator) {
+  std::string out;
+  for (const auto& n : names) out.append(out.empty() ? "" : separator).append(n);
+  return out;
+}
+
 void LogStep(const char* event, const StepContext& ctx, const StepResult& r) {
   common::Log(event, {{"tenant", ctx.tenant_id},
                       {"key", ctx.parent_key},
@@ -58,6 +78,8 @@ constexpr std::pair<StepStatus, const char*> kStepStatusNames[] = {
     {StepStatus::kInDoubt, "in_doubt"},
     {StepStatus::kCompensating, "compensating"},
     {StepStatus::kCompensated, "compensated"},
+    {StepStatus::kWaiting, "waiting"},
+    {StepStatus::kSkipped, "skipped"},
 };
 
 }  // namespace
@@ -210,9 +232,13 @@ std::optional<SagaEnd> Runner::Backoff(const RetryPolicy& policy, int attempt,
                                                                  << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto jitter = std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
-  auto left = std::max(jitter, at_least);
+  return Pause(std::max(jitter, at_least), input, all, journal);
+}
+
+std::optional<SagaEnd> Runner::Pause(std::chrono::milliseconds left, const SagaInput& input,
+                                     const std::vector<StepRecord>& all, Journal& journal) const {
   bool answered_in_time = Clock::now() + left < input.answer_by;
-  if (policy.park_after.count() > 0 && left >= policy.park_after && !answered_in_time) {
+  if (policy_.park_after.count() > 0 && left >= policy_.park_after && !answered_in_time) {
     // A long wait holds no thread: checkpoint and let recovery wake the saga.
     switch (journal.Park(all, left)) {
       case Journal::ParkResult::kParked:
@@ -256,9 +282,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   const RetryPolicy policy = policy_.For(step.policy);
   // The deadline counts from the first attempt ever sent, by this owner or one before it
   // (a parked or taken-over step goes on where it stood).
-  const long long now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
+  const long long now_ms = NowUnixMs();
   if (record.first_attempt_unix_ms == 0) record.first_attempt_unix_ms = now_ms;
   auto deadline = Clock::now() + policy.step_deadline -
                   std::chrono::milliseconds(now_ms - record.first_attempt_unix_ms);
@@ -323,6 +347,110 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   if (in_doubt) last.outcome = Outcome::kInDoubt;
   Record(step_span, last);
   return last;
+}
+
+StepResult Runner::Timer(const StepDefinition& step, const SagaInput& input,
+                         const nlohmann::json& outputs, StepRecord& record,
+                         std::vector<StepRecord>& all, Journal& journal,
+                         std::optional<SagaEnd>& interrupted) const {
+  // The timer counts from the first arrival, which the checkpoint of a park keeps.
+  if (record.first_attempt_unix_ms == 0) record.first_attempt_unix_ms = NowUnixMs();
+  StepContext ctx = Context(step, input, outputs, record.action_key);
+  ctx.arrived_at = FromUnixMs(record.first_attempt_unix_ms);
+  std::chrono::system_clock::time_point wake;
+  try {
+    wake = step.wake_at(ctx);
+  } catch (const std::exception& e) {
+    std::string why = std::string("the wake-up time did not compute: ") + e.what();
+    interrupted = Defer(input, step.name, why, all, journal);
+    return StepResult::Blocked(0, why);
+  }
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        wake - std::chrono::system_clock::now());
+    if (left.count() <= 0) {
+      record.detail.clear();
+      return StepResult::Succeeded({{"woke_at_unix_ms", ToUnixMs(wake)}});
+    }
+    record.status = StepStatus::kWaiting;
+    record.detail = "sleeping until unix ms " + std::to_string(ToUnixMs(wake));
+    if (auto stop = Pause(left, input, all, journal)) {
+      interrupted = stop;
+      return StepResult::Retryable("waiting");
+    }
+    if (should_stop_()) {
+      interrupted = SagaEnd::kAbandoned;
+      return StepResult::Retryable("waiting");
+    }
+  }
+}
+
+StepResult Runner::AwaitEvent(const StepDefinition& step, const SagaInput& input,
+                              const nlohmann::json& outputs, StepRecord& record,
+                              std::vector<StepRecord>& all, Journal& journal,
+                              std::optional<SagaEnd>& interrupted,
+                              std::vector<std::string>& waiting_for) const {
+  const EventWait& wait = *step.wait;
+  if (record.first_attempt_unix_ms == 0) record.first_attempt_unix_ms = NowUnixMs();
+  StepContext ctx = Context(step, input, outputs, record.action_key);
+  ctx.arrived_at = FromUnixMs(record.first_attempt_unix_ms);
+  const auto deadline = ctx.arrived_at + wait.timeout;
+  const std::string names = Joined(wait.events, " or ");
+  for (;;) {
+    if (!journal.KeepLease()) {
+      interrupted = SagaEnd::kFenced;
+      return StepResult::Retryable("fenced");
+    }
+    // An event that came is taken even when the timeout has passed since: it was in time
+    // if it was stored before the wake-up that would have timed the wait out.
+    if (auto event = journal.Event(wait.events)) {
+      StepResult r = StepResult::Succeeded({{"event", event->name}, {"payload", event->payload}});
+      if (wait.decide) {
+        try {
+          r = wait.decide(event->name, event->payload, ctx);
+        } catch (const std::exception& e) {
+          r = StepResult::Blocked(0, std::string("deciding on the event threw: ") + e.what());
+        }
+      }
+      if (r.outcome == Outcome::kSucceeded || r.outcome == Outcome::kTerminal) {
+        record.detail.clear();
+        return r;
+      }
+      std::string why = "event " + event->name + ": " +
+                        (r.detail.empty() ? "decide must answer succeeded or terminal" : r.detail);
+      interrupted = Defer(input, step.name, why, all, journal);
+      return StepResult::Blocked(0, why);
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::system_clock::now());
+    if (left.count() <= 0) {
+      if (wait.on_timeout) return *wait.on_timeout;
+      return StepResult::Terminal(409, "event_timeout",
+                                  "no " + names + " event arrived within " +
+                                      std::to_string(wait.timeout.count()) +
+                                      " ms; the steps before were compensated");
+    }
+    if (should_stop_()) {
+      interrupted = SagaEnd::kAbandoned;
+      return StepResult::Retryable("waiting");
+    }
+    record.status = StepStatus::kWaiting;
+    record.detail = "waiting for " + names;
+    switch (journal.AwaitEvent(all, wait.events, left)) {
+      case Journal::AwaitResult::kParked:
+        waiting_for = wait.events;
+        interrupted = SagaEnd::kParked;
+        return StepResult::Retryable("waiting");
+      case Journal::AwaitResult::kFenced:
+        interrupted = SagaEnd::kFenced;
+        return StepResult::Retryable("fenced");
+      case Journal::AwaitResult::kArrived:
+        break;
+      case Journal::AwaitResult::kUnsupported:
+        sleep_(std::min(left, kEventPollEvery));
+        break;
+    }
+  }
 }
 
 std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const SagaInput& input,
@@ -402,7 +530,10 @@ std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps) {
 
 std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition) {
   std::chrono::milliseconds total{0};
-  for (const auto& step : definition.steps()) total += policy.For(step.policy).step_deadline;
+  for (const auto& step : definition.steps()) {
+    total +=
+        step.kind == StepKind::kCall ? policy.For(step.policy).step_deadline : step.longest_wait;
+  }
   return total;
 }
 
@@ -450,14 +581,16 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     for (const auto& s : defs) {
       StepRecord r;
       r.name = s.name;
-      r.action_key = ActionKey(input.parent_key, s.name);
+      // A wait calls no participant: it has no key.
+      if (s.kind == StepKind::kCall) r.action_key = ActionKey(input.parent_key, s.name);
       // What a parked (or deferred) run had checkpointed: a step that succeeded is not sent
       // again (its recorded output is what the participant would replay); the step it waited
       // on goes on with its attempts, clock and doubt.
       if (input.checkpoint) {
         for (const auto& c : *input.checkpoint) {
           if (c.name != s.name || c.action_key != r.action_key) continue;
-          if (c.status == StepStatus::kSucceeded && c.action_confirmed) {
+          if ((c.status == StepStatus::kSucceeded && c.action_confirmed) ||
+              c.status == StepStatus::kSkipped) {
             r = c;
             result.outputs[s.name] = c.output;
           } else {
@@ -472,7 +605,27 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     for (size_t i = 0; i < defs.size(); ++i) {
       if (should_stop_()) return result;  // kAbandoned
       auto& record = result.steps[i];
-      if (record.status == StepStatus::kSucceeded) continue;  // checkpointed
+      if (record.status == StepStatus::kSucceeded || record.status == StepStatus::kSkipped) {
+        continue;  // checkpointed
+      }
+      if (defs[i].when) {
+        StepContext ctx = Context(defs[i], input, result.outputs, record.action_key);
+        bool runs = false;
+        try {
+          runs = defs[i].when(ctx);
+        } catch (const std::exception& e) {
+          result.end =
+              Defer(input, defs[i].name, std::string("the step's condition threw: ") + e.what(),
+                    result.steps, journal);
+          return result;
+        }
+        if (!runs) {
+          record.status = StepStatus::kSkipped;
+          continue;
+        }
+      }
+      // A step its condition skips is no boundary: a cancel that comes after the last step
+      // that runs is too late, as one during that step is.
       if (journal.CancelRequested()) {
         common::Log("saga_cancelled", {{"tenant", input.tenant_id},
                                        {"key", input.parent_key},
@@ -483,7 +636,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         // that never arrived leaves a tombstone and changes nothing else).
         if (input.resumed) {
           for (size_t j = i; j < result.steps.size(); ++j) {
-            result.steps[j].status = StepStatus::kInDoubt;
+            if (defs[j].Compensable()) result.steps[j].status = StepStatus::kInDoubt;
           }
         }
         result.failure = CancelledByOperator();
@@ -491,8 +644,20 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         break;
       }
       std::optional<SagaEnd> interrupted;
-      StepResult r = Act(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
-                         saga_span);
+      StepResult r = StepResult::Retryable("not run");
+      switch (defs[i].kind) {
+        case StepKind::kCall:
+          r = Act(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
+                  saga_span);
+          break;
+        case StepKind::kTimer:
+          r = Timer(defs[i], input, result.outputs, record, result.steps, journal, interrupted);
+          break;
+        case StepKind::kEvent:
+          r = AwaitEvent(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
+                         result.waiting_for);
+          break;
+      }
       if (interrupted) {
         result.end = *interrupted;
         return result;
@@ -517,7 +682,9 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       result.end = SagaEnd::kCompleted;
       return result;
     }
-    for (auto& s : result.steps) {
+    for (size_t i = 0; i < result.steps.size(); ++i) {
+      auto& s = result.steps[i];
+      if (!defs[i].Compensable()) continue;  // a wait: nothing to undo
       if (s.status == StepStatus::kSucceeded || s.status == StepStatus::kInDoubt) {
         s.status = StepStatus::kCompensating;
       }

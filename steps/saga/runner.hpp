@@ -60,6 +60,8 @@ enum class StepStatus {
   kInDoubt,       // it may have been applied
   kCompensating,  // to be undone (it succeeded or may have)
   kCompensated,   // undone
+  kWaiting,       // a timer or an event wait that has not ended (the saga is parked)
+  kSkipped,       // its condition (Definition::When) did not hold: never run
 };
 const char* ToString(StepStatus status);
 // The status stored as `name`; nullopt for a name this build does not know.
@@ -68,7 +70,7 @@ std::optional<StepStatus> ParseStepStatus(std::string_view name);
 // What happened to one step; persisted with the saga (JSON) and shown by the API.
 struct StepRecord {
   std::string name;
-  std::string action_key;
+  std::string action_key;  // "" for a wait (a timer, an event), which calls no participant
   StepStatus status = StepStatus::kNotRun;
   int attempts = 0;
   int compensation_attempts = 0;
@@ -115,6 +117,13 @@ struct SagaResult {
   std::string failed_step;               // kFailed (and compensating): which step
   std::vector<std::string> compensated;  // step names, in the order they were compensated
   nlohmann::json outputs = nlohmann::json::object();  // step name -> output
+  std::vector<std::string> waiting_for;  // kParked on an event wait: the events it awaits
+};
+
+// An external event delivered to a run (the journal's store keeps each name once per run).
+struct ReceivedEvent {
+  std::string name;
+  nlohmann::json payload;
 };
 
 // The runner's durable side, fenced by the saga's lease.
@@ -142,6 +151,19 @@ class Journal {
   virtual ParkResult Park(const std::vector<StepRecord>& /*steps*/,
                           std::chrono::milliseconds /*wake_in*/) {
     return ParkResult::kUnsupported;  // a journal that cannot park: the runner sleeps instead
+  }
+  // The first of `names` delivered to this run, if any.
+  virtual std::optional<ReceivedEvent> Event(const std::vector<std::string>& /*names*/) {
+    return std::nullopt;
+  }
+  // Parks as Park does until `wake_in`, and also until one of `names` is delivered: a
+  // delivery wakes the saga (any replica resumes it). kArrived: one was delivered while
+  // parking, and this owner still holds the saga and goes on.
+  enum class AwaitResult { kParked, kFenced, kArrived, kUnsupported };
+  virtual AwaitResult AwaitEvent(const std::vector<StepRecord>& /*steps*/,
+                                 const std::vector<std::string>& /*names*/,
+                                 std::chrono::milliseconds /*wake_in*/) {
+    return AwaitResult::kUnsupported;  // the runner polls Event() instead
   }
 };
 
@@ -193,6 +215,8 @@ class Runner {
   // Longest sleep between two lease checks while waiting to retry: well under a third of any
   // sensible lease, so a saga that waits (a long Retry-After) keeps its lease.
   static constexpr std::chrono::milliseconds kLeaseCheckEvery{2000};
+  // How often an event wait asks a journal that cannot park (Journal::AwaitEvent) for events.
+  static constexpr std::chrono::milliseconds kEventPollEvery{250};
 
   const Definition& definition() const { return definition_; }
 
@@ -220,6 +244,18 @@ class Runner {
   std::optional<SagaEnd> Backoff(const RetryPolicy& policy, int attempt,
                                  std::chrono::milliseconds at_least, const SagaInput& input,
                                  const std::vector<StepRecord>& all, Journal& journal) const;
+  // Waits `left`: parked when it is long (Backoff's rule), else slept keeping the lease.
+  std::optional<SagaEnd> Pause(std::chrono::milliseconds left, const SagaInput& input,
+                               const std::vector<StepRecord>& all, Journal& journal) const;
+  // A timer step and an event wait; `interrupted` as for Act (and kParked).
+  StepResult Timer(const StepDefinition& step, const SagaInput& input,
+                   const nlohmann::json& outputs, StepRecord& record, std::vector<StepRecord>& all,
+                   Journal& journal, std::optional<SagaEnd>& interrupted) const;
+  StepResult AwaitEvent(const StepDefinition& step, const SagaInput& input,
+                        const nlohmann::json& outputs, StepRecord& record,
+                        std::vector<StepRecord>& all, Journal& journal,
+                        std::optional<SagaEnd>& interrupted,
+                        std::vector<std::string>& waiting_for) const;
   common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
                                 const SagaInput& input) const;
   common::trace::Span StartAttemptSpan(const std::string& name,

@@ -69,6 +69,9 @@ struct StepContext {
   std::shared_ptr<const std::any> input;
   TraceContext trace;
   std::chrono::steady_clock::time_point deadline;  // of this attempt's step
+  // When the saga first reached this step (kept across parks, restarts and takeovers): what
+  // a timer counts from.
+  std::chrono::system_clock::time_point arrived_at;
   // This call's own limit (StepPolicy::call_timeout); zero: the participant client's.
   std::chrono::milliseconds call_timeout{0};
   int attempt = 1;

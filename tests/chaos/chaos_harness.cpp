@@ -515,9 +515,11 @@ Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records
       stored_body[id] = row[4].as<std::string>();
     }
   }
-  // Net effects per parent: reservations still held, charges still captured, shipments not
+  // Net effects per parent: reservations still held, charges still captured or authorised (a
+  // 3-D Secure charge not yet captured holds the customer's money too), shipments not
   // cancelled, and all rows.
-  std::map<Id, int> held, captured, shipped, reservation_rows, charge_rows, shipment_rows;
+  std::map<Id, int> held, captured, authorised, shipped, reservation_rows, charge_rows,
+      shipment_rows;
   std::map<Id, std::string> held_id, shipped_reservation;  // which reservation each holds
   {
     pqxx::connection c(stack.DatabaseUrl("inventory"));
@@ -539,6 +541,7 @@ Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records
       Id id{row[0].as<std::string>(), ParentOf(row[1].as<std::string>(), "-payment")};
       ++charge_rows[id];
       if (row[2].as<std::string>() == "captured") ++captured[id];
+      if (row[2].as<std::string>() == "requires_action") ++authorised[id];
     }
   }
   {
@@ -567,17 +570,21 @@ Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records
   for (const auto& [id, n] : captured) {
     if (n > 0 && status[id] != "completed") ++rep.orphan_charges;
   }
+  for (const auto& [id, n] : authorised) {
+    if (n > 0 && status[id] != "completed") ++rep.orphan_charges;
+  }
   for (const auto& [id, n] : shipped) {
     if (n > 0 && (status[id] != "completed" || saga[id] != kShipOrder)) ++rep.orphan_shipments;
   }
   for (const auto& [id, st] : status) {
     bool ships = saga[id] == kShipOrder;
     if (st == "completed" &&
-        (held[id] != 1 || captured[id] != 1 || shipped[id] != (ships ? 1 : 0) ||
-         (ships && shipped_reservation[id] != held_id[id]))) {
+        (held[id] != 1 || captured[id] != 1 || authorised[id] != 0 ||
+         shipped[id] != (ships ? 1 : 0) || (ships && shipped_reservation[id] != held_id[id]))) {
       ++rep.completed_mismatch;
     }
-    if (st == "failed" && (held[id] != 0 || captured[id] != 0 || shipped[id] != 0)) {
+    if (st == "failed" &&
+        (held[id] != 0 || captured[id] != 0 || authorised[id] != 0 || shipped[id] != 0)) {
       ++rep.failed_leftover;
     }
   }

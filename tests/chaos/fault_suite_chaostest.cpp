@@ -490,6 +490,73 @@ TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
   }
 }
 
+// Orders paid by a card that needs 3-D Secure park, waiting for the card holder's answer,
+// on the replica that took them; it is killed (kill -9) just after half of the answers reach
+// it, some of those sagas mid-resume. The survivor finishes every one: captured once when
+// confirmed, the authorisation voided and the stock released when refused or unanswered.
+TEST_F(FaultSuite, SagasWaitingForAnEventSurviveAKillNineAndFinishOnAnotherReplica) {
+  constexpr int kOrders = 24;
+  Stack stack("event_waits",
+              {.replicas = 2, .orchestrator_args = {"--payment-confirmation-timeout-ms", "8000"}});
+  stack.StartParticipants();
+  for (int i = 0; i < 2; ++i) stack.StartOrchestrator(i);
+  std::vector<KeyRecord> records;
+  for (int i = 0; i < kOrders; ++i) {
+    auto body = nlohmann::json::parse(OrderBody(i, false));
+    body["payment_method"] = "pm_card_3ds";
+    records.push_back({"demo", "event-waits-" + std::to_string(i), body.dump()});
+  }
+  Driver first({stack.OrchestratorUrl(0)});
+  long long parked = 0;
+  for (auto& r : records) {
+    first.Attempt(r, 0);
+    parked += r.statuses[202];
+  }
+  // A third confirm, a third refuse, a third never answer.
+  std::map<int, int> answer_status;  // order -> the delivery's status
+  auto answer = [&](int i, const std::string& url) {
+    if (i % 3 == 2) return;
+    httplib::Client c(url);
+    c.set_connection_timeout(1);
+    c.set_read_timeout(15);
+    bool confirm = i % 3 == 0;
+    auto res = c.Post(
+        "/v1/runs/place_order/" + records[i].key + "/events/" +
+            (confirm ? "payment_confirmed" : "payment_failed"),
+        {{"Authorization", "Bearer dev-key-demo"}, {"Idempotency-Key", records[i].key + "-answer"}},
+        confirm ? "{}" : R"({"reason":"declined by the issuer"})", "application/json");
+    answer_status[i] = res ? res->status : 0;
+  };
+  for (int i = 0; i < kOrders / 2; ++i) answer(i, stack.OrchestratorUrl(0));
+  stack.KillOrchestrator(0);
+  for (int i = kOrders / 2; i < kOrders; ++i) answer(i, stack.OrchestratorUrl(1));
+  Driver driver({stack.OrchestratorUrl(1)});
+  Settle(driver, records);
+  int answered = 0, confirmed_completed = 0, expected_confirmed = 0, unexpected = 0;
+  for (int i = 0; i < kOrders; ++i) {
+    if (answer_status[i] == 202) ++answered;
+    bool confirmed = i % 3 == 0 && answer_status[i] == 202;
+    expected_confirmed += confirmed ? 1 : 0;
+    int want = confirmed ? 201 : 402;
+    if (records[i].final_status == want) {
+      confirmed_completed += confirmed ? 1 : 0;
+    } else {
+      ++unexpected;
+      std::cout << "  " << records[i].key << " answered " << answer_status[i] << ", ended "
+                << records[i].final_status << " " << records[i].final_body << "\n";
+    }
+  }
+  auto report = chaos::CheckInvariants(stack, records);
+  Expect(report, report.Line("event_waits", "parked=" + std::to_string(parked) +
+                                                " answers_delivered=" + std::to_string(answered) +
+                                                " confirmed_completed=" +
+                                                std::to_string(confirmed_completed) + " killed=1"));
+  EXPECT_EQ(parked, kOrders);
+  EXPECT_EQ(answered, 2 * kOrders / 3);  // each delivery stored, none refused, none lost
+  EXPECT_EQ(expected_confirmed, kOrders / 3);
+  EXPECT_EQ(unexpected, 0);
+}
+
 TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {
   Stack stack("zombie", {.replicas = 2});
   stack.StartParticipants();

@@ -203,9 +203,12 @@ TEST_F(OpenApiTest, EveryDocumentedOperationAnswersAsDocumented) {
     std::cout << "failures=" << report["failures"].size() << std::endl;
     reports[service.name] = report;
   }
-  // The examples are real requests that succeed, not only documented refusals; the one that
-  // cannot (a shipment id is made at random) answers as expected.
-  const std::set<std::string> refused_examples = {"shipping GET /v1/shipments/{shipment_id} 404"};
+  // The examples are real requests that succeed, not only documented refusals; those that
+  // cannot answer as expected: shipment and charge ids are made at random, and the example
+  // order (a card without 3-D Secure) awaits no event (three_d_secure_itest delivers them).
+  const std::set<std::string> refused_examples = {
+      "shipping GET /v1/shipments/{shipment_id} 404", "payment POST /v1/captures 409",
+      "orchestrator POST /v1/runs/{saga}/{key}/events/{event} 409"};
   for (const auto& [service, report] : reports) {
     for (const auto& r : report["results"]) {
       if (r["variant"] != "example" || r["status"].get<int>() < 400) continue;

@@ -141,7 +141,7 @@ class OrdersTest : public ::testing::Test {
   OrderSagaFactory ShippingThatLosesTheCharge() {
     return [this](steps::client::ParticipantClient& inventory,
                   steps::client::ParticipantClient& payment) {
-      auto d = steps::MakePlaceOrderSaga(inventory, payment);
+      auto d = steps::MakePlaceOrderSagaV1(inventory, payment);
       d.Step(
           "shipping",
           [this](saga::StepContext&) {
@@ -196,8 +196,11 @@ TEST_F(OrdersTest, ASagaWhoseOptionalParticipantIsNotConfiguredIsNotServed) {
   auto runs = client_->Get("/v1/runs", {{"Authorization", "Bearer dev-key-demo"}});
   ASSERT_EQ(runs->status, 200);
   auto sagas = nlohmann::json::parse(runs->body)["sagas"];
-  ASSERT_EQ(sagas.size(), 1u) << runs->body;
+  ASSERT_EQ(sagas.size(), 2u) << runs->body;  // place_order's two versions
   EXPECT_EQ(sagas[0]["name"], "place_order");
+  EXPECT_EQ(sagas[1]["name"], "place_order");
+  EXPECT_EQ(sagas[1]["version"], 2);
+  EXPECT_EQ(sagas[1]["events"], nlohmann::json({"payment_confirmed", "payment_failed"}));
   auto ship = Post(*client_, "/v1/runs/ship_order", Order("no-ship"));
   EXPECT_EQ(ship->status, 404) << ship->body;
   EXPECT_EQ(ParentKeys(), 0);
@@ -365,7 +368,7 @@ TEST_F(OrdersTest, ACancelledSagaStopsAtItsNextStepBoundaryAndCompensatesWhatRan
   auto released = release.get_future().share();
   auto factory = [&](steps::client::ParticipantClient& inventory,
                      steps::client::ParticipantClient& payment) {
-    return Wrapped(steps::MakePlaceOrderSaga(inventory, payment), "inventory",
+    return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "inventory",
                    [&](saga::StepFn inner) -> saga::StepFn {
                      return [&, inner](saga::StepContext& ctx) {
                        auto r = inner(ctx);
@@ -728,7 +731,7 @@ TEST_F(OrdersTest, TransientParticipantErrorsAreRetriedWithTheSameKey) {
   std::mutex mutex;
   auto factory = [&](steps::client::ParticipantClient& inventory,
                      steps::client::ParticipantClient& payment) {
-    return Wrapped(steps::MakePlaceOrderSaga(inventory, payment), "payment",
+    return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
                    [&](saga::StepFn inner) {
                      return [&, inner](saga::StepContext& ctx) {
                        std::lock_guard lock(mutex);
@@ -891,7 +894,7 @@ TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
   std::atomic<bool> lose_answers{true};
   auto factory = [&](steps::client::ParticipantClient& inventory,
                      steps::client::ParticipantClient& payment) {
-    return Wrapped(steps::MakePlaceOrderSaga(inventory, payment), "payment",
+    return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
                    [&](saga::StepFn inner) {
                      return [&, inner](saga::StepContext& ctx) {
                        auto r = inner(ctx);  // applied by the participant...
@@ -1048,7 +1051,7 @@ TEST_F(OrdersTest, ACompensationResumedByAnotherOwnerSeesTheOutputsOfTheStepsItU
                      steps::client::ParticipantClient& payment) {
     const bool first_owner = factory_calls++ == 0;
     auto payment_seen = Wrapped(
-        steps::MakePlaceOrderSaga(inventory, payment), "payment", {}, [&](saga::StepFn inner) {
+        steps::MakePlaceOrderSagaV1(inventory, payment), "payment", {}, [&](saga::StepFn inner) {
           return [&, inner](saga::StepContext& ctx) {
             const auto& out = (*ctx.outputs)["payment"];
             std::lock_guard lock(mutex);

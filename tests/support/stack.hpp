@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "common/crypto.hpp"
 #include "orchestrator/orchestrator.hpp"
@@ -18,7 +19,10 @@ namespace test_support {
 struct Stack {
   using Adjust = std::function<void(orchestrator::OrchestratorOptions&)>;
 
-  explicit Stack(const Adjust& adjust = {})
+  // `sagas`: what the orchestrator serves (the shipped sagas, with options of the test's, or
+  // sagas of its own beside them).
+  explicit Stack(const Adjust& adjust = {},
+                 const std::vector<steps::SagaFactory>& sagas = steps::ShippedSagas())
       : orch_db("orchestrator"),
         inv_db("inventory"),
         pay_db("payment"),
@@ -29,15 +33,17 @@ struct Stack {
                 services_mock::ParticipantOptions{}),
         shipping(services_mock::ParticipantKind::kShipping, ship_db.url(),
                  services_mock::ParticipantOptions{}),
-        orch([&] {
-          orchestrator::OrchestratorOptions o;
-          o.database_url = orch_db.url();
-          o.participants["inventory"].base_url = inventory.Url();
-          o.participants["payment"].base_url = payment.Url();
-          o.participants["shipping"].base_url = shipping.Url();
-          if (adjust) adjust(o);
-          return o;
-        }()) {
+        orch(
+            [&] {
+              orchestrator::OrchestratorOptions o;
+              o.database_url = orch_db.url();
+              o.participants["inventory"].base_url = inventory.Url();
+              o.participants["payment"].base_url = payment.Url();
+              o.participants["shipping"].base_url = shipping.Url();
+              if (adjust) adjust(o);
+              return o;
+            }(),
+            sagas) {
     orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
     orch.service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
   }

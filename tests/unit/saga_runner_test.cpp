@@ -10,6 +10,7 @@
 #include "steps/saga/fields.hpp"
 #include "steps/saga/registry.hpp"
 #include "steps/saga/runner.hpp"
+#include "tests/support/saga_fakes.hpp"
 
 namespace {
 
@@ -18,76 +19,8 @@ using saga::Outcome;
 using saga::SagaEnd;
 using saga::StepContext;
 using saga::StepResult;
-
-// A participant double: answers each derived key from a script and logs every call.
-class FakeParticipants {
- public:
-  // Answers for `key`, in order; the last one repeats.
-  void Script(const std::string& key, std::vector<StepResult> answers) {
-    scripts_[key] = std::deque<StepResult>(answers.begin(), answers.end());
-  }
-  saga::StepFn Step() {
-    return [this](StepContext& ctx) {
-      calls.push_back(ctx.derived_key);
-      auto it = scripts_.find(ctx.derived_key);
-      if (it == scripts_.end()) {
-        return StepResult::Succeeded({{ctx.step_name + "_id", ctx.step_name + "-1"}});
-      }
-      StepResult r = it->second.front();
-      if (it->second.size() > 1) it->second.pop_front();
-      return r;
-    };
-  }
-  std::vector<std::string> calls;
-
- private:
-  std::map<std::string, std::deque<StepResult>> scripts_;
-};
-
-class FakeJournal : public saga::Journal {
- public:
-  bool KeepLease() override {
-    ++lease_checks;
-    return lease_checks <= lose_lease_after;
-  }
-  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const StepResult&,
-                         const std::string& failed_step) override {
-    events.push_back("begin_compensation:" + failed_step);
-    compensating_steps = steps;
-    return allow_begin;
-  }
-  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
-                  std::chrono::milliseconds retry_in) override {
-    events.push_back("stuck");
-    deferred_for = retry_in;
-    compensating_steps = steps;
-    return true;
-  }
-  ParkResult Park(const std::vector<saga::StepRecord>& steps,
-                  std::chrono::milliseconds wake_in) override {
-    if (!can_park) return ParkResult::kUnsupported;
-    events.push_back("park");
-    parked_for = wake_in;
-    checkpoint = steps;
-    return ParkResult::kParked;
-  }
-  std::chrono::milliseconds KeepLeaseEvery() const override { return keep_lease_every; }
-  bool CancelRequested() override {
-    return cancel_after_boundaries >= 0 && boundaries++ >= cancel_after_boundaries;
-  }
-  bool can_park = false;  // a journal of our own that parks (the store's does)
-  std::chrono::milliseconds parked_for{0};
-  std::vector<saga::StepRecord> checkpoint;
-  int cancel_after_boundaries = -1;  // the cancel arrives once this many steps have begun
-  int boundaries = 0;
-  std::chrono::milliseconds keep_lease_every{2000};
-  std::chrono::milliseconds deferred_for{0};
-  int lease_checks = 0;
-  int lose_lease_after = 1 << 30;
-  bool allow_begin = true;
-  std::vector<std::string> events;
-  std::vector<saga::StepRecord> compensating_steps;
-};
+using test_support::FakeJournal;
+using test_support::FakeParticipants;
 
 class RunnerTest : public ::testing::Test {
  protected:

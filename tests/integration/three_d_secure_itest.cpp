@@ -1,0 +1,147 @@
+// The shipped order saga with a card that needs 3-D Secure (pm_card_3ds), over real HTTP with
+// the real participants: the charge is only authorised, the saga parks waiting for the card
+// holder's answer, and then captures (payment_confirmed), or releases the stock and voids the
+// authorisation (payment_failed, or no answer in time). Money is counted in the payment
+// participant's table, stock in the inventory's.
+#include <gtest/gtest.h>
+
+#include "tests/support/stack.hpp"
+#include "tests/support/wait.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kConfirmationTimeout = 3s;
+
+std::string Order(const std::string& method) {
+  return R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,)"
+         R"("currency":"USD","payment_method":")" +
+         method + R"("})";
+}
+
+class ThreeDSecure : public ::testing::Test {
+ protected:
+  ThreeDSecure()
+      : stack_([](orchestrator::OrchestratorOptions& o) { o.recovery.sweep_interval = 100ms; },
+               steps::ShippedSagas({.confirmation_timeout = kConfirmationTimeout})),
+        orch_(stack_.orch.Client()) {}
+
+  httplib::Result Place(const std::string& key, const std::string& method = "pm_card_3ds") {
+    return test_support::Post(orch_, "/v1/orders", test_support::Order(key, Order(method)));
+  }
+  httplib::Result Answer(const std::string& key, const std::string& event,
+                         const std::string& body = "{}") {
+    return test_support::Post(orch_, "/v1/runs/place_order/" + key + "/events/" + event,
+                              test_support::Order(key + "-" + event, body));
+  }
+  nlohmann::json View(const std::string& key) {
+    auto r =
+        orch_.Get("/v1/orders/" + key, httplib::Headers{{"Authorization", "Bearer dev-key-demo"}});
+    return nlohmann::json::parse(r->body);
+  }
+  bool Ended(const std::string& key, const std::string& status) {
+    return test_support::WaitFor([&] { return View(key)["status"] == status; }, 30s, 50ms);
+  }
+  std::string ChargeStatus(const std::string& key) {
+    for (const auto& status : {"requires_action", "captured", "refunded"}) {
+      if (stack_.pay_db.Count(
+              "SELECT count(*) FROM charges WHERE idempotency_key = $1 AND status = $2",
+              key + "-payment", std::string(status)) == 1) {
+        return status;
+      }
+    }
+    return "none";
+  }
+  long long Reserved() {
+    return stack_.inv_db.Count("SELECT coalesce(sum(reserved), 0) FROM stock");
+  }
+
+  test_support::Stack stack_;
+  httplib::Client orch_;
+};
+
+TEST_F(ThreeDSecure, AConfirmedPaymentIsCapturedOnceAndTheOrderCompletes) {
+  auto placed = Place("3ds-1");
+  ASSERT_EQ(placed->status, 202) << placed->body;
+  EXPECT_EQ(nlohmann::json::parse(placed->body)["waiting_for"],
+            nlohmann::json({"payment_confirmed", "payment_failed"}));
+  EXPECT_EQ(ChargeStatus("3ds-1"), "requires_action");
+  EXPECT_EQ(View("3ds-1")["steps"][2]["status"], "waiting");
+
+  auto confirmed = Answer("3ds-1", "payment_confirmed");
+  ASSERT_EQ(confirmed->status, 202) << confirmed->body;
+  ASSERT_TRUE(Ended("3ds-1", "completed")) << View("3ds-1").dump();
+  EXPECT_EQ(ChargeStatus("3ds-1"), "captured");
+  EXPECT_EQ(stack_.pay_db.Count("SELECT count(*) FROM charges"), 1);
+  EXPECT_EQ(Reserved(), 2);
+  // The client's retry gets the stored 201, with the charge.
+  auto replay = Place("3ds-1");
+  ASSERT_EQ(replay->status, 201) << replay->body;
+  EXPECT_EQ(replay->body, View("3ds-1")["response"]["body"].dump());
+  EXPECT_TRUE(nlohmann::json::parse(replay->body).contains("charge_id"));
+  // What the orchestrator recorded agrees with the participants' keys: the wait has none, the
+  // capture has its own.
+  auto report = stack_.orch.service.Reconcile(std::chrono::hours(1));
+  EXPECT_TRUE(report.discrepancies.empty()) << report.ToText();
+  EXPECT_EQ(stack_.pay_db.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+                                "'3ds-1-capture'"),
+            1);
+}
+
+TEST_F(ThreeDSecure, AFailedAuthenticationReleasesTheStockAndVoidsTheCharge) {
+  ASSERT_EQ(Place("3ds-2")->status, 202);
+  ASSERT_EQ(Answer("3ds-2", "payment_failed", R"({"reason":"authentication failed"})")->status,
+            202);
+  ASSERT_TRUE(Ended("3ds-2", "failed"));
+  auto body = View("3ds-2")["response"]["body"];
+  EXPECT_EQ(body["status"], 402);
+  EXPECT_EQ(body["code"], "payment_failed");
+  EXPECT_EQ(body["detail"], "authentication failed");
+  EXPECT_EQ(body["compensated"], nlohmann::json({"payment", "inventory"}));
+  EXPECT_EQ(ChargeStatus("3ds-2"), "refunded");
+  EXPECT_EQ(Reserved(), 0);
+}
+
+TEST_F(ThreeDSecure, NoAnswerInTimeReleasesTheStockAndVoidsTheCharge) {
+  ASSERT_EQ(Place("3ds-3")->status, 202);
+  ASSERT_TRUE(Ended("3ds-3", "failed"));
+  auto body = View("3ds-3")["response"]["body"];
+  EXPECT_EQ(body["code"], "payment_not_confirmed");
+  EXPECT_EQ(ChargeStatus("3ds-3"), "refunded");
+  EXPECT_EQ(Reserved(), 0);
+  // Too late now: refused, nothing stored, the order's answer stands.
+  auto late = Answer("3ds-3", "payment_confirmed");
+  EXPECT_EQ(late->status, 409);
+  EXPECT_EQ(test_support::ErrorCode(late), "event_not_accepted");
+  EXPECT_EQ(stack_.orch_db.Count("SELECT count(*) FROM saga_events"), 0);
+}
+
+TEST_F(ThreeDSecure, AnAnswerThatIsNotOneTheSagaReadsIsRefusedAndStoresNothing) {
+  ASSERT_EQ(Place("3ds-4")->status, 202);
+  for (const auto& body : {R"({"reason":7})", R"({"amount_cents":1})", R"([1])", R"("yes")"}) {
+    auto r = Answer("3ds-4", "payment_failed", body);
+    EXPECT_EQ(r->status, 400) << body;
+    EXPECT_EQ(test_support::ErrorCode(r), "invalid_request") << body;
+  }
+  EXPECT_EQ(stack_.orch_db.Count("SELECT count(*) FROM saga_events"), 0);
+  EXPECT_EQ(ChargeStatus("3ds-4"), "requires_action");
+}
+
+TEST_F(ThreeDSecure, AnyOtherCardSkipsTheConfirmationAndTheCapture) {
+  auto placed = Place("visa-1", "pm_card_visa");
+  ASSERT_EQ(placed->status, 201) << placed->body;
+  auto view = View("visa-1");
+  EXPECT_EQ(view["saga_version"], 2);
+  EXPECT_EQ(view["steps"][2]["status"], "skipped");
+  EXPECT_EQ(view["steps"][3]["status"], "skipped");
+  EXPECT_EQ(ChargeStatus("visa-1"), "captured");
+  auto report = stack_.orch.service.Reconcile(std::chrono::hours(1));
+  EXPECT_TRUE(report.discrepancies.empty()) << report.ToText();
+  // It awaits nothing: the events route says so, and stores nothing.
+  auto r = Answer("visa-1", "payment_confirmed");
+  EXPECT_EQ(r->status, 409);
+  EXPECT_EQ(test_support::ErrorCode(r), "event_not_accepted");
+}
+
+}  // namespace

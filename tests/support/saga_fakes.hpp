@@ -1,0 +1,122 @@
+// Doubles of the saga engine's seams for tests without a network or a database: scripted
+// participants (answers by derived key, every call logged) and an in-memory journal that
+// records what the runner made durable, parks when asked to, and holds delivered events.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "steps/saga/runner.hpp"
+
+namespace test_support {
+
+// A participant double: answers each derived key from a script and logs every call.
+class FakeParticipants {
+ public:
+  // Answers for `key`, in order; the last one repeats.
+  void Script(const std::string& key, std::vector<saga::StepResult> answers) {
+    scripts_[key] = std::deque<saga::StepResult>(answers.begin(), answers.end());
+  }
+  saga::StepFn Step() {
+    return [this](saga::StepContext& ctx) {
+      calls.push_back(ctx.derived_key);
+      auto it = scripts_.find(ctx.derived_key);
+      if (it == scripts_.end()) {
+        return saga::StepResult::Succeeded({{ctx.step_name + "_id", ctx.step_name + "-1"}});
+      }
+      saga::StepResult r = it->second.front();
+      if (it->second.size() > 1) it->second.pop_front();
+      return r;
+    };
+  }
+  std::vector<std::string> calls;
+
+ private:
+  std::map<std::string, std::deque<saga::StepResult>> scripts_;
+};
+
+class FakeJournal : public saga::Journal {
+ public:
+  bool KeepLease() override {
+    ++lease_checks;
+    return lease_checks <= lose_lease_after;
+  }
+  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult&,
+                         const std::string& failed_step) override {
+    events.push_back("begin_compensation:" + failed_step);
+    compensating_steps = steps;
+    return allow_begin;
+  }
+  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
+                  std::chrono::milliseconds retry_in) override {
+    events.push_back("stuck");
+    deferred_for = retry_in;
+    compensating_steps = steps;
+    return true;
+  }
+  ParkResult Park(const std::vector<saga::StepRecord>& steps,
+                  std::chrono::milliseconds wake_in) override {
+    if (!can_park) return ParkResult::kUnsupported;
+    events.push_back("park");
+    parked_for = wake_in;
+    checkpoint = steps;
+    return ParkResult::kParked;
+  }
+  std::chrono::milliseconds KeepLeaseEvery() const override { return keep_lease_every; }
+  bool CancelRequested() override {
+    return cancel_after_boundaries >= 0 && boundaries++ >= cancel_after_boundaries;
+  }
+  bool can_park = false;  // a journal of our own that parks (the store's does)
+  std::chrono::milliseconds parked_for{0};
+  std::vector<saga::StepRecord> checkpoint;
+  int cancel_after_boundaries = -1;  // the cancel arrives once this many steps have begun
+  int boundaries = 0;
+  std::chrono::milliseconds keep_lease_every{2000};
+  std::chrono::milliseconds deferred_for{0};
+  int lease_checks = 0;
+  int lose_lease_after = 1 << 30;
+  bool allow_begin = true;
+  // External events: Deliver() stores one (the first of a name wins, as the store's does).
+  void Deliver(const std::string& name, nlohmann::json payload) {
+    for (const auto& e : delivered) {
+      if (e.name == name) return;
+    }
+    delivered.push_back({name, std::move(payload)});
+  }
+  std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
+    ++event_reads;
+    for (const auto& e : delivered) {
+      for (const auto& n : names) {
+        if (e.name == n) return e;
+      }
+    }
+    return std::nullopt;
+  }
+  AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,
+                         const std::vector<std::string>& names,
+                         std::chrono::milliseconds wake_in) override {
+    if (!can_park) return AwaitResult::kUnsupported;
+    events.push_back("await");
+    parked_for = wake_in;
+    checkpoint = steps;
+    if (deliver_while_parking) {
+      Deliver(deliver_while_parking->name, deliver_while_parking->payload);
+      deliver_while_parking.reset();
+      return AwaitResult::kArrived;
+    }
+    awaited = names;
+    return AwaitResult::kParked;
+  }
+  std::vector<saga::ReceivedEvent> delivered;
+  // Delivered during the next AwaitEvent (the race a store closes by re-reading after parking).
+  std::optional<saga::ReceivedEvent> deliver_while_parking;
+  std::vector<std::string> awaited;
+  int event_reads = 0;
+  std::vector<std::string> events;
+  std::vector<saga::StepRecord> compensating_steps;
+};
+
+}  // namespace test_support
