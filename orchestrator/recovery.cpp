@@ -1,6 +1,7 @@
 #include "orchestrator/recovery.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/log.hpp"
 
@@ -10,7 +11,7 @@ Recovery::Recovery(ParentStore& store, SagaService& sagas, RecoveryOptions optio
     : store_(store),
       sagas_(sagas),
       options_(options),
-      sweeper_("recovery_sweep", options.sweep_interval, [this] { SweepOnce(); }),
+      sweeper_("recovery_sweep", options.sweep_interval, [this] { Drain(); }),
       collector_("gc", options.gc_interval, [this] { CollectGarbage(); }) {}
 
 void Recovery::Start() {
@@ -28,11 +29,27 @@ int Recovery::SweepOnce() {
   int capacity = std::min(options_.sweep_batch, sagas_.FreeCapacity());
   if (capacity <= 0) return 0;
   auto claims = store_.TakeOverExpiredBatch(sagas_.owner(), capacity);
+  int resumed = 0;
   for (const auto& claim : claims) {
     // Refused only when shutting down: the lease then expires again for another replica.
-    sagas_.ResumeAsync(claim);
+    resumed += sagas_.ResumeAsync(claim) ? 1 : 0;
   }
-  return static_cast<int>(claims.size());
+  return resumed;
+}
+
+void Recovery::Drain() {
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + options_.sweep_interval;
+  bool more = true;  // the last sweep took all it asked for: others may be due
+  while (more && Clock::now() < until) {
+    int free = sagas_.FreeCapacity();
+    if (free <= 0) {
+      // Every thread is busy with sagas this sweep resumed; they take milliseconds each.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    more = SweepOnce() == std::min(options_.sweep_batch, free);
+  }
 }
 
 void Recovery::CollectGarbage() {

@@ -31,10 +31,16 @@ class Recovery {
   void Start();
   void Stop();
 
-  // One sweep now (tests, and `POST /v1/sagas/{key}/retry`); returns sagas taken over.
+  // One sweep now (tests, and `POST /v1/sagas/{key}/retry`); returns the sagas taken over
+  // and resumed here (none once shutting down).
   int SweepOnce();
 
  private:
+  // What the sweeper runs each interval: sweeps again at once while sweeps come back full,
+  // for up to one interval, so that many sagas due together (timers that fire at once, a
+  // storm of events) resume at the pace of the saga pool rather than one batch a tick.
+  void Drain();
+
   void CollectGarbage();
 
   ParentStore& store_;
