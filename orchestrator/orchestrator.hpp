@@ -47,7 +47,7 @@ struct OrchestratorOptions {
         .business_errors = {"insufficient_stock"}}},
       {"payment",
        {.base_url = common::defaults::LocalUrl(common::defaults::kPaymentPort),
-        .business_errors = {"card_declined", "charge_not_capturable"}}},
+        .business_errors = {"card_declined", "authentication_required", "charge_not_capturable"}}},
       {"shipping", {.business_errors = {"address_unserviceable"}}}};
   std::string service_token = common::defaults::kServiceToken;
   // Per call to a participant (the step deadline bounds all of a step's attempts).

@@ -21,12 +21,14 @@ void Recovery::Start() {
 }
 
 void Recovery::Stop() {
+  stopping_ = true;  // a draining sweep ends at its next pass, not an interval later
   sweeper_.Stop();
   collector_.Stop();
 }
 
-int Recovery::SweepOnce() {
-  int capacity = std::min(options_.sweep_batch, sagas_.FreeCapacity());
+int Recovery::SweepOnce() { return Sweep(std::min(options_.sweep_batch, sagas_.FreeCapacity())); }
+
+int Recovery::Sweep(int capacity) {
   if (capacity <= 0) return 0;
   auto claims = store_.TakeOverExpiredBatch(sagas_.owner(), capacity);
   int resumed = 0;
@@ -41,14 +43,14 @@ void Recovery::Drain() {
   using Clock = std::chrono::steady_clock;
   const auto until = Clock::now() + options_.sweep_interval;
   bool more = true;  // the last sweep took all it asked for: others may be due
-  while (more && Clock::now() < until) {
-    int free = sagas_.FreeCapacity();
-    if (free <= 0) {
+  while (more && !stopping_ && Clock::now() < until) {
+    int ask = std::min(options_.sweep_batch, sagas_.FreeCapacity());
+    if (ask <= 0) {
       // Every thread is busy with sagas this sweep resumed; they take milliseconds each.
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       continue;
     }
-    more = SweepOnce() == std::min(options_.sweep_batch, free);
+    more = Sweep(ask) == ask;
   }
 }
 

@@ -9,6 +9,7 @@
 // Start/Stop from one thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 
 #include "common/periodic.hpp"
@@ -40,12 +41,15 @@ class Recovery {
   // for up to one interval, so that many sagas due together (timers that fire at once, a
   // storm of events) resume at the pace of the saga pool rather than one batch a tick.
   void Drain();
+  // Takes over and resumes up to `capacity` sagas; returns how many it resumed.
+  int Sweep(int capacity);
 
   void CollectGarbage();
 
   ParentStore& store_;
   SagaService& sagas_;
   RecoveryOptions options_;
+  std::atomic<bool> stopping_{false};
   common::Periodic sweeper_;
   common::Periodic collector_;
 };

@@ -62,7 +62,7 @@ class StoreJournal : public saga::Journal {
   }
 
   std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
-    return events_.First(lease_.tenant_id, lease_.key, names);
+    return events_.Take(lease_.tenant_id, lease_.key, names);
   }
 
   AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,

@@ -46,8 +46,14 @@ steps::guard::PlannedEffect PlanCharge(const steps::guard::Request& req) {
   if (b["payment_method"] == kDeclinedCard) {
     return {steps::guard::Problem(402, "card_declined", "the card was declined")};
   }
-  std::string id = "ch_" + common::RandomHex(16);
   bool confirm = b["payment_method"] == kThreeDSecureCard;
+  // A caller that cannot wait for the card holder (it did not say it can) is refused: an
+  // authorisation it would take for a capture would hold the customer's money for ever.
+  if (confirm && !b.value("three_d_secure", false)) {
+    return {steps::guard::Problem(402, "authentication_required",
+                                  "the card needs 3-D Secure, which this caller does not support")};
+  }
+  std::string id = "ch_" + common::RandomHex(16);
   const char* status = confirm ? "requires_action" : "captured";
   nlohmann::json body = {{"charge_id", id},
                          {"amount_cents", b["amount_cents"]},

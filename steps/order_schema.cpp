@@ -121,9 +121,13 @@ std::string ValidateCapture(const nlohmann::json& body) {
 
 std::string ValidateCharge(const nlohmann::json& body) {
   if (!body.is_object()) return "the body must be a JSON object";
-  if (auto e = UnknownField(body, {"amount_cents", "currency", "customer_id", "payment_method"});
+  if (auto e = UnknownField(
+          body, {"amount_cents", "currency", "customer_id", "payment_method", "three_d_secure"});
       !e.empty()) {
     return e;
+  }
+  if (body.contains("three_d_secure") && !body["three_d_secure"].is_boolean()) {
+    return "three_d_secure must be true or false";
   }
   return CheckCharge(body);
 }

@@ -14,7 +14,7 @@ saga::Definition ReserveAndCharge(int version, client::ParticipantClient& invent
         return body;
       })
       .Step("inventory", ReserveItems(inventory), ReleaseItems(inventory))
-      .Step("payment", ChargeOrder(payment), RefundOrder(payment));
+      .Step("payment", ChargeOrder(payment, version >= 2), RefundOrder(payment));
 }
 
 bool NeedsConfirmation(const saga::StepContext& ctx) {
@@ -58,14 +58,15 @@ saga::StepFn ReleaseItems(client::ParticipantClient& inventory) {
   };
 }
 
-saga::StepFn ChargeOrder(client::ParticipantClient& payment) {
-  return [&payment](saga::StepContext& ctx) {
+saga::StepFn ChargeOrder(client::ParticipantClient& payment, bool three_d_secure) {
+  return [&payment, three_d_secure](saga::StepContext& ctx) {
     const auto& r = *ctx.request;
-    return payment.Post("/v1/charges", ctx,
-                        {{"amount_cents", r["amount_cents"]},
-                         {"currency", r["currency"]},
-                         {"customer_id", r["customer_id"]},
-                         {"payment_method", r["payment_method"]}});
+    nlohmann::json charge = {{"amount_cents", r["amount_cents"]},
+                             {"currency", r["currency"]},
+                             {"customer_id", r["customer_id"]},
+                             {"payment_method", r["payment_method"]}};
+    if (three_d_secure) charge["three_d_secure"] = true;
+    return payment.Post("/v1/charges", ctx, charge);
   };
 }
 

@@ -28,9 +28,12 @@ struct PlaceOrderOptions {
 
 // The order's steps, for sagas of your own built around them: reserve the order's items and
 // release them; charge the order's amount and refund it. Each reads the order (ctx.request).
+// `three_d_secure`: the saga waits for a card holder's confirmation when the charge answers
+// `requires_action`; without it, a card that needs 3-D Secure is refused (402
+// authentication_required), never left authorised.
 saga::StepFn ReserveItems(client::ParticipantClient& inventory);
 saga::StepFn ReleaseItems(client::ParticipantClient& inventory);
-saga::StepFn ChargeOrder(client::ParticipantClient& payment);
+saga::StepFn ChargeOrder(client::ParticipantClient& payment, bool three_d_secure = false);
 saga::StepFn RefundOrder(client::ParticipantClient& payment);
 
 // The latest version (2).

@@ -69,7 +69,7 @@ void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Respons
   if (step->wait->validate) {
     try {
       step->wait->validate(name, *payload);
-    } catch (const saga::InvalidInput& e) {
+    } catch (const std::exception& e) {  // InvalidInput, or a JSON read of the wrong type
       return SetError(res, 400, "invalid_request", e.what());
     }
   }
@@ -88,6 +88,7 @@ void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Respons
                         .name = name,
                         .event_key = key.key,
                         .request_hash = common::RequestFingerprint("POST", route, *payload),
+                        .wait_events = step->wait->events,
                         .payload = *payload,
                         .response_status = 202,
                         .response_body = answer.dump()},
@@ -113,7 +114,9 @@ void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Respons
                       "the run has this event already, delivered under another Idempotency-Key");
     case Delivered::kNotAccepted:
       return SetError(res, 409, "event_not_accepted",
-                      why_not.empty() ? "the run has ended: it takes no more events" : why_not);
+                      why_not.empty() ? "the run has taken another event of this wait, or ended: "
+                                        "it takes this one no more"
+                                      : why_not);
   }
 }
 

@@ -24,8 +24,9 @@ struct EventDelivery {
   std::string tenant_id;
   std::string run_key;
   std::string name;
-  std::string event_key;     // the delivery's own Idempotency-Key
-  std::string request_hash;  // common::RequestFingerprint of the delivery
+  std::string event_key;                 // the delivery's own Idempotency-Key
+  std::string request_hash;              // common::RequestFingerprint of the delivery
+  std::vector<std::string> wait_events;  // every event of the wait that awaits this one
   nlohmann::json payload;
   int response_status = 202;  // the answer to store and replay
   std::string response_body;
@@ -37,7 +38,7 @@ struct Delivered {
     kReplayed,         // a retry of the delivery: the stored answer
     kKeyReused,        // the event's key was sent before with another payload (422)
     kAlreadyReceived,  // the run has this event from another delivery (409)
-    kNotAccepted,      // the run is not running its actions any more (409)
+    kNotAccepted,      // the run is not running its actions, or its wait took another (409)
   };
   Kind kind = kNotAccepted;
   int response_status = 0;  // kStored, kReplayed
@@ -51,9 +52,11 @@ class EventStore {
   // `accepting`: whether the run may take the event now (the route checked); when not, only
   // a retry of a delivery made before is answered (replayed), and nothing is stored.
   Delivered Deliver(const EventDelivery& delivery, bool accepting);
-  // The first of `names` delivered to the run, oldest first.
-  std::optional<saga::ReceivedEvent> First(const std::string& tenant_id, const std::string& run_key,
-                                           const std::vector<std::string>& names);
+  // What the run's wait for `names` takes: the event it took before (whoever ran it then),
+  // else the first delivered, from now on taken (a later delivery of the wait's other events
+  // is refused). Call it under the run's lease.
+  std::optional<saga::ReceivedEvent> Take(const std::string& tenant_id, const std::string& run_key,
+                                          const std::vector<std::string>& names);
 
  private:
   common::pg::Pool& pool_;

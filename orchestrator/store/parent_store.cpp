@@ -99,12 +99,15 @@ const common::pg::Statement kBeginCompensation{R"sql(
     AND status NOT IN ('compensating', 'completed', 'failed'))sql"};
 
 // A saga set aside until its lease runs out: stuck (deferred), or waiting (parked: $8 the
-// events that wake it sooner, "{}" for none).
+// events that wake it sooner, "{}" for none). A running saga an operator has asked to cancel
+// since its owner last looked wakes at once, to act on it (a cancel that commits after this
+// wakes it itself: kRequestCancel).
 const common::pg::Statement kSetAside{R"sql(
   UPDATE idempotency_keys
   SET stuck = $7, steps = $5::jsonb, updated_at = now(),
       waiting_for = CASE WHEN $7 THEN NULL ELSE $8::text[] END,
-      lease_expires_at = now() + make_interval(secs => $6)
+      lease_expires_at = CASE WHEN NOT $7 AND status = 'started' AND cancel_requested IS NOT NULL
+                              THEN now() ELSE now() + make_interval(secs => $6) END
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed'))sql"};
 
@@ -133,9 +136,10 @@ const common::pg::Statement kTakeOverBatch{std::string(R"sql(
   WHERE k.tenant_id = expired.tenant_id AND k.idempotency_key = expired.idempotency_key
   RETURNING )sql") + kColumns};
 
+// A parked saga runs nowhere: its lease is its wake-up time, kept across the shutdown.
 const common::pg::Statement kReleaseLeases{R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
-  WHERE lease_owner = $1 AND status IN ('started', 'compensating'))sql"};
+  WHERE lease_owner = $1 AND status IN ('started', 'compensating') AND waiting_for IS NULL)sql"};
 
 // Only a deferred lease (stuck is cleared by every takeover): a saga some replica is running
 // right now keeps its lease.
@@ -253,7 +257,6 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   s.resolution = nlohmann::json::parse(r(25).as<std::string>());
   auto waiting = nlohmann::json::parse(r(26).as<std::string>());
   if (waiting.is_array()) {
-    s.parked = true;
     for (const auto& e : waiting) s.waiting_for.push_back(e.get<std::string>());
   }
   return s;

@@ -60,8 +60,7 @@ struct SagaRow {
   // Operators' decisions ({"operator","reason"|"note","at"}), null when none.
   nlohmann::json cancel_requested;
   nlohmann::json resolution;
-  // Parked (waiting with no owner running it), and the events whose delivery wakes it.
-  bool parked = false;
+  // While parked on a wait for external events: their names.
   std::vector<std::string> waiting_for;
 };
 

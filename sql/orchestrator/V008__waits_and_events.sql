@@ -20,6 +20,9 @@ CREATE TABLE saga_events (
   response_status  integer     NOT NULL CHECK (response_status BETWEEN 200 AND 299),
   response_body    text        NOT NULL,
   received_at      timestamptz NOT NULL DEFAULT now(),
+  -- When the run's wait took it: every later owner takes the same one, and the wait's other
+  -- events are refused from then on.
+  taken_at         timestamptz,
   -- One delivery per event name and run: the first wins, whoever sends it and however often.
   PRIMARY KEY (tenant_id, idempotency_key, name),
   -- Gone with the run when garbage collection deletes it.

@@ -64,18 +64,22 @@ Definition& Definition::Sleep(std::string name, std::chrono::milliseconds durati
   if (duration.count() < 0) {
     throw std::invalid_argument("step '" + name + "': a sleep cannot be negative");
   }
-  SleepUntil(std::move(name),
-             [duration](const StepContext& ctx) { return ctx.arrived_at + duration; });
-  steps_.back().longest_wait = duration;
-  return *this;
+  return SleepUntil(
+      std::move(name), [duration](const StepContext& ctx) { return ctx.arrived_at + duration; },
+      duration);
 }
 
-Definition& Definition::SleepUntil(std::string name, WakeFn until) {
+Definition& Definition::SleepUntil(std::string name, WakeFn until,
+                                   std::chrono::milliseconds longest) {
   if (!until) throw std::invalid_argument("step '" + name + "' needs a wake-up time");
+  if (longest.count() < 0) {
+    throw std::invalid_argument("step '" + name + "': a sleep cannot be negative");
+  }
   StepDefinition step;
   step.name = std::move(name);
   step.kind = StepKind::kTimer;
   step.wake_at = std::move(until);
+  step.longest_wait = longest;
   return Add(std::move(step));
 }
 

@@ -84,8 +84,8 @@ struct StepDefinition {
   ConditionFn when;                       // unset: always runs
   WakeFn wake_at;                         // kTimer
   std::shared_ptr<const EventWait> wait;  // kEvent
-  // How long the step may wait, when known (Sleep, Await): it adds to the saga's longest
-  // run, which participants' key retention must cover. A SleepUntil's is not known.
+  // How long the step may wait (a timer's bound, an event wait's timeout): it adds to the
+  // saga's longest run, which participants' key retention must cover.
   std::chrono::milliseconds longest_wait{0};
 
   // Whether an applied step has something to undo.
@@ -130,8 +130,10 @@ class Definition {
   // RetryPolicy::park_after or more holds no thread, survives restarts and fires on any
   // replica (recovery's sweep: at most about a second late).
   Definition& Sleep(std::string name, std::chrono::milliseconds duration);
-  // The same, until the time `until` computes (from the input and earlier outputs).
-  Definition& SleepUntil(std::string name, WakeFn until);
+  // The same, until the time `until` computes (from the input and earlier outputs), and never
+  // longer than `longest` after the step is reached: participants must keep their keys for
+  // the saga's longest run, so a wait needs a bound.
+  Definition& SleepUntil(std::string name, WakeFn until, std::chrono::milliseconds longest);
   // Waits for one of `wait.events`, parked (no thread) until it arrives or times out.
   // Throws std::invalid_argument for a bad name, no events, or an event another step awaits.
   Definition& Await(std::string name, EventWait wait);

@@ -359,7 +359,7 @@ StepResult Runner::Timer(const StepDefinition& step, const SagaInput& input,
   ctx.arrived_at = FromUnixMs(record.first_attempt_unix_ms);
   std::chrono::system_clock::time_point wake;
   try {
-    wake = step.wake_at(ctx);
+    wake = std::min(step.wake_at(ctx), ctx.arrived_at + step.longest_wait);
   } catch (const std::exception& e) {
     std::string why = std::string("the wake-up time did not compute: ") + e.what();
     interrupted = Defer(input, step.name, why, all, journal);
@@ -372,6 +372,8 @@ StepResult Runner::Timer(const StepDefinition& step, const SagaInput& input,
       record.detail.clear();
       return StepResult::Succeeded({{"woke_at_unix_ms", ToUnixMs(wake)}});
     }
+    // A wait has applied nothing: a cancel ends it here, as at a step boundary.
+    if (journal.CancelRequested()) return CancelledByOperator();
     record.status = StepStatus::kWaiting;
     record.detail = "sleeping until unix ms " + std::to_string(ToUnixMs(wake));
     if (auto stop = Pause(left, input, all, journal)) {
@@ -434,9 +436,13 @@ StepResult Runner::AwaitEvent(const StepDefinition& step, const SagaInput& input
       interrupted = SagaEnd::kAbandoned;
       return StepResult::Retryable("waiting");
     }
+    if (journal.CancelRequested()) return CancelledByOperator();  // as in Timer
     record.status = StepStatus::kWaiting;
     record.detail = "waiting for " + names;
-    switch (journal.AwaitEvent(all, wait.events, left)) {
+    // park_after 0 means never park: the wait then polls on this thread.
+    auto parked = policy_.park_after.count() > 0 ? journal.AwaitEvent(all, wait.events, left)
+                                                 : Journal::AwaitResult::kUnsupported;
+    switch (parked) {
       case Journal::AwaitResult::kParked:
         waiting_for = wait.events;
         interrupted = SagaEnd::kParked;
@@ -608,18 +614,16 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       if (record.status == StepStatus::kSucceeded || record.status == StepStatus::kSkipped) {
         continue;  // checkpointed
       }
+      std::string condition_error;
       if (defs[i].when) {
         StepContext ctx = Context(defs[i], input, result.outputs, record.action_key);
-        bool runs = false;
+        bool runs = true;
         try {
           runs = defs[i].when(ctx);
         } catch (const std::exception& e) {
-          result.end =
-              Defer(input, defs[i].name, std::string("the step's condition threw: ") + e.what(),
-                    result.steps, journal);
-          return result;
+          condition_error = std::string("the step's condition threw: ") + e.what();
         }
-        if (!runs) {
+        if (condition_error.empty() && !runs) {
           record.status = StepStatus::kSkipped;
           continue;
         }
@@ -642,6 +646,11 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         result.failure = CancelledByOperator();
         result.failed_step = defs[i].name;
         break;
+      }
+      // Stuck until fixed, but never past a cancel (checked first: the step has not run).
+      if (!condition_error.empty()) {
+        result.end = Defer(input, defs[i].name, condition_error, result.steps, journal);
+        return result;
       }
       std::optional<SagaEnd> interrupted;
       StepResult r = StepResult::Retryable("not run");

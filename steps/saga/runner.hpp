@@ -152,7 +152,9 @@ class Journal {
                           std::chrono::milliseconds /*wake_in*/) {
     return ParkResult::kUnsupported;  // a journal that cannot park: the runner sleeps instead
   }
-  // The first of `names` delivered to this run, if any.
+  // The event of `names` this run's wait takes: the one it took before (a resumed run decides
+  // as the owner before it did), else the first delivered, from now on taken; nullopt while
+  // none has come.
   virtual std::optional<ReceivedEvent> Event(const std::vector<std::string>& /*names*/) {
     return std::nullopt;
   }

@@ -128,6 +128,23 @@ TEST_F(ThreeDSecure, AnAnswerThatIsNotOneTheSagaReadsIsRefusedAndStoresNothing) 
   EXPECT_EQ(ChargeStatus("3ds-4"), "requires_action");
 }
 
+// ship_order cannot wait for the card holder: such a card is refused, never left authorised.
+TEST_F(ThreeDSecure, ASagaThatCannotWaitForTheCardHolderIsRefusedAndChargesNothing) {
+  nlohmann::json body = nlohmann::json::parse(Order("pm_card_3ds"));
+  body["address"] = {{"name", "Ada Lovelace"},
+                     {"line1", "12 St James's Square"},
+                     {"city", "London"},
+                     {"postal_code", "SW1Y 4JH"},
+                     {"country", "GB"}};
+  auto r = test_support::Post(orch_, "/v1/runs/ship_order",
+                              test_support::Order("ship-3ds", body.dump()));
+  ASSERT_EQ(r->status, 402) << r->body;
+  EXPECT_EQ(test_support::ErrorCode(r), "authentication_required");
+  EXPECT_EQ(nlohmann::json::parse(r->body)["compensated"], nlohmann::json({"inventory"}));
+  EXPECT_EQ(stack_.pay_db.Count("SELECT count(*) FROM charges"), 0);
+  EXPECT_EQ(Reserved(), 0);
+}
+
 TEST_F(ThreeDSecure, AnyOtherCardSkipsTheConfirmationAndTheCapture) {
   auto placed = Place("visa-1", "pm_card_visa");
   ASSERT_EQ(placed->status, 201) << placed->body;

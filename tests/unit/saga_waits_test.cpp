@@ -103,6 +103,30 @@ TEST_F(WaitsTest, ACancelAfterTheLastStepThatRunsIsTooLateWhenTheRestIsSkipped) 
   EXPECT_EQ(Step(r, "capture").status, StepStatus::kSkipped);
 }
 
+TEST_F(WaitsTest, ACancelThatComesAsAWaitBeginsEndsItInsteadOfParking) {
+  Definition d("timed");
+  d.Step("inventory", fake_.Step(), fake_.Step()).Sleep("cool_off", 1h);
+  journal_.cancel_after_boundaries = 2;  // not yet at the wait's boundary; by the time it parks
+  auto r = Run(d);
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(r.failure.error_code, "saga_cancelled");
+  EXPECT_EQ(r.failed_step, "cool_off");
+  EXPECT_EQ(journal_.parked_for, 0ms);  // never parked
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-inventory-compensate"}));
+}
+
+TEST_F(WaitsTest, ACancelWinsOverAConditionThatThrows) {
+  Definition d("conditional");
+  d.Step("inventory", fake_.Step(), fake_.Step())
+      .Step("approval", fake_.Step(), fake_.Step())
+      .When([](const StepContext&) -> bool { throw std::runtime_error("no such field"); });
+  journal_.cancel_after_boundaries = 1;
+  auto r = Run(d);
+  EXPECT_EQ(r.end, SagaEnd::kFailed);  // not stuck for ever: the operator's cancel is heard
+  EXPECT_EQ(r.failure.error_code, "saga_cancelled");
+  EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-inventory-compensate"}));
+}
+
 TEST_F(WaitsTest, ASkippedStepStaysSkippedWhenTheSagaResumes) {
   bool asked = false;
   Definition d("conditional");
@@ -182,15 +206,22 @@ TEST_F(WaitsTest, AShortTimerIsSleptAndTheSagaGoesOn) {
 
 TEST_F(WaitsTest, SleepUntilWakesAtTheTimeComputedFromTheInput) {
   Definition d("timed");
-  d.SleepUntil("until_due", [](const StepContext& ctx) {
-    return std::chrono::system_clock::time_point(
-        std::chrono::milliseconds(ctx.Input<nlohmann::json>().at("due_unix_ms").get<long long>()));
-  });
+  d.SleepUntil(
+      "until_due",
+      [](const StepContext& ctx) {
+        return std::chrono::system_clock::time_point(std::chrono::milliseconds(
+            ctx.Input<nlohmann::json>().at("due_unix_ms").get<long long>()));
+      },
+      std::chrono::hours(3));
   saga::SagaInput input;
   input.request = {{"due_unix_ms", UnixMsAgo(-2h)}};
   auto r = Run(d, input);
   EXPECT_EQ(r.end, SagaEnd::kParked);
   EXPECT_GT(journal_.parked_for, 119min);
+  input.request = {{"due_unix_ms", UnixMsAgo(-5h)}};  // past its bound: it wakes at the bound
+  EXPECT_EQ(Run(d, input).end, SagaEnd::kParked);
+  EXPECT_LE(journal_.parked_for, 3h);
+  EXPECT_GT(journal_.parked_for, 179min);
   input.request = {{"due_unix_ms", UnixMsAgo(1s)}};  // already past: no wait at all
   journal_.events.clear();
   EXPECT_EQ(Run(d, input).end, SagaEnd::kCompleted);
@@ -346,8 +377,12 @@ TEST(WaitDefinitions, WaitsCountTowardsTheLongestRunParticipantsMustKeepKeysFor)
   auto noop = [](StepContext&) { return StepResult::Succeeded({}); };
   saga::RetryPolicy policy{.step_deadline = 2min};
   Definition d("waits");
-  d.Step("a", noop, noop).Sleep("pause", 1h).Await("approval", {.events = {"ok"}, .timeout = 3h});
-  EXPECT_EQ(saga::LongestRun(policy, d), 2min + 1h + 3h);
+  d.Step("a", noop, noop)
+      .Sleep("pause", 1h)
+      .Await("approval", {.events = {"ok"}, .timeout = 3h})
+      .SleepUntil(
+          "until", [](const StepContext& ctx) { return ctx.arrived_at; }, 30min);
+  EXPECT_EQ(saga::LongestRun(policy, d), 2min + 1h + 3h + 30min);
 }
 
 }  // namespace
