@@ -122,7 +122,12 @@ void AddDevCommand(CLI::App& app, Run& run) {
                 << " (service token: dev-service-token)\n"
                 << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
                 << " (Ctrl-C stops everything)" << std::endl;
-      idemsaga_cmd::WaitForStopSignal();
+      // A Ctrl-C that reaches only the cluster (it leads a process group of its own) must not
+      // leave the stack running without its database.
+      if (idemsaga_cmd::WaitForStopSignal(std::chrono::seconds(1),
+                                          [&] { return cluster->ServerRunning(); }) == 0) {
+        std::cerr << "the dev PostgreSQL cluster has stopped: stopping everything" << std::endl;
+      }
       stop_all();
       cluster->Stop();
       std::cout << "stopped" << std::endl;

@@ -1,6 +1,9 @@
 #include "cmd/idemsaga/signals.hpp"
 
+#include <signal.h>
+
 #include <csignal>
+#include <ctime>
 
 namespace idemsaga_cmd {
 namespace {
@@ -27,6 +30,17 @@ int WaitForStopSignal() {
   int sig = 0;
   sigwait(&set, &sig);
   return sig;
+}
+
+int WaitForStopSignal(std::chrono::milliseconds poll, const std::function<bool()>& keep_waiting) {
+  sigset_t set = StopSignals();
+  const timespec every{static_cast<time_t>(poll.count() / 1000),
+                       static_cast<long>((poll.count() % 1000) * 1000000)};
+  for (;;) {
+    int sig = sigtimedwait(&set, nullptr, &every);
+    if (sig > 0) return sig;
+    if (!keep_waiting()) return 0;
+  }
 }
 
 }  // namespace idemsaga_cmd

@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
@@ -195,6 +197,21 @@ void PrivateCluster::StopDetached(const fs::path& dir, bool remove) {
   cluster.bindir_ = FindBindir();
   cluster.running_ = fs::exists(cluster.options_.dir / "data" / "postmaster.pid");
   cluster.Stop();
+}
+
+bool PrivateCluster::ServerRunning() const {
+  // The server removes the file when it stops. Anything this cannot read is taken as running:
+  // a wrong "stopped" would end a healthy stack.
+  const auto path = options_.dir / "data" / "postmaster.pid";
+  std::error_code ec;
+  bool exists = fs::exists(path, ec);
+  if (ec) return true;
+  if (!exists) return false;
+  std::ifstream pid_file(path);
+  pid_t pid = 0;
+  if (!(pid_file >> pid) || pid <= 0) return true;
+  // EPERM: alive, and another user's (the server runs as `postgres` when we are root).
+  return kill(pid, 0) == 0 || errno == EPERM;
 }
 
 std::string PrivateCluster::Url(std::string_view dbname) const {

@@ -65,6 +65,9 @@ class PrivateCluster {
   static void StopDetached(const std::filesystem::path& dir, bool remove);
 
   std::string Url(std::string_view dbname = "postgres") const;
+  // Whether the server this object started is still running (its postmaster.pid names a live
+  // process): false once it was stopped behind our back (a Ctrl-C that reached only it).
+  bool ServerRunning() const;
   // Where the cluster lives: Options::dir, or the folder ReachableDir chose instead.
   const std::filesystem::path& dir() const { return options_.dir; }
 
