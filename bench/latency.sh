@@ -10,31 +10,8 @@
 #   env: PG_PORT O_PORT I_PORT P_PORT S_PORT (defaults 57432 20080 20081 20082 20083), N (2000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-BIN=${1:-$ROOT/build/release/cmd/idemsaga/idemsaga}
-LOADGEN=${LOADGEN:-$ROOT/build/release/bench/loadgen}
-[[ -x $LOADGEN ]] || LOADGEN=$ROOT/build/test/bench/loadgen
 PG_PORT=${PG_PORT:-57432} O_PORT=${O_PORT:-20080} I_PORT=${I_PORT:-20081}
 P_PORT=${P_PORT:-20082} S_PORT=${S_PORT:-20083} N=${N:-2000}
-WORK=$(mktemp -d /tmp/idemsaga-latency.XXXXXX)
-DEV_PID=
-cleanup() {
-  if [[ -n $DEV_PID ]] && kill -0 "$DEV_PID" 2>/dev/null; then
-    kill -INT "$DEV_PID"
-    wait "$DEV_PID" || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$BIN" dev --dir "$WORK/data" --pg-port "$PG_PORT" --orchestrator-port "$O_PORT" \
-  --inventory-port "$I_PORT" --payment-port "$P_PORT" --shipping-port "$S_PORT" >"$WORK/log" 2>&1 &
-DEV_PID=$!
-for _ in $(seq 180); do
-  grep -q "dev ready" "$WORK/log" && break
-  sleep 1
-done
-grep -q "dev ready" "$WORK/log" || { cat "$WORK/log"; exit 1; }
-O=http://127.0.0.1:$O_PORT
+source bench/dev_stack.sh "${1:-}" latency
 "$LOADGEN" --url "$O" --api-key dev-key-demo --prefix warm -n 200 -c 1 >/dev/null
 "$LOADGEN" --url "$O" --api-key dev-key-demo --prefix c1 -n "$N" -c 1

@@ -12,32 +12,9 @@
 #   env: PG_PORT O_PORT I_PORT P_PORT S_PORT (defaults 56432 19080 19081 19082 19083)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-BIN=${1:-$ROOT/build/release/cmd/idemsaga/idemsaga}
-LOADGEN=${LOADGEN:-$ROOT/build/release/bench/loadgen}
-[[ -x $LOADGEN ]] || LOADGEN=$ROOT/build/test/bench/loadgen
 PG_PORT=${PG_PORT:-56432} O_PORT=${O_PORT:-19080} I_PORT=${I_PORT:-19081}
 P_PORT=${P_PORT:-19082} S_PORT=${S_PORT:-19083}
-WORK=$(mktemp -d /tmp/idemsaga-outage.XXXXXX)
-DEV_PID=
-cleanup() {
-  if [[ -n $DEV_PID ]] && kill -0 "$DEV_PID" 2>/dev/null; then
-    kill -INT "$DEV_PID"
-    wait "$DEV_PID" || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$BIN" dev --dir "$WORK/data" --pg-port "$PG_PORT" --orchestrator-port "$O_PORT" \
-  --inventory-port "$I_PORT" --payment-port "$P_PORT" --shipping-port "$S_PORT" >"$WORK/log" 2>&1 &
-DEV_PID=$!
-for _ in $(seq 180); do
-  grep -q "dev ready" "$WORK/log" && break
-  sleep 1
-done
-grep -q "dev ready" "$WORK/log" || { cat "$WORK/log"; exit 1; }
-O=http://127.0.0.1:$O_PORT
+source bench/dev_stack.sh "${1:-}" outage
 faults() {
   curl -sf -o /dev/null -X PUT -H 'Authorization: Bearer dev-service-token' \
     -H 'Content-Type: application/json' -d "$1" "http://127.0.0.1:$P_PORT/admin/faults"

@@ -13,32 +13,9 @@
 #   env: N (10000), PG_PORT O_PORT I_PORT P_PORT S_PORT (defaults 58432 21080 21081 21082 21083)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-BIN=${1:-$ROOT/build/release/cmd/idemsaga/idemsaga}
-LOADGEN=${LOADGEN:-$ROOT/build/release/bench/loadgen}
-[[ -x $LOADGEN ]] || LOADGEN=$ROOT/build/test/bench/loadgen
 PG_PORT=${PG_PORT:-58432} O_PORT=${O_PORT:-21080} I_PORT=${I_PORT:-21081}
 P_PORT=${P_PORT:-21082} S_PORT=${S_PORT:-21083} N=${N:-10000}
-WORK=$(mktemp -d /tmp/idemsaga-waiting.XXXXXX)
-DEV_PID=
-cleanup() {
-  if [[ -n $DEV_PID ]] && kill -0 "$DEV_PID" 2>/dev/null; then
-    kill -INT "$DEV_PID"
-    wait "$DEV_PID" || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$BIN" dev --dir "$WORK/data" --pg-port "$PG_PORT" --orchestrator-port "$O_PORT" \
-  --inventory-port "$I_PORT" --payment-port "$P_PORT" --shipping-port "$S_PORT" >"$WORK/log" 2>&1 &
-DEV_PID=$!
-for _ in $(seq 180); do
-  grep -q "dev ready" "$WORK/log" && break
-  sleep 1
-done
-grep -q "dev ready" "$WORK/log" || { cat "$WORK/log"; exit 1; }
-O=http://127.0.0.1:$O_PORT
+source bench/dev_stack.sh "${1:-}" waiting
 DB=$(sed -n 's/^ *orchestrator database: //p' "$WORK/log" | head -1)
 proc() {  # threads and RSS (MiB) of the dev process now, and its peak RSS
   awk -v what="$1" '/^Threads:/ {t=$2} /^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2}

@@ -4,6 +4,7 @@
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
+#include "common/strings.hpp"
 #include "orchestrator/http/routes.hpp"
 
 namespace orchestrator::http {
@@ -31,12 +32,6 @@ std::string WhyNotAccepted(const SagaRow& row, const saga::StepDefinition& step)
   return "";
 }
 
-std::string Joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out.append(out.empty() ? "" : ", ").append(n);
-  return out;
-}
-
 void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Response& res) {
   auto row = PathSaga(req, res, d.auth, d.store, 2);
   if (!row) return;
@@ -56,9 +51,9 @@ void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Respons
       }
     }
     return SetError(res, 409, "event_not_expected",
-                    awaited.empty()
-                        ? "this run awaits no events"
-                        : "this run awaits no such event; it awaits: " + Joined(awaited));
+                    awaited.empty() ? "this run awaits no events"
+                                    : "this run awaits no such event; it awaits: " +
+                                          common::Join(awaited, ", "));
   }
   auto key =
       common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),

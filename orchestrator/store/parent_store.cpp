@@ -4,6 +4,7 @@
 
 #include "common/log.hpp"
 #include "common/pg/statement.hpp"
+#include "common/strings.hpp"
 
 namespace orchestrator {
 namespace {
@@ -268,9 +269,7 @@ double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); 
 
 // Names of [a-z0-9_] only (event names): nothing in them needs quoting in an array literal.
 std::string TextArray(const std::vector<std::string>& names) {
-  std::string out = "{";
-  for (const auto& n : names) out.append(out.size() > 1 ? "," : "").append(n);
-  return out + "}";
+  return "{" + common::Join(names, ",") + "}";
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
+#include "common/strings.hpp"
 #include "common/trace/trace_context.hpp"
 
 namespace saga {
@@ -26,12 +27,6 @@ std::chrono::system_clock::time_point FromUnixMs(long long ms) {
 
 long long ToUnixMs(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
-std::string Joined(const std::vector<std::string>& names, const char* separator) {
-  std::string out;
-  for (const auto& n : names) out.append(out.empty() ? "" : separator).append(n);
-  return out;
 }
 
 void LogStep(const char* event, const StepContext& ctx, const StepResult& r) {
@@ -397,7 +392,7 @@ StepResult Runner::AwaitEvent(const StepDefinition& step, const SagaInput& input
   StepContext ctx = Context(step, input, outputs, record.action_key);
   ctx.arrived_at = FromUnixMs(record.first_attempt_unix_ms);
   const auto deadline = ctx.arrived_at + wait.timeout;
-  const std::string names = Joined(wait.events, " or ");
+  const std::string names = common::Join(wait.events, " or ");
   for (;;) {
     if (!journal.KeepLease()) {
       interrupted = SagaEnd::kFenced;
