@@ -397,7 +397,8 @@ class Connection {
 };
 
 std::string MakeBody(const Config& cfg) {
-  const bool orders = cfg.path == "/v1/orders";
+  // The order body for /v1/orders and for the order sagas' runs routes.
+  const bool orders = cfg.path == "/v1/orders" || cfg.path.rfind("/v1/runs/place_order", 0) == 0;
   std::string body =
       orders
           ? R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":1}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})"
@@ -443,7 +444,9 @@ int main(int argc, char** argv) {
   std::vector<int> accept;
   CLI::App app{"idemsaga load generator"};
   app.add_option("--url", url, "http://HOST:PORT")->required();
-  app.add_option("--path", cfg.path, "/v1/orders, or /v1/charges for the participant baseline");
+  app.add_option(
+      "--path", cfg.path,
+      "/v1/orders (or /v1/runs/place_order_parallel), or /v1/charges for the participant baseline");
   app.add_option("--api-key", cfg.api_key, "tenant API key (orders)");
   app.add_option("--service-token", cfg.service_token, "service token (participant baseline)");
   app.add_option("--tenant", cfg.tenant, "X-Tenant-ID sent with --service-token")

@@ -6,6 +6,11 @@
 namespace orchestrator {
 
 StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx) {
+  if (result.end == saga::SagaEnd::kCompleted && result.answer) {
+    return {result.answer->status,
+            result.answer->body.dump(),
+            {{"Content-Type", "application/json"}, {"Location", ctx.location}}};
+  }
   if (result.end == saga::SagaEnd::kCompleted) {
     nlohmann::json body = nlohmann::json::object();
     for (const auto& [step, output] : result.outputs.items()) {

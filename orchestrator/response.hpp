@@ -2,7 +2,8 @@
 //
 // Generic over definitions, so a saga declared in code needs no response code of its own:
 //   completed -> 201 {"status":"completed","order_id","idempotency_key",<each step output's
-//                     *_id fields>,"trace_id"}
+//                     *_id fields>,"trace_id"}, or the answer the definition declares
+//                     (Definition::Answer), as it is
 //   failed    -> the failing step's 4xx (402 card_declined, 409 insufficient_stock, ...), or
 //                502 <step>_unavailable when retries ran out, as a problem (RFC 9457,
 //                application/problem+json): {"type","title","status":402,"detail","code",

@@ -5,16 +5,22 @@
 namespace steps {
 namespace {
 
-// The two steps every version starts with.
+saga::Definition OrderSaga(std::string name, int version) {
+  return std::move(saga::Definition(std::move(name), version)
+                       .Input<nlohmann::json>([](const nlohmann::json& body) {
+                         if (auto problem = ValidateOrder(body); !problem.empty()) {
+                           throw saga::InvalidInput(problem);
+                         }
+                         return body;
+                       }));
+}
+
+// The two steps every version of place_order starts with.
 saga::Definition ReserveAndCharge(int version, client::ParticipantClient& inventory,
                                   client::ParticipantClient& payment) {
-  return saga::Definition("place_order", version)
-      .Input<nlohmann::json>([](const nlohmann::json& body) {
-        if (auto problem = ValidateOrder(body); !problem.empty()) throw saga::InvalidInput(problem);
-        return body;
-      })
-      .Step("inventory", ReserveItems(inventory), ReleaseItems(inventory))
-      .Step("payment", ChargeOrder(payment, version >= 2), RefundOrder(payment));
+  return std::move(OrderSaga("place_order", version)
+                       .Step("inventory", ReserveItems(inventory), ReleaseItems(inventory))
+                       .Step("payment", ChargeOrder(payment, version >= 2), RefundOrder(payment)));
 }
 
 bool NeedsConfirmation(const saga::StepContext& ctx) {
@@ -79,10 +85,13 @@ saga::Definition MakePlaceOrderSagaV1(client::ParticipantClient& inventory,
   return ReserveAndCharge(1, inventory, payment);
 }
 
-saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
-                                    client::ParticipantClient& payment,
+namespace {
+
+// After the charge: the card holder's 3-D Secure confirmation when the charge asked for one,
+// then the capture.
+saga::Definition& ConfirmAndCapture(saga::Definition& d, client::ParticipantClient& payment,
                                     const PlaceOrderOptions& options) {
-  return ReserveAndCharge(2, inventory, payment)
+  return d
       .Await("confirmation",
              {.events = {"payment_confirmed", "payment_failed"},
               .timeout = options.confirmation_timeout,
@@ -103,6 +112,26 @@ saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
             return payment.Compensate("/v1/captures/refund", ctx);
           })
       .When(NeedsConfirmation);
+}
+
+}  // namespace
+
+saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
+                                    client::ParticipantClient& payment,
+                                    const PlaceOrderOptions& options) {
+  saga::Definition d = ReserveAndCharge(2, inventory, payment);
+  return std::move(ConfirmAndCapture(d, payment, options));
+}
+
+saga::Definition MakePlaceOrderParallelSaga(client::ParticipantClient& inventory,
+                                            client::ParticipantClient& payment,
+                                            const PlaceOrderOptions& options) {
+  // [parallel-steps]
+  saga::Definition d = OrderSaga("place_order_parallel", /*version=*/1);
+  d.Parallel({{"inventory", ReserveItems(inventory), ReleaseItems(inventory)},
+              {"payment", ChargeOrder(payment, /*three_d_secure=*/true), RefundOrder(payment)}});
+  return std::move(ConfirmAndCapture(d, payment, options));  // as place_order version 2
+  // [parallel-steps]
 }
 
 }  // namespace steps

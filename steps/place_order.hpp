@@ -7,7 +7,8 @@
 // parked, for the event `payment_confirmed` or `payment_failed`, then captures the charge
 // ("A-capture"; compensated by a refund). A failure, or no event within the confirmation
 // timeout, releases the stock and voids the authorisation. For any other card those two steps
-// are skipped. Version 1 stays registered for orders that started with it.
+// are skipped. Version 1 stays registered for orders that started with it. The same saga with
+// the first two steps side by side is place_order_parallel.
 //
 // The clients must outlive the definition. Thread-safe to run concurrently.
 //   registry.Add(steps::MakePlaceOrderSaga(participants.Get("inventory"),
@@ -40,6 +41,13 @@ saga::StepFn RefundOrder(client::ParticipantClient& payment);
 saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
                                     client::ParticipantClient& payment,
                                     const PlaceOrderOptions& options = {});
+// place_order_parallel (version 1): version 2 with the stock reserved and the card charged side
+// by side (POST /v1/runs/place_order_parallel takes the same order). An order refused by one
+// of them may have been applied by the other, which is then undone: a refused card releases
+// the stock, an item out of stock refunds the charge.
+saga::Definition MakePlaceOrderParallelSaga(client::ParticipantClient& inventory,
+                                            client::ParticipantClient& payment,
+                                            const PlaceOrderOptions& options = {});
 // Version 1: inventory, payment.
 saga::Definition MakePlaceOrderSagaV1(client::ParticipantClient& inventory,
                                       client::ParticipantClient& payment);

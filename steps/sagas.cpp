@@ -13,6 +13,9 @@ std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
           [place_order](client::Participants& p) {
             return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"), place_order);
           },
+          [place_order](client::Participants& p) {
+            return MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"), place_order);
+          },
           [](client::Participants& p) -> std::optional<saga::Definition> {
             if (!p.Has("shipping")) {
               common::Log("saga_not_served",

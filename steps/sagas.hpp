@@ -20,7 +20,8 @@ namespace steps {
 // std::out_of_range from Participants::Get.
 using SagaFactory = std::function<std::optional<saga::Definition>(client::Participants&)>;
 
-// place_order (inventory, payment; versions 1 and 2, see place_order.hpp), and ship_order
+// place_order (inventory, payment; versions 1 and 2, see place_order.hpp), its variant
+// place_order_parallel (the two side by side), and ship_order
 // (inventory, payment, shipping) when a shipping participant is configured.
 std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order = {});
 

@@ -272,8 +272,13 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
     for (const auto* def : d.registry.All()) {
       nlohmann::json steps = nlohmann::json::array();
       nlohmann::json events = nlohmann::json::array();
+      nlohmann::json parallel = nlohmann::json::array();
       for (const auto& step : def->steps()) {
         steps.push_back(step.name);
+        if (step.group >= 0) {
+          if (&step == &def->steps()[step.group]) parallel.push_back(nlohmann::json::array());
+          parallel.back().push_back(step.name);
+        }
         if (step.kind != saga::StepKind::kEvent) continue;
         for (const auto& e : step.wait->events) events.push_back(e);
       }
@@ -281,6 +286,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
                        {"version", def->version()},
                        {"steps", steps},
                        {"events", events},
+                       {"parallel", parallel},
                        {"path", "/v1/runs/" + def->name()}});
     }
     res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");

@@ -60,6 +60,23 @@ Definition& Definition::Step(std::string name, StepFn action, StepFn compensatio
   return Add(std::move(step));
 }
 
+Definition& Definition::Parallel(std::vector<Branch> branches) {
+  if (branches.size() < 2 || branches.size() > 16) {
+    throw std::invalid_argument("a parallel group needs 2 to 16 branches");
+  }
+  const int group = static_cast<int>(steps_.size());
+  try {
+    for (auto& b : branches) {
+      Step(std::move(b.name), std::move(b.action), std::move(b.compensation), b.policy);
+      steps_.back().group = group;
+    }
+  } catch (...) {
+    steps_.erase(steps_.begin() + group, steps_.end());  // all of the group or none of it
+    throw;
+  }
+  return *this;
+}
+
 Definition& Definition::Sleep(std::string name, std::chrono::milliseconds duration) {
   if (duration.count() < 0) {
     throw std::invalid_argument("step '" + name + "': a sleep cannot be negative");
@@ -110,7 +127,24 @@ Definition& Definition::Await(std::string name, EventWait wait) {
 Definition& Definition::When(ConditionFn condition) {
   if (steps_.empty()) throw std::logic_error("When() applies to the step added last: add one");
   if (!condition) throw std::invalid_argument("step '" + steps_.back().name + "': no condition");
-  steps_.back().when = std::move(condition);
+  const int group = steps_.back().group;
+  for (auto& step : steps_) {
+    if (&step == &steps_.back() || (group >= 0 && step.group == group)) step.when = condition;
+  }
+  return *this;
+}
+
+Definition& Definition::TypeOutput(OutputParser parse) {
+  if (steps_.empty() || steps_.back().kind != StepKind::kCall) {
+    throw std::logic_error("Output<T>() types the call added last: add one");
+  }
+  steps_.back().parse_output = std::move(parse);
+  return *this;
+}
+
+Definition& Definition::Answer(AnswerFn answer) {
+  if (!answer) throw std::invalid_argument("saga '" + name_ + "': no answer");
+  answer_ = std::move(answer);
   return *this;
 }
 

@@ -4,7 +4,8 @@
 // timeout. Any step may run only when a condition on the input and earlier outputs holds
 // (When); otherwise it is recorded `skipped`. The runner does the mechanics (derived keys,
 // retries, compensation in reverse, recording and persisting outputs, parking a saga that
-// waits so that it holds no thread); a definition only says what each step does.
+// waits so that it holds no thread); a definition only says what each step does. Calls may run
+// side by side in a parallel group (Parallel), each under its own derived key.
 //
 // Immutable once built; safe to share between threads.
 //   auto def = saga::Definition("ship_order", /*version=*/1)
@@ -69,6 +70,16 @@ struct EventWait {
   std::optional<StepResult> on_timeout;
 };
 
+// Types a step's output (Definition::Output); throws naming the field.
+using OutputParser = std::function<std::shared_ptr<const std::any>(const nlohmann::json&)>;
+
+// What a completed saga answers its client (and replays to every retry of the key).
+struct SuccessAnswer {
+  int status = 201;  // 2xx
+  nlohmann::json body;
+};
+using AnswerFn = std::function<SuccessAnswer(const StepContext&)>;
+
 enum class StepKind {
   kCall,   // an action with its compensation
   kTimer,  // waits until a time; nothing to compensate
@@ -87,9 +98,20 @@ struct StepDefinition {
   // How long the step may wait (a timer's bound, an event wait's timeout): it adds to the
   // saga's longest run, which participants' key retention must cover.
   std::chrono::milliseconds longest_wait{0};
+  // The index of the first step of this step's parallel group; -1: it runs alone.
+  int group = -1;
+  OutputParser parse_output;  // kCall; unset: the output is untyped JSON
 
   // Whether an applied step has something to undo.
   bool Compensable() const { return kind == StepKind::kCall; }
+};
+
+// One branch of a parallel group: a call as Step() takes it.
+struct Branch {
+  std::string name;
+  StepFn action;
+  StepFn compensation;
+  StepPolicy policy = {};
 };
 
 // The input broke a rule; what() names the field ("address.country must be ...").
@@ -124,6 +146,25 @@ class Definition {
     return *this;
   }
 
+  // The step added last (a call) answers a T: `parse` turns its output into one, or throws
+  // naming the field. Later steps and every compensation read it as ctx.Output<T>(step). It
+  // is parsed when the step succeeds: an answer that does not parse stops the saga, visibly
+  // stuck, since the action was applied and nothing should be decided on a guess, until a
+  // build that reads it resumes the saga. Throws std::logic_error before any step, or after
+  // a wait.
+  template <typename T>
+  Definition& Output(std::function<T(const nlohmann::json&)> parse) {
+    return TypeOutput([parse = std::move(parse)](const nlohmann::json& output) {
+      return std::make_shared<const std::any>(parse(output));
+    });
+  }
+  // What the saga answers once every step has succeeded: a 2xx status and a JSON body, from
+  // the input and the outputs (ctx.Output, ctx.Input; ctx.parent_key is the request's key).
+  // Unset: 201 with the outputs' `*_id` fields, the order id, the key and the trace id. One
+  // that throws, or answers another status, leaves the saga stuck with every step done,
+  // until a build whose answer computes resumes it.
+  Definition& Answer(AnswerFn answer);
+
   // Throws std::invalid_argument for a bad or duplicate name, or a missing callable.
   Definition& Step(std::string name, StepFn action, StepFn compensation, StepPolicy policy = {});
   // A durable timer: the saga goes on `duration` after it first reaches this step. A wait of
@@ -134,11 +175,21 @@ class Definition {
   // longer than `longest` after the step is reached: participants must keep their keys for
   // the saga's longest run, so a wait needs a bound.
   Definition& SleepUntil(std::string name, WakeFn until, std::chrono::milliseconds longest);
+  // Runs `branches` (2..16 calls) concurrently, each under its own derived key; the saga goes
+  // on once every branch has succeeded. A branch sees the outputs of the steps before the
+  // group, never a sibling's. When one fails for good, the others send no further attempt,
+  // and every branch that was or may have been applied is compensated with the steps before,
+  // in the reverse order the branches finished. A branch that waits long (a backoff, a
+  // Retry-After) parks the whole group once its siblings have ended; the branches that
+  // succeeded are not sent again. Throws std::invalid_argument as Step() does, or for fewer
+  // than 2 or more than 16 branches.
+  Definition& Parallel(std::vector<Branch> branches);
   // Waits for one of `wait.events`, parked (no thread) until it arrives or times out.
   // Throws std::invalid_argument for a bad name, no events, or an event another step awaits.
   Definition& Await(std::string name, EventWait wait);
-  // The step added last runs only when `condition` holds; otherwise it is recorded `skipped`
-  // (and, never applied, never compensated). Throws std::logic_error before any step.
+  // The step added last (every branch, when that was a parallel group) runs only when
+  // `condition` holds; otherwise it is recorded `skipped` (and, never applied, never
+  // compensated). Throws std::logic_error before any step.
   Definition& When(ConditionFn condition);
 
   // The step that awaits `event`; nullptr when none does.
@@ -150,14 +201,17 @@ class Definition {
   const std::string& name() const { return name_; }
   int version() const { return version_; }
   const std::vector<StepDefinition>& steps() const { return steps_; }
+  const AnswerFn& answer() const { return answer_; }
 
  private:
   std::string name_;
   int version_;
   std::function<std::shared_ptr<const std::any>(const nlohmann::json&)> parse_;
   std::vector<StepDefinition> steps_;
+  AnswerFn answer_;
 
   Definition& Add(StepDefinition step);
+  Definition& TypeOutput(OutputParser parse);
 };
 
 }  // namespace saga

@@ -51,6 +51,24 @@ StepResult Call(const StepFn& fn, StepContext& ctx) {
   }
 }
 
+// The records' indices in the order their compensations run: the reverse of the order the
+// steps ended, a parallel group's branches by their finish_order (a branch that had not
+// ended counts as ending last). Records follow the definition's order.
+std::vector<size_t> UndoOrder(const std::vector<StepRecord>& steps,
+                              const std::vector<StepDefinition>& defs) {
+  std::vector<std::pair<std::pair<size_t, int>, size_t>> keyed;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const bool branch = i < defs.size() && defs[i].name == steps[i].name && defs[i].group >= 0;
+    const size_t block = branch ? static_cast<size_t>(defs[i].group) : i;
+    const int within = branch && steps[i].finish_order == 0 ? 1 << 30 : steps[i].finish_order;
+    keyed.push_back({{block, within}, i});
+  }
+  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a > b; });
+  std::vector<size_t> order;
+  for (const auto& [key, i] : keyed) order.push_back(i);
+  return order;
+}
+
 }  // namespace
 
 RetryPolicy RetryPolicy::For(const StepPolicy& step) const {
@@ -105,6 +123,7 @@ nlohmann::json StepRecord::ToJson() const {
   if (!detail.empty()) j["detail"] = detail;
   if (first_attempt_unix_ms != 0) j["first_attempt_unix_ms"] = first_attempt_unix_ms;
   if (maybe_applied) j["maybe_applied"] = true;
+  if (finish_order != 0) j["finish_order"] = finish_order;
   return j;
 }
 
@@ -125,6 +144,7 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
   r.detail = j.value("detail", "");
   r.first_attempt_unix_ms = j.value("first_attempt_unix_ms", 0LL);
   r.maybe_applied = j.value("maybe_applied", false);
+  r.finish_order = j.value("finish_order", 0);
   return r;
 }
 
@@ -214,6 +234,7 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
   ctx.request = &input.request;
   ctx.outputs = &outputs;
   ctx.input = input.typed;
+  ctx.steps = &definition_.steps();
   ctx.call_timeout = step.policy.call_timeout.value_or(std::chrono::milliseconds(0));
   ctx.trace = {input.trace_id, common::trace::NewSpanId()};
   return ctx;
@@ -284,6 +305,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   StepContext ctx = Context(step, input, outputs, record.action_key);
   auto step_span = StartSpan("step " + step.name, saga_span, input);
   step_span.Set("step", step.name).Set("derived_key", record.action_key);
+  if (step.group >= 0) step_span.Set("parallel_group", definition_.steps()[step.group].name);
   ctx.deadline = deadline;
   bool in_doubt = record.maybe_applied;
   StepResult last = StepResult::Retryable("not attempted");
@@ -297,6 +319,16 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     record.attempts = attempt;
     auto attempt_span = StartAttemptSpan(step.name + " attempt", step_span.context(), ctx);
     last = Call(step.action, ctx);
+    if (last.outcome == Outcome::kSucceeded && step.parse_output) {
+      try {
+        step.parse_output(last.output);
+      } catch (const std::exception& e) {
+        // Applied, with an answer this build cannot read: neither new nor undone on a guess.
+        in_doubt = true;
+        last = StepResult::Blocked(last.http_status,
+                                   std::string("the step's answer does not parse: ") + e.what());
+      }
+    }
     common::CrashPoint("after_step_sent");
     CountAttempt(step.name, "action", last.outcome);
     // A step that succeeds at once is in the trace and in saga_finished: a line is for what
@@ -531,9 +563,21 @@ std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps) {
 
 std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition) {
   std::chrono::milliseconds total{0};
-  for (const auto& step : definition.steps()) {
-    total +=
+  std::chrono::milliseconds group_longest{0};  // a parallel group lasts as its longest branch
+  const auto& steps = definition.steps();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& step = steps[i];
+    auto longest =
         step.kind == StepKind::kCall ? policy.For(step.policy).step_deadline : step.longest_wait;
+    if (step.group < 0) {
+      total += longest;
+      continue;
+    }
+    group_longest = std::max(group_longest, longest);
+    if (i + 1 == steps.size() || steps[i + 1].group != step.group) {
+      total += group_longest;
+      group_longest = std::chrono::milliseconds(0);
+    }
   }
   return total;
 }
@@ -556,6 +600,34 @@ SagaResult Runner::Run(SagaInput input, Journal& journal) const {
     return result;
   }
   result = RunSteps(input, journal, saga_span.context());
+  if (result.end == SagaEnd::kCompleted && definition_.answer()) {
+    std::string why;
+    try {
+      StepContext ctx;
+      ctx.saga_name = definition_.name();
+      ctx.saga_version = definition_.version();
+      ctx.tenant_id = input.tenant_id;
+      ctx.parent_key = input.parent_key;
+      ctx.request = &input.request;
+      ctx.outputs = &result.outputs;
+      ctx.input = input.typed;
+      ctx.steps = &definition_.steps();
+      ctx.trace = {input.trace_id, ""};
+      result.answer = definition_.answer()(ctx);
+      (void)result.answer->body.dump();  // throws on text JSON cannot carry (invalid UTF-8)
+      if (result.answer->status < 200 || result.answer->status > 299) {
+        why = "the saga's answer has status " + std::to_string(result.answer->status) +
+              "; a completed saga answers 2xx";
+      }
+    } catch (const std::exception& e) {
+      why = std::string("the saga's answer did not compute: ") + e.what();
+    }
+    if (!why.empty()) {
+      // Every step is done and checkpointed: a build whose answer computes finishes it.
+      result.answer.reset();
+      result.end = Defer(input, "", why, result.steps, journal);
+    }
+  }
   saga_span.Set("outcome", std::string(ToString(result.end)));
   if (result.end == SagaEnd::kCompleted) {
     saga_span.Ok();
@@ -605,23 +677,34 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     }
     for (size_t i = 0; i < defs.size(); ++i) {
       if (should_stop_()) return result;  // kAbandoned
-      auto& record = result.steps[i];
-      if (record.status == StepStatus::kSucceeded || record.status == StepStatus::kSkipped) {
-        continue;  // checkpointed
-      }
+      // A parallel group is one step boundary: [i, end).
+      size_t end = i + 1;
+      while (defs[i].group >= 0 && end < defs.size() && defs[end].group == defs[i].group) ++end;
+      bool runs_any = false;
       std::string condition_error;
-      if (defs[i].when) {
-        StepContext ctx = Context(defs[i], input, result.outputs, record.action_key);
-        bool runs = true;
-        try {
-          runs = defs[i].when(ctx);
-        } catch (const std::exception& e) {
-          condition_error = std::string("the step's condition threw: ") + e.what();
+      for (size_t j = i; j < end; ++j) {
+        auto& record = result.steps[j];
+        if (record.status == StepStatus::kSucceeded || record.status == StepStatus::kSkipped) {
+          continue;  // checkpointed
         }
-        if (condition_error.empty() && !runs) {
-          record.status = StepStatus::kSkipped;
-          continue;
+        if (defs[j].when) {
+          StepContext ctx = Context(defs[j], input, result.outputs, record.action_key);
+          bool runs = true;
+          try {
+            runs = defs[j].when(ctx);
+          } catch (const std::exception& e) {
+            condition_error = std::string("the step's condition threw: ") + e.what();
+          }
+          if (condition_error.empty() && !runs) {
+            record.status = StepStatus::kSkipped;
+            continue;
+          }
         }
+        runs_any = true;
+      }
+      if (!runs_any && condition_error.empty()) {
+        i = end - 1;
+        continue;
       }
       // A step its condition skips is no boundary: a cancel that comes after the last step
       // that runs is too late, as one during that step is.
@@ -635,7 +718,10 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         // that never arrived leaves a tombstone and changes nothing else).
         if (input.resumed) {
           for (size_t j = i; j < result.steps.size(); ++j) {
-            if (defs[j].Compensable()) result.steps[j].status = StepStatus::kInDoubt;
+            if (defs[j].Compensable() && result.steps[j].status != StepStatus::kSucceeded &&
+                result.steps[j].status != StepStatus::kSkipped) {
+              result.steps[j].status = StepStatus::kInDoubt;
+            }
           }
         }
         result.failure = CancelledByOperator();
@@ -647,6 +733,16 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         result.end = Defer(input, defs[i].name, condition_error, result.steps, journal);
         return result;
       }
+      if (defs[i].group >= 0) {
+        if (auto stop = RunGroup(i, end, input, result, journal, saga_span)) {
+          result.end = *stop;
+          return result;
+        }
+        if (!result.failed_step.empty()) break;
+        i = end - 1;
+        continue;
+      }
+      auto& record = result.steps[i];
       std::optional<SagaEnd> interrupted;
       StepResult r = StepResult::Retryable("not run");
       switch (defs[i].kind) {
@@ -699,8 +795,9 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     }
     common::CrashPoint("after_compensating");
   }
-  for (size_t i = result.steps.size(); i-- > 0;) {
-    auto& record = result.steps[i];
+  const auto order = UndoOrder(result.steps, defs);
+  for (size_t n = 0; n < order.size(); ++n) {
+    auto& record = result.steps[order[n]];
     if (record.status != StepStatus::kCompensating) continue;
     auto def = std::find_if(defs.begin(), defs.end(),
                             [&](const StepDefinition& d) { return d.name == record.name; });
@@ -719,14 +816,14 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     }
     // Only where another compensation follows: the point is a saga half undone.
     bool more =
-        std::any_of(result.steps.begin(), result.steps.begin() + static_cast<std::ptrdiff_t>(i),
-                    [](const auto& s) { return s.status == StepStatus::kCompensating; });
+        std::any_of(order.begin() + static_cast<std::ptrdiff_t>(n) + 1, order.end(),
+                    [&](size_t k) { return result.steps[k].status == StepStatus::kCompensating; });
     if (more) common::CrashPoint("between_compensations");
   }
-  // Reverse order, including steps compensated by an earlier owner before a crash.
-  for (size_t i = result.steps.size(); i-- > 0;) {
-    if (result.steps[i].status == StepStatus::kCompensated) {
-      result.compensated.push_back(result.steps[i].name);
+  // In the order undone, including steps compensated by an earlier owner before a crash.
+  for (size_t k : order) {
+    if (result.steps[k].status == StepStatus::kCompensated) {
+      result.compensated.push_back(result.steps[k].name);
     }
   }
   result.end = SagaEnd::kFailed;

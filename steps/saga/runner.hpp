@@ -1,9 +1,11 @@
 // Runs a saga Definition: each step's action in order, retried with the same derived key;
 // on a definite failure, the decision to compensate is made durable first, then every step
-// that was or may have been applied is compensated in reverse order, each retried until it
-// succeeds. After RetryPolicy::compensation_stuck_after attempts the saga is marked stuck and
-// deferred: the journal pushes its lease out by stuck_retry_interval and the run returns, so a
-// recovery sweeper (in any replica) retries it at that slower pace. Never dropped.
+// that was or may have been applied is compensated in reverse order of completion, each retried
+// until it succeeds. The branches of a parallel group run on threads of their own and end
+// together before the saga goes on. After RetryPolicy::compensation_stuck_after attempts the saga
+// is marked stuck and deferred: the journal pushes its lease out by stuck_retry_interval and the
+// run returns, so a recovery sweeper (in any replica) retries it at that slower pace. Never
+// dropped.
 //
 // The runner makes no network calls itself (the steps do) and holds no transaction; its
 // durable side is the Journal, fenced by lease: when the journal reports the lease lost, the
@@ -84,6 +86,9 @@ struct StepRecord {
   // and its doubt instead of starting over.
   long long first_attempt_unix_ms = 0;
   bool maybe_applied = false;
+  // A parallel branch's place in the order its group's branches ended (1, 2, ...; 0: not a
+  // branch, or not ended): compensations run in the reverse of it.
+  int finish_order = 0;
 
   nlohmann::json ToJson() const;
   // Throws std::invalid_argument (or nlohmann::json::exception) on a record this build
@@ -118,6 +123,7 @@ struct SagaResult {
   std::vector<std::string> compensated;  // step names, in the order they were compensated
   nlohmann::json outputs = nlohmann::json::object();  // step name -> output
   std::vector<std::string> waiting_for;  // kParked on an event wait: the events it awaits
+  std::optional<SuccessAnswer> answer;   // kCompleted, when the definition declares one
 };
 
 // An external event delivered to a run (the journal's store keeps each name once per run).
@@ -234,6 +240,13 @@ class Runner {
                 std::vector<StepRecord>& all, Journal& journal) const;
   SagaResult RunSteps(const SagaInput& input, Journal& journal,
                       const common::trace::SpanContext& saga_span) const;
+  // Runs the parallel group of steps [first, last) whose branches are still to run (their
+  // conditions asked) until each has ended. nullopt: they have; result.failed_step names the
+  // one that failed first, if one did. Otherwise why the run stops: kFenced, kAbandoned,
+  // kDeferred or kParked (the group's records checkpointed).
+  std::optional<SagaEnd> RunGroup(size_t first, size_t last, const SagaInput& input,
+                                  SagaResult& result, Journal& journal,
+                                  const common::trace::SpanContext& saga_span) const;
   // nullopt when undone; otherwise why it stopped: kFenced, kAbandoned or kDeferred.
   std::optional<SagaEnd> Compensate(const StepDefinition& step, const SagaInput& input,
                                     const nlohmann::json& outputs, StepRecord& record,

@@ -1,5 +1,9 @@
 #include "steps/saga/step.hpp"
 
+#include <stdexcept>
+
+#include "steps/saga/definition.hpp"
+
 namespace saga {
 
 const char* ToString(Outcome o) {
@@ -63,6 +67,24 @@ const nlohmann::json& StepContext::Output(std::string_view name) const {
   if (outputs == nullptr) return kNone;
   auto it = outputs->find(name);
   return it == outputs->end() ? kNone : *it;
+}
+
+std::shared_ptr<const std::any> StepContext::TypedOutput(std::string_view name) const {
+  const StepDefinition* def = nullptr;
+  if (steps != nullptr) {
+    for (const auto& s : *steps) {
+      if (s.name == name) def = &s;
+    }
+  }
+  if (def == nullptr || !def->parse_output) {
+    throw std::logic_error("step '" + std::string(name) + "' declares no output type");
+  }
+  const auto& output = Output(name);
+  if (output.is_null()) {
+    throw std::out_of_range("step '" + std::string(name) +
+                            "' has no output (it has not succeeded)");
+  }
+  return def->parse_output(output);
 }
 
 std::string TraceContext::Traceparent() const {

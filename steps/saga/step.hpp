@@ -12,8 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace saga {
+
+struct StepDefinition;
 
 enum class Outcome {
   kSucceeded,  // done; `output` is kept for later steps and the response
@@ -67,6 +70,8 @@ struct StepContext {
   const nlohmann::json* outputs = nullptr;  // earlier steps' outputs, by step name
   // The typed input (Definition::Input): parsed once per run, from the stored request.
   std::shared_ptr<const std::any> input;
+  // The saga's steps, for typed outputs (Definition::Output).
+  const std::vector<StepDefinition>* steps = nullptr;
   TraceContext trace;
   std::chrono::steady_clock::time_point deadline;  // of this attempt's step
   // When the saga first reached this step (kept across parks, restarts and takeovers): what
@@ -84,6 +89,14 @@ struct StepContext {
   // What step `name` answered (its output, the same after a crash or a takeover), or null
   // when it has not succeeded.
   const nlohmann::json& Output(std::string_view name) const;
+  // The same, typed as the step declared it (Definition::Output<T>). Throws std::logic_error
+  // when the step declares no type, std::out_of_range when it has no output (not succeeded),
+  // std::bad_any_cast for another type than the declared one (a bug).
+  template <typename T>
+  T Output(std::string_view name) const {
+    return std::any_cast<T>(*TypedOutput(name));
+  }
+  std::shared_ptr<const std::any> TypedOutput(std::string_view name) const;
 };
 
 }  // namespace saga

@@ -102,6 +102,8 @@ class Stack {
 
 inline constexpr const char* kPlaceOrder = "place_order";
 inline constexpr const char* kShipOrder = "ship_order";
+// place_order with its two steps side by side: the same effects as place_order.
+inline constexpr const char* kPlaceOrderParallel = "place_order_parallel";
 
 // What a client saw for one key.
 struct KeyRecord {

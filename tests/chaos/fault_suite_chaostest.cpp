@@ -557,6 +557,45 @@ TEST_F(FaultSuite, SagasWaitingForAnEventSurviveAKillNineAndFinishOnAnotherRepli
   EXPECT_EQ(unexpected, 0);
 }
 
+// place_order_parallel on a replica armed to die (kill -9) the first time one branch of the
+// group has ended while its sibling is still out: the stock reserved and the charge in flight,
+// or the other way round. The other replica takes the saga over and ends it (the branch that
+// had ended is replayed by its participant and not applied again; the other is sent again, or
+// undone if its sibling was refused). Four rounds, each with a fresh armed replica.
+TEST_F(FaultSuite, AKillNineBetweenTwoParallelBranchesIsFinishedByAnotherReplica) {
+  constexpr int kRounds = 4;
+  Stack stack("parallel", {.replicas = 2});
+  stack.StartParticipants();
+  stack.StartOrchestrator(1);
+  stack.SetFaults("payment", {{"latency_ms", 30}});  // the charge ends after the reservation
+  std::vector<KeyRecord> all;
+  int crashes = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    stack.StartOrchestrator(0, "between_parallel_branches");
+    std::vector<KeyRecord> records;
+    for (int i = 0; i < 4; ++i) {
+      records.push_back({"demo", "parallel-" + std::to_string(round) + "-" + std::to_string(i),
+                         OrderBody(i, i % 2 == 1), chaos::kPlaceOrderParallel});
+    }
+    Driver first({stack.OrchestratorUrl(0)});
+    UnderLoad(first, records, 4, [](Load&) {});
+    crashes += stack.orchestrator(0).Exited(std::chrono::seconds(10)) ? 1 : 0;
+    stack.KillOrchestrator(0);  // in case the point was not reached
+    Driver survivor({stack.OrchestratorUrl(1)});
+    Settle(survivor, records);
+    all.insert(all.end(), records.begin(), records.end());
+  }
+  stack.SetFaults("payment", nlohmann::json::object());
+  long long resumed = Metric(stack.OrchestratorUrl(1), "idemsaga_sagas_resumed_total");
+  auto report = chaos::CheckInvariants(stack, all);
+  Expect(report,
+         report.Line("parallel_branches", "runs=" + std::to_string(all.size()) +
+                                              " crashes=" + std::to_string(crashes) +
+                                              " resumed_by_other=" + std::to_string(resumed)));
+  EXPECT_EQ(crashes, kRounds) << "every round must die between two branches";
+  EXPECT_GT(resumed, 0);
+}
+
 TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {
   Stack stack("zombie", {.replicas = 2});
   stack.StartParticipants();

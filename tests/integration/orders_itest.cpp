@@ -196,11 +196,12 @@ TEST_F(OrdersTest, ASagaWhoseOptionalParticipantIsNotConfiguredIsNotServed) {
   auto runs = client_->Get("/v1/runs", {{"Authorization", "Bearer dev-key-demo"}});
   ASSERT_EQ(runs->status, 200);
   auto sagas = nlohmann::json::parse(runs->body)["sagas"];
-  ASSERT_EQ(sagas.size(), 2u) << runs->body;  // place_order's two versions
+  ASSERT_EQ(sagas.size(), 3u) << runs->body;  // place_order's two versions, and its variant
   EXPECT_EQ(sagas[0]["name"], "place_order");
   EXPECT_EQ(sagas[1]["name"], "place_order");
   EXPECT_EQ(sagas[1]["version"], 2);
   EXPECT_EQ(sagas[1]["events"], nlohmann::json({"payment_confirmed", "payment_failed"}));
+  EXPECT_EQ(sagas[2]["name"], "place_order_parallel");
   auto ship = Post(*client_, "/v1/runs/ship_order", Order("no-ship"));
   EXPECT_EQ(ship->status, 404) << ship->body;
   EXPECT_EQ(ParentKeys(), 0);

@@ -127,6 +127,17 @@ saga::StepFn Observed(const std::string& step, const saga::StepFn& undo) {
   };
 }
 
+// The payment step's output, typed.
+struct Charge {
+  std::string id;
+};
+Charge ParseCharge(const nlohmann::json& output) {
+  if (!output.contains("charge_id") || !output["charge_id"].is_string()) {
+    throw saga::InvalidInput("charge_id must be a string");
+  }
+  return {output["charge_id"].get<std::string>()};
+}
+
 saga::Definition MakeGiftBoxSaga(steps::client::Participants& p) {
   auto& inventory = p.Get("inventory");
   auto& payment = p.Get("payment");
@@ -154,10 +165,11 @@ saga::Definition MakeGiftBoxSaga(steps::client::Participants& p) {
                                  {"payment_method", "pm_card_visa"}});
           },
           Observed("payment", [&](Ctx& ctx) { return payment.Compensate("/v1/refunds", ctx); }))
+      .Output<Charge>(ParseCharge)
       .Step("points",
             [&](Ctx& ctx) {
               return loyalty.Post("/v1/points", ctx,
-                                  {{"charge_id", ctx.Output("payment")["charge_id"]},
+                                  {{"charge_id", ctx.Output<Charge>("payment").id},
                                    {"points", ctx.Input<GiftBox>().amount_cents / 100}});
             },
             Observed("points",
@@ -170,7 +182,15 @@ saga::Definition MakeGiftBoxSaga(steps::client::Participants& p) {
                                 {{"cents", ctx.Input<GiftBox>().voucher_cents}});
           },
           Observed("voucher",
-                   [&](Ctx& ctx) { return loyalty.Compensate("/v1/vouchers/void", ctx); }));
+                   [&](Ctx& ctx) { return loyalty.Compensate("/v1/vouchers/void", ctx); }))
+      .Answer([](const Ctx& ctx) {
+        return saga::SuccessAnswer{201,
+                                   {{"status", "completed"},
+                                    {"idempotency_key", ctx.parent_key},
+                                    {"reservation_id", ctx.Output("inventory")["reservation_id"]},
+                                    {"charge_id", ctx.Output<Charge>("payment").id},
+                                    {"points", ctx.Input<GiftBox>().amount_cents / 100}}};
+      });
 }
 
 constexpr const char* kGift =
@@ -291,9 +311,13 @@ TEST_F(SagasTest, ASagaDeclaredInCodeRunsOverHttpWithItsTypedInputAndOutputs) {
   Start();
   auto r = Run("gift-1", kGift);
   ASSERT_EQ(r->status, 201) << r->body;
-  auto body = nlohmann::json::parse(r->body);
-  EXPECT_EQ(body["reservation_id"], ReservationId("gift-1"));
-  EXPECT_EQ(body["charge_id"], ChargeId("gift-1"));
+  // The answer the saga declares, as it declares it.
+  EXPECT_EQ(nlohmann::json::parse(r->body),
+            nlohmann::json({{"status", "completed"},
+                            {"idempotency_key", "gift-1"},
+                            {"reservation_id", ReservationId("gift-1")},
+                            {"charge_id", ChargeId("gift-1")},
+                            {"points", 42}}));
   // The points step was given the charge the payment step made.
   EXPECT_EQ(loyalty_db_.Count("SELECT count(*) FROM points WHERE charge_id = $1 AND points = 42",
                               ChargeId("gift-1")),
@@ -341,10 +365,14 @@ TEST_F(SagasTest, ABadInputIsRefusedNamingTheFieldAndAnUnknownSagaIs404) {
   EXPECT_EQ(inv_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
   // The list names what is served.
   auto list = View("/v1/runs");
-  ASSERT_EQ(list["sagas"].size(), 4u) << list.dump();  // place_order has two versions
+  // place_order has two versions; place_order_parallel runs two of its steps side by side.
+  ASSERT_EQ(list["sagas"].size(), 5u) << list.dump();
   EXPECT_EQ(list["sagas"][0]["name"], "gift_box");
   EXPECT_EQ(list["sagas"][0]["steps"],
             nlohmann::json({"inventory", "payment", "points", "voucher"}));
+  EXPECT_EQ(list["sagas"][0]["parallel"], nlohmann::json::array());
+  EXPECT_EQ(list["sagas"][3]["name"], "place_order_parallel");
+  EXPECT_EQ(list["sagas"][3]["parallel"], nlohmann::json::parse(R"([["inventory","payment"]])"));
 }
 
 TEST_F(SagasTest, ADeclinedLastStepCompensatesInReverseWithTheOutputsOfEarlierSteps) {

@@ -43,16 +43,7 @@ class ThreeDSecure : public ::testing::Test {
   bool Ended(const std::string& key, const std::string& status) {
     return test_support::WaitFor([&] { return View(key)["status"] == status; }, 30s, 50ms);
   }
-  std::string ChargeStatus(const std::string& key) {
-    for (const auto& status : {"requires_action", "captured", "refunded"}) {
-      if (stack_.pay_db.Count(
-              "SELECT count(*) FROM charges WHERE idempotency_key = $1 AND status = $2",
-              key + "-payment", std::string(status)) == 1) {
-        return status;
-      }
-    }
-    return "none";
-  }
+  std::string ChargeStatus(const std::string& key) { return stack_.ChargeStatus(key); }
   long long Reserved() {
     return stack_.inv_db.Count("SELECT coalesce(sum(reserved), 0) FROM stock");
   }

@@ -3,26 +3,70 @@
 // records what the runner made durable, parks when asked to, and holds delivered events.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "steps/saga/runner.hpp"
 
 namespace test_support {
 
-// A participant double: answers each derived key from a script and logs every call.
+// A participant double: answers each derived key from a script and logs every call. Safe to
+// call from parallel branches.
 class FakeParticipants {
  public:
   // Answers for `key`, in order; the last one repeats.
   void Script(const std::string& key, std::vector<saga::StepResult> answers) {
+    std::lock_guard lock(mu_);
     scripts_[key] = std::deque<saga::StepResult>(answers.begin(), answers.end());
+  }
+  // The first call of `key` answers only once `other` has answered, and 50 ms later (or after
+  // 5 s, which `timed_out` reports): orders parallel branches, and proves they overlap.
+  void After(const std::string& key, const std::string& other) {
+    std::lock_guard lock(mu_);
+    after_[key] = other;
+  }
+  // Each of `keys` answers only once all of them have been called (or after 5 s, which
+  // `timed_out` reports): proves that their calls overlap.
+  void Together(const std::vector<std::string>& keys) {
+    std::lock_guard lock(mu_);
+    for (const auto& k : keys) together_[k] = keys;
   }
   saga::StepFn Step() {
     return [this](saga::StepContext& ctx) {
+      std::unique_lock lock(mu_);
       calls.push_back(ctx.derived_key);
+      called_.insert(ctx.derived_key);
+      cv_.notify_all();
+      if (auto t = together_.find(ctx.derived_key); t != together_.end()) {
+        auto all_called = [&, keys = t->second] {
+          return std::all_of(keys.begin(), keys.end(),
+                             [&](const std::string& k) { return called_.count(k) > 0; });
+        };
+        if (!cv_.wait_for(lock, std::chrono::seconds(5), all_called)) timed_out = true;
+      }
+      if (auto a = after_.find(ctx.derived_key); a != after_.end()) {
+        std::string other = a->second;
+        after_.erase(a);
+        if (!cv_.wait_for(lock, std::chrono::seconds(5),
+                          [&] { return answered_.count(other) > 0; })) {
+          timed_out = true;
+        }
+        // Time for the other branch to report its end to the runner before this one does.
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        lock.lock();
+      }
+      answered_.insert(ctx.derived_key);
+      cv_.notify_all();
       auto it = scripts_.find(ctx.derived_key);
       if (it == scripts_.end()) {
         return saga::StepResult::Succeeded({{ctx.step_name + "_id", ctx.step_name + "-1"}});
@@ -33,10 +77,25 @@ class FakeParticipants {
     };
   }
   std::vector<std::string> calls;
+  bool timed_out = false;
 
  private:
+  std::mutex mu_;
+  std::condition_variable cv_;
   std::map<std::string, std::deque<saga::StepResult>> scripts_;
+  std::map<std::string, std::string> after_;
+  std::map<std::string, std::vector<std::string>> together_;
+  std::set<std::string> answered_, called_;
 };
+
+// The record of step `name`; throws std::out_of_range when there is none.
+inline const saga::StepRecord& StepNamed(const std::vector<saga::StepRecord>& steps,
+                                         const std::string& name) {
+  for (const auto& s : steps) {
+    if (s.name == name) return s;
+  }
+  throw std::out_of_range(name);
+}
 
 class FakeJournal : public saga::Journal {
  public:

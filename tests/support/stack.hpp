@@ -48,6 +48,18 @@ struct Stack {
     orch.service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
   }
 
+  // Where the charge made under `key`-payment stands: requires_action, captured, refunded,
+  // or none.
+  std::string ChargeStatus(const std::string& key) const {
+    for (const auto& status : {"requires_action", "captured", "refunded"}) {
+      if (pay_db.Count("SELECT count(*) FROM charges WHERE idempotency_key = $1 AND status = $2",
+                       key + "-payment", std::string(status)) == 1) {
+        return status;
+      }
+    }
+    return "none";
+  }
+
   ScratchDatabase orch_db, inv_db, pay_db, ship_db;
   Serving<services_mock::ParticipantService> inventory, payment, shipping;
   Serving<orchestrator::Orchestrator> orch;

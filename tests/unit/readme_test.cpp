@@ -56,6 +56,12 @@ std::string Marked(const std::string& path, const std::string& marker) {
   return Between(Read(path), marker + "\n", marker + "\n", marker + "\n");
 }
 
+TEST(Readme, TheParallelStepsExampleIsTheShippedSagasCode) {
+  auto code = Marked("steps/place_order.cpp", "  // [parallel-steps]");
+  EXPECT_NE(code.find("d.Parallel("), std::string::npos);
+  EXPECT_EQ(ReadmeBlock("- **Parallel steps.**", "cpp", 1), code);
+}
+
 TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
   const std::string section = "## Use idemsaga in your own project";
   auto cmake = Marked("examples/trip_booking/CMakeLists.txt", "# [cmake]");

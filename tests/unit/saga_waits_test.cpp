@@ -43,11 +43,8 @@ class WaitsTest : public ::testing::Test {
     input.checkpoint = std::move(checkpoint);
     return Run(d, input);
   }
-  const StepRecord& Step(const saga::SagaResult& r, const std::string& name) {
-    for (const auto& s : r.steps) {
-      if (s.name == name) return s;
-    }
-    throw std::out_of_range(name);
+  static const StepRecord& Step(const saga::SagaResult& r, const std::string& name) {
+    return test_support::StepNamed(r.steps, name);
   }
 
   test_support::FakeParticipants fake_;
