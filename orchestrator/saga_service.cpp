@@ -281,11 +281,39 @@ Answer SagaService::Replay(const SagaRow& row) {
                std::chrono::milliseconds(static_cast<long long>(row.expires_in_seconds * 1000))));
 }
 
+bool SagaService::TakeTenantSlot(const std::string& tenant) {
+  std::lock_guard lock(cancels_mutex_);
+  auto& n = tenant_running_[tenant];
+  if (options_.tenant_running_limit > 0 && n >= options_.tenant_running_limit) return false;
+  ++n;
+  return true;
+}
+
+void SagaService::GiveTenantSlot(const std::string& tenant) {
+  std::lock_guard lock(cancels_mutex_);
+  auto it = tenant_running_.find(tenant);
+  if (it != tenant_running_.end() && --it->second == 0) tenant_running_.erase(it);
+}
+
+bool SagaService::Queue(const Claim& claim, std::chrono::milliseconds wake_in, const char* reason) {
+  if (!store_.Park(claim.lease, claim.row.steps, wake_in)) return false;
+  common::Log("saga_queued", {{"tenant", claim.row.tenant_id},
+                              {"key", claim.row.key},
+                              {"reason", reason},
+                              {"trace_id", claim.row.trace_id}});
+  return true;
+}
+
 Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed,
                           std::chrono::steady_clock::time_point answer_by) {
   // running_ was counted when the saga was posted, so queued sagas count as running too.
   CountDown done{running_};
   const SagaRow& row = claim.row;
+  struct GiveBack {
+    SagaService& s;
+    const std::string& tenant;
+    ~GiveBack() { s.GiveTenantSlot(tenant); }
+  } give_back{*this, row.tenant_id};
   // Cancels asked of this process reach the runner at once; the journal's lease renewals
   // bring those asked of another replica.
   auto cancel = std::make_shared<std::atomic<bool>>(false);
@@ -429,11 +457,13 @@ std::optional<std::string> SagaService::Resolve(const SagaRow& row,
                                                 const std::string& operator_name,
                                                 const std::string& note) {
   if (row.status != SagaStatus::kCompensating || !row.stuck) return std::nullopt;
-  // Compensations run last step first: the stuck one is the last still to be undone. The
-  // steps before it are still to be compensated by the saga itself.
+  // The stuck compensation is the first still to be undone in the order they run (the
+  // reverse of the order the steps ended); the ones after it are the saga's to run.
   nlohmann::json steps = row.steps;
-  for (size_t i = steps.size(); i-- > 0;) {
-    auto step = saga::StepRecord::FromJson(steps[i]);
+  std::vector<saga::StepRecord> records;
+  for (const auto& s : steps) records.push_back(saga::StepRecord::FromJson(s));
+  for (size_t i : saga::UndoOrder(records, registry_.Find(row.saga_name, row.saga_version))) {
+    auto& step = records[i];
     if (step.status != saga::StepStatus::kCompensating) continue;
     step.status = saga::StepStatus::kCompensated;
     step.detail = "compensated by hand (";
@@ -448,6 +478,12 @@ std::optional<std::string> SagaService::Resolve(const SagaRow& row,
 
 bool SagaService::ResumeAsync(const Claim& claim) {
   if (stopping_) return false;
+  if (!TakeTenantSlot(claim.row.tenant_id)) {
+    // Its tenant has its fill running here: it waits, durably, for a later sweep (at a
+    // second's pace, not the sweep's, which would take it again at once).
+    Queue(claim, std::chrono::seconds(1), "tenant_limit");
+    return true;
+  }
   ++resumed_;
   ++running_;
   boost::asio::post(*pool_, [this, claim] {
@@ -526,6 +562,13 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     a.root_span_id = root_span_id;
     return a;
   };
+  // Queued before anything runs when its tenant has its fill running here: answered 202,
+  // started by recovery once a slot is free.
+  if (!TakeTenantSlot(s.request.tenant_id)) {
+    --running_;
+    if (!Queue(claim, std::chrono::milliseconds(0), "tenant_limit")) return InProgress(claim.row);
+    return accepted();
+  }
   if (s.answer_early && ++running_inline_ <= static_cast<long long>(options_.inline_limit)) {
     CountDown done{running_inline_};
     // On the request's own thread: handing the saga to the pool and waiting for it cost four
@@ -543,12 +586,10 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     // (a worker held for the response budget is how one slow participant used to turn every
     // route into 503s). Its lease runs out now; recovery starts it when a thread is free.
     --running_;
-    if (!store_.Park(claim.lease, claim.row.steps, std::chrono::milliseconds(0))) {
+    GiveTenantSlot(s.request.tenant_id);
+    if (!Queue(claim, std::chrono::milliseconds(0), "threads")) {
       return InProgress(claim.row);  // fenced: another owner has it already
     }
-    common::Log("saga_queued", {{"tenant", s.request.tenant_id},
-                                {"key", s.request.key},
-                                {"trace_id", claim.row.trace_id}});
     return accepted();
   }
   auto promise = std::make_shared<std::promise<Answer>>();

@@ -75,6 +75,10 @@ struct SagaServiceOptions {
   // saga held up by a slow participant keeps its worker until it ends, and reads, polls of
   // the 202's Location and health checks must still find one.
   size_t inline_limit = 24;
+  // Sagas of one tenant running at once in this process, at most (0: no limit): one tenant's
+  // burst, or its sagas held up by a slow participant, cannot take every thread. A saga past
+  // it waits durably (queued, its lease run out) and recovery starts it when a slot is free.
+  size_t tenant_running_limit = 0;
   FinishedCache::Options finished_cache;  // replays of finished keys from memory
 };
 
@@ -167,6 +171,13 @@ class SagaService {
   // The cancel flag of every saga running in this process, by tenant + '\n' + key.
   std::mutex cancels_mutex_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancels_;
+  // Running sagas by tenant (SagaServiceOptions::tenant_running_limit); guarded by
+  // cancels_mutex_. A slot is taken before a saga is driven, and given back by Drive.
+  std::map<std::string, size_t, std::less<>> tenant_running_;
+  bool TakeTenantSlot(const std::string& tenant);
+  void GiveTenantSlot(const std::string& tenant);
+  // Sets a claimed saga aside for recovery to start after `wake_in`: false when fenced.
+  bool Queue(const Claim& claim, std::chrono::milliseconds wake_in, const char* reason);
   common::metrics::Registry own_metrics_;
   common::metrics::Registry& metrics_;
   saga::RunnerMetrics runner_metrics_;

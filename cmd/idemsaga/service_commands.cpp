@@ -226,6 +226,10 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
                   "calls in flight to each participant at most; a saga past it waits, parked "
                   "(0: no limit)")
       ->capture_default_str();
+  cmd->add_option("--tenant-running-limit", o.sagas.tenant_running_limit,
+                  "sagas of one tenant running at once in this process at most; more wait, "
+                  "queued (0: no limit)")
+      ->capture_default_str();
   cmd->add_option("--park-after-ms", o.retry.park_after,
                   "a wait this long or longer holds no thread: the saga is parked and resumed "
                   "when due (0: never park)")

@@ -21,7 +21,9 @@ struct GroupState {
   bool fenced = false;    // the saga's lease is lost
   int finished = 0;       // branches ended so far, earlier runs of the group included
   size_t ended_here = 0;  // branches of this run that ended
-  std::optional<Clock::time_point> wake;  // the earliest wake-up a parked branch asked for
+  // The latest wake-up a parked branch asked for: the group resumes when every waiting
+  // branch is due (none is sent before its own Retry-After).
+  std::optional<Clock::time_point> wake;
 };
 
 // A branch's view of the saga's journal: the lease is the saga's; what a branch would write
@@ -43,12 +45,14 @@ class BranchJournal : public Journal {
     throw std::logic_error("a parallel branch does not compensate");
   }
   bool DeferStuck(const std::vector<StepRecord>&, std::chrono::milliseconds) override {
-    return true;  // Act reports kDeferred; the group defers the saga
+    std::lock_guard lock(state_.mu);
+    state_.stop = true;  // the saga stops here, visibly: the siblings send nothing more
+    return true;         // Act reports kDeferred; the group defers the saga
   }
   ParkResult Park(const std::vector<StepRecord>&, std::chrono::milliseconds wake_in) override {
     std::lock_guard lock(state_.mu);
     auto wake = Clock::now() + wake_in;
-    if (!state_.wake || wake < *state_.wake) state_.wake = wake;
+    if (!state_.wake || wake > *state_.wake) state_.wake = wake;
     return ParkResult::kParked;
   }
 
@@ -84,27 +88,39 @@ std::optional<SagaEnd> Runner::RunGroup(size_t first, size_t last, const SagaInp
     }
     if (runs.empty()) return std::nullopt;
 
-    auto run_branch = [&](BranchRun& run) {
+    auto run_branch = [&](BranchRun& run) noexcept {
       try {
         BranchJournal branch_journal(journal, state);
         std::vector<StepRecord> own;  // a branch's park or deferral is the group's to write
         run.answer = Act(defs[run.step], input, result.outputs, run.record, own, branch_journal,
                          run.interrupted, saga_span);
+        std::lock_guard lock(state.mu);
+        if (!Ended(run)) return;
+        run.record.finish_order = ++state.finished;
+        if (run.answer.outcome != Outcome::kSucceeded) state.stop = true;
+        // One branch has ended and a sibling may still be running.
+        if (run.answer.outcome == Outcome::kSucceeded && ++state.ended_here < runs.size()) {
+          common::CrashPoint("between_parallel_branches");
+        }
       } catch (...) {
         run.error = std::current_exception();
-      }
-      if (!Ended(run)) return;
-      std::lock_guard lock(state.mu);
-      run.record.finish_order = ++state.finished;
-      if (run.answer.outcome != Outcome::kSucceeded) state.stop = true;
-      // One branch has ended and a sibling may still be running.
-      if (run.answer.outcome == Outcome::kSucceeded && ++state.ended_here < runs.size()) {
-        common::CrashPoint("between_parallel_branches");
+        std::lock_guard lock(state.mu);
+        state.stop = true;  // the journal failed (its database is down): the saga stops
       }
     };
     {
       std::vector<std::jthread> others;
-      for (size_t k = 1; k < runs.size(); ++k) others.emplace_back(run_branch, std::ref(runs[k]));
+      others.reserve(runs.size());
+      for (size_t k = 1; k < runs.size(); ++k) {
+        try {
+          others.emplace_back(run_branch, std::ref(runs[k]));
+        } catch (...) {  // no thread to be had: this branch is not sent, and nor are the rest
+          std::lock_guard lock(state.mu);
+          state.stop = true;
+          for (size_t j = k; j < runs.size(); ++j) runs[j].error = std::current_exception();
+          break;
+        }
+      }
       run_branch(runs[0]);
     }  // joined
 

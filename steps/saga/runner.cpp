@@ -51,11 +51,11 @@ StepResult Call(const StepFn& fn, StepContext& ctx) {
   }
 }
 
-// The records' indices in the order their compensations run: the reverse of the order the
-// steps ended, a parallel group's branches by their finish_order (a branch that had not
-// ended counts as ending last). Records follow the definition's order.
-std::vector<size_t> UndoOrder(const std::vector<StepRecord>& steps,
-                              const std::vector<StepDefinition>& defs) {
+}  // namespace
+
+std::vector<size_t> UndoOrder(const std::vector<StepRecord>& steps, const Definition* definition) {
+  static const std::vector<StepDefinition> kNone;
+  const auto& defs = definition != nullptr ? definition->steps() : kNone;
   std::vector<std::pair<std::pair<size_t, int>, size_t>> keyed;
   for (size_t i = 0; i < steps.size(); ++i) {
     const bool branch = i < defs.size() && defs[i].name == steps[i].name && defs[i].group >= 0;
@@ -65,11 +65,10 @@ std::vector<size_t> UndoOrder(const std::vector<StepRecord>& steps,
   }
   std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a > b; });
   std::vector<size_t> order;
+  order.reserve(keyed.size());
   for (const auto& [key, i] : keyed) order.push_back(i);
   return order;
 }
-
-}  // namespace
 
 RetryPolicy RetryPolicy::For(const StepPolicy& step) const {
   RetryPolicy p = *this;
@@ -682,6 +681,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       while (defs[i].group >= 0 && end < defs.size() && defs[end].group == defs[i].group) ++end;
       bool runs_any = false;
       std::string condition_error;
+      std::vector<size_t> skipped;  // applied only once every branch's condition has answered
       for (size_t j = i; j < end; ++j) {
         auto& record = result.steps[j];
         if (record.status == StepStatus::kSucceeded || record.status == StepStatus::kSkipped) {
@@ -694,13 +694,17 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
             runs = defs[j].when(ctx);
           } catch (const std::exception& e) {
             condition_error = std::string("the step's condition threw: ") + e.what();
+            break;
           }
-          if (condition_error.empty() && !runs) {
-            record.status = StepStatus::kSkipped;
+          if (!runs) {
+            skipped.push_back(j);
             continue;
           }
         }
         runs_any = true;
+      }
+      if (condition_error.empty()) {
+        for (size_t j : skipped) result.steps[j].status = StepStatus::kSkipped;
       }
       if (!runs_any && condition_error.empty()) {
         i = end - 1;
@@ -795,7 +799,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     }
     common::CrashPoint("after_compensating");
   }
-  const auto order = UndoOrder(result.steps, defs);
+  const auto order = UndoOrder(result.steps, &definition_);
   for (size_t n = 0; n < order.size(); ++n) {
     auto& record = result.steps[order[n]];
     if (record.status != StepStatus::kCompensating) continue;

@@ -96,6 +96,12 @@ struct StepRecord {
   static StepRecord FromJson(const nlohmann::json& j);
 };
 
+// The indices of `steps` (a saga's records, in its definition's order) in the order their
+// compensations run: the reverse of the order the steps ended, a parallel group's branches by
+// finish_order (one that had not ended counts as ending last). Without the definition
+// (nullptr), plain reverse order.
+std::vector<size_t> UndoOrder(const std::vector<StepRecord>& steps, const Definition* definition);
+
 enum class SagaEnd {
   kCompleted,  // every action succeeded
   kFailed,     // a step failed for good and the applied steps were compensated

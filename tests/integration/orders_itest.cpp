@@ -685,6 +685,36 @@ TEST_F(OrdersTest, SagasBeyondTheInlineLimitRunOnThePoolWithTheSameAnswers) {
   EXPECT_EQ(Submit(Order("pooled"))->body, done->body);
 }
 
+// One tenant's burst past its running limit waits, queued durably (202), instead of taking
+// threads; another tenant's order meanwhile runs at once; every queued order completes.
+TEST_F(OrdersTest, ATenantPastItsRunningLimitIsQueuedWhileAnotherTenantsOrderRuns) {
+  auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  options.sagas.tenant_running_limit = 1;
+  options.recovery.sweep_interval = 100ms;
+  Start(options);
+  payment_.service.faults().Set({.latency_ms = 400});  // each order holds its slot a while
+  std::vector<std::future<int>> demo;
+  for (int i = 0; i < 4; ++i) {
+    demo.push_back(std::async(std::launch::async, [&, i] {
+      auto c = orch_->Client();
+      auto r = Post(c, "/v1/orders", Order("burst-" + std::to_string(i)));
+      return r ? r->status : 0;
+    }));
+  }
+  std::this_thread::sleep_for(100ms);  // the burst is in
+  auto other = Submit(Order("other-tenant", kOrder, "dev-key-acme"));
+  std::map<int, int> statuses;
+  for (auto& f : demo) ++statuses[f.get()];
+  EXPECT_EQ(statuses, (std::map<int, int>{{201, 1}, {202, 3}}));
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 201) << other->body;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(WaitForStatus("burst-" + std::to_string(i), "completed", 30s)["status"], "completed");
+  }
+  EXPECT_EQ(Charges("captured"), 5);
+  EXPECT_EQ(Reservations("reserved"), 5);
+}
+
 TEST_F(OrdersTest, AParticipantThatStaysDownFailsTheOrderAndCompensatesEveryStepThatMayHaveRun) {
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
   options.sagas.response_budget = std::chrono::milliseconds(300);

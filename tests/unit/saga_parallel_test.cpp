@@ -209,6 +209,50 @@ TEST_F(ParallelTest, ALongRetryAfterParksTheGroupAndAResumeSendsOnlyTheBranchTha
   EXPECT_EQ(Step(resumed, "payment").finish_order, 3);
 }
 
+TEST_F(ParallelTest, TwoBranchesWaitingOutRetryAfterParkUntilBothAreDue) {
+  StepResult soon = StepResult::Retryable("busy", 503);
+  soon.retry_after = 2s;
+  StepResult later = StepResult::Retryable("busy", 503);
+  later.retry_after = 60s;
+  fake_.Script("A-inventory", {soon, StepResult::Succeeded({})});
+  fake_.Script("A-payment", {later, StepResult::Succeeded({})});
+  Definition d("order");
+  d.Parallel({Call("inventory"), Call("payment")});
+  ASSERT_EQ(Run(d).end, SagaEnd::kParked);
+  // Woken no earlier than the payment participant asked: its Retry-After is honoured.
+  EXPECT_GT(journal_.parked_for, 59s);
+  EXPECT_LE(journal_.parked_for, 60s);
+}
+
+TEST_F(ParallelTest, ABlockedBranchStopsItsSiblingsFromSendingMore) {
+  // Inventory is blocked at once; payment, sent alongside, keeps failing and would retry 4
+  // times, 300 ms apart (really slept), if nothing stopped it.
+  fake_.Together({"A-inventory", "A-payment"});
+  fake_.Script("A-inventory", {StepResult::Blocked(401, "wrong token")});
+  StepResult busy = StepResult::Retryable("busy", 503);
+  busy.retry_after = 300ms;
+  fake_.Script("A-payment", {busy});
+  real_sleep_ = true;
+  Definition d("order");
+  d.Parallel({Call("inventory"), Call("payment")});
+  EXPECT_EQ(Run(d).end, SagaEnd::kDeferred);
+  EXPECT_EQ(Count(fake_.calls, "A-payment"), 1);
+  EXPECT_EQ(journal_.events, (Calls{"stuck"}));
+}
+
+TEST_F(ParallelTest, AConditionThatThrowsForOneBranchSkipsNoneOfTheGroup) {
+  Definition d("order");
+  // Asked per branch: inventory's answer is no, payment's throws.
+  d.Parallel({Call("inventory"), Call("payment")}).When([](const StepContext& ctx) -> bool {
+    if (ctx.step_name == "payment") throw std::runtime_error("boom");
+    return false;
+  });
+  EXPECT_EQ(Run(d).end, SagaEnd::kDeferred);
+  EXPECT_EQ(test_support::StepNamed(journal_.compensating_steps, "inventory").status,
+            StepStatus::kNotRun);
+  EXPECT_TRUE(fake_.calls.empty());
+}
+
 TEST_F(ParallelTest, AShortWaitIsSleptAndTheWaitingBranchTriedAgain) {
   StepResult busy = StepResult::Retryable("busy", 503);
   busy.retry_after = 200ms;
@@ -302,6 +346,25 @@ TEST(ParallelDefinition, AGroupNeedsTwoToSixteenDistinctBranchesAndIsAddedWholeO
   EXPECT_EQ(d.steps()[0].group, -1);
   EXPECT_EQ(d.steps()[1].group, 1);
   EXPECT_EQ(d.steps()[2].group, 1);
+}
+
+TEST(ParallelUndoOrder, BranchesAreUndoneInReverseOfFinishingThoseThatDidNotEndFirst) {
+  test_support::FakeParticipants fake;
+  Definition d("order");
+  d.Step("pre", fake.Step(), fake.Step())
+      .Parallel({{"a", fake.Step(), fake.Step()},
+                 {"b", fake.Step(), fake.Step()},
+                 {"c", fake.Step(), fake.Step()}})
+      .Step("post", fake.Step(), fake.Step());
+  std::vector<StepRecord> records(5);
+  const char* names[] = {"pre", "a", "b", "c", "post"};
+  const int finished[] = {0, 2, 0, 1, 0};  // c ended first, then a; b never ended
+  for (size_t i = 0; i < records.size(); ++i) {
+    records[i].name = names[i];
+    records[i].finish_order = finished[i];
+  }
+  EXPECT_EQ(saga::UndoOrder(records, &d), (std::vector<size_t>{4, 2, 1, 3, 0}));
+  EXPECT_EQ(saga::UndoOrder(records, nullptr), (std::vector<size_t>{4, 3, 2, 1, 0}));
 }
 
 TEST(ParallelDefinition, AGroupLastsAsLongAsItsLongestBranch) {
