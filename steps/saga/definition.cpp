@@ -77,6 +77,16 @@ Definition& Definition::Parallel(std::vector<Branch> branches) {
   return *this;
 }
 
+Definition& Definition::Child(std::string name, Definition child, ChildInputFn input) {
+  if (!input) throw std::invalid_argument("step '" + name + "' needs the child's input");
+  StepDefinition step;
+  step.name = std::move(name);
+  step.kind = StepKind::kChild;
+  step.child = std::make_shared<const Definition>(std::move(child));
+  step.child_input = std::move(input);
+  return Add(std::move(step));
+}
+
 Definition& Definition::Sleep(std::string name, std::chrono::milliseconds duration) {
   if (duration.count() < 0) {
     throw std::invalid_argument("step '" + name + "': a sleep cannot be negative");

@@ -84,7 +84,12 @@ enum class StepKind {
   kCall,   // an action with its compensation
   kTimer,  // waits until a time; nothing to compensate
   kEvent,  // waits for an event; nothing to compensate
+  kChild,  // runs another saga; compensated by compensating it
 };
+
+class Definition;
+// What a child saga is started with (its request body), from the input and earlier outputs.
+using ChildInputFn = std::function<nlohmann::json(const StepContext&)>;
 
 struct StepDefinition {
   std::string name;
@@ -100,10 +105,12 @@ struct StepDefinition {
   std::chrono::milliseconds longest_wait{0};
   // The index of the first step of this step's parallel group; -1: it runs alone.
   int group = -1;
-  OutputParser parse_output;  // kCall; unset: the output is untyped JSON
+  OutputParser parse_output;                // kCall; unset: the output is untyped JSON
+  std::shared_ptr<const Definition> child;  // kChild
+  ChildInputFn child_input;                 // kChild
 
   // Whether an applied step has something to undo.
-  bool Compensable() const { return kind == StepKind::kCall; }
+  bool Compensable() const { return kind == StepKind::kCall || kind == StepKind::kChild; }
 };
 
 // One branch of a parallel group: a call as Step() takes it.
@@ -184,6 +191,17 @@ class Definition {
   // succeeded are not sent again. Throws std::invalid_argument as Step() does, or for fewer
   // than 2 or more than 16 branches.
   Definition& Parallel(std::vector<Branch> branches);
+  // Runs `child`, a saga of its own (a registered definition, or one built for this), as this
+  // step, under the derived key "<parent key>-<name>": the child's steps have the keys
+  // "<parent key>-<name>-<step>". Its request is `input(ctx)`, read by the child's Input
+  // parser. The step succeeds when the child completes, with the output {"saga", "request",
+  // "outputs": the child's outputs, "steps": its records}. When the child fails it has undone
+  // its own steps, and this step fails with the child's answer (the saga compensates the
+  // steps before). Compensating this step compensates the completed child, its steps in
+  // reverse. A wait inside the child parks the parent, with the child's steps checkpointed in
+  // this step's record; its spans hang under this step's. Throws std::invalid_argument for a
+  // bad name or no input.
+  Definition& Child(std::string name, Definition child, ChildInputFn input);
   // Waits for one of `wait.events`, parked (no thread) until it arrives or times out.
   // Throws std::invalid_argument for a bad name, no events, or an event another step awaits.
   Definition& Await(std::string name, EventWait wait);

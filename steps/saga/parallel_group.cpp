@@ -177,14 +177,16 @@ std::optional<SagaEnd> Runner::RunGroup(size_t first, size_t last, const SagaInp
                                                                             : SagaEnd::kFenced;
     }
     if (abandoned) return SagaEnd::kAbandoned;
-    if (state.wake) {
-      // Every branch has ended or waits: the earliest wake-up is the group's.
-      auto left = std::max(
-          std::chrono::milliseconds(0),
-          std::chrono::duration_cast<std::chrono::milliseconds>(*state.wake - Clock::now()));
-      if (auto stop = Pause(left, input, result.steps, journal)) return stop;
-      if (should_stop_()) return SagaEnd::kAbandoned;
-    }
+    if (std::all_of(runs.begin(), runs.end(), Ended)) return std::nullopt;  // all succeeded
+    // The others wait; a stop that is none of the above decides nothing, and the next owner
+    // goes on from the records.
+    if (!state.wake) return SagaEnd::kAbandoned;
+    // The group waits until its latest waiting branch is due.
+    auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(*state.wake - Clock::now()));
+    if (auto stop = Pause(left, input, result.steps, journal)) return stop;
+    if (should_stop_()) return SagaEnd::kAbandoned;
   }
 }
 

@@ -566,8 +566,9 @@ std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition
   const auto& steps = definition.steps();
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& step = steps[i];
-    auto longest =
-        step.kind == StepKind::kCall ? policy.For(step.policy).step_deadline : step.longest_wait;
+    auto longest = step.kind == StepKind::kCall    ? policy.For(step.policy).step_deadline
+                   : step.kind == StepKind::kChild ? LongestRun(policy, *step.child)
+                                                   : step.longest_wait;
     if (step.group < 0) {
       total += longest;
       continue;
@@ -669,6 +670,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
             r.attempts = c.attempts;
             r.first_attempt_unix_ms = c.first_attempt_unix_ms;
             r.maybe_applied = c.maybe_applied || c.status == StepStatus::kInDoubt;
+            if (s.kind == StepKind::kChild) r.output = c.output;  // the child's checkpoint
           }
         }
       }
@@ -761,6 +763,10 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
           r = AwaitEvent(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
                          result.waiting_for);
           break;
+        case StepKind::kChild:
+          r = RunChild(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
+                       result.waiting_for, saga_span);
+          break;
       }
       if (interrupted) {
         result.end = *interrupted;
@@ -813,8 +819,11 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
                          result.steps, journal);
       return result;
     }
-    if (auto stopped =
-            Compensate(*def, input, result.outputs, record, result.steps, journal, saga_span)) {
+    if (auto stopped = def->kind == StepKind::kChild
+                           ? CompensateChild(*def, input, result.outputs, record, result.steps,
+                                             journal, saga_span)
+                           : Compensate(*def, input, result.outputs, record, result.steps, journal,
+                                        saga_span)) {
       result.end = *stopped;
       return result;
     }

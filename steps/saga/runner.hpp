@@ -277,6 +277,17 @@ class Runner {
                         std::vector<StepRecord>& all, Journal& journal,
                         std::optional<SagaEnd>& interrupted,
                         std::vector<std::string>& waiting_for) const;
+  // A child saga (StepKind::kChild), run by a runner of its own under this one's journal;
+  // `interrupted` as for AwaitEvent. And its compensation: as Compensate answers.
+  StepResult RunChild(const StepDefinition& step, const SagaInput& input,
+                      const nlohmann::json& outputs, StepRecord& record,
+                      std::vector<StepRecord>& all, Journal& journal,
+                      std::optional<SagaEnd>& interrupted, std::vector<std::string>& waiting_for,
+                      const common::trace::SpanContext& saga_span) const;
+  std::optional<SagaEnd> CompensateChild(const StepDefinition& step, const SagaInput& input,
+                                         const nlohmann::json& outputs, StepRecord& record,
+                                         std::vector<StepRecord>& all, Journal& journal,
+                                         const common::trace::SpanContext& saga_span) const;
   common::trace::Span StartSpan(const std::string& name, const common::trace::SpanContext& parent,
                                 const SagaInput& input) const;
   common::trace::Span StartAttemptSpan(const std::string& name,

@@ -11,12 +11,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string Order(const std::string& method, const std::string& sku = "widget", int quantity = 2) {
-  return R"({"customer_id":"cust_1","items":[{"sku":")" + sku + R"(","quantity":)" +
-         std::to_string(quantity) +
-         R"(}],"amount_cents":2500,"currency":"USD","payment_method":")" + method + R"("})";
-}
-
 class ParallelOrders : public ::testing::Test {
  protected:
   ParallelOrders()
@@ -47,7 +41,7 @@ class ParallelOrders : public ::testing::Test {
 };
 
 TEST_F(ParallelOrders, BothStepsRunUnderTheirOwnKeysAndTheOrderCompletesOnce) {
-  auto placed = Place("par-1", Order("pm_card_visa"));
+  auto placed = Place("par-1", test_support::OrderPaidBy("pm_card_visa"));
   ASSERT_EQ(placed->status, 201) << placed->body;
   auto body = nlohmann::json::parse(placed->body);
   EXPECT_EQ(body["status"], "completed");
@@ -62,7 +56,7 @@ TEST_F(ParallelOrders, BothStepsRunUnderTheirOwnKeysAndTheOrderCompletesOnce) {
   EXPECT_EQ(view["steps"][1]["derived_key"], "par-1-payment");
   EXPECT_EQ(view["steps"][2]["status"], "skipped");  // no 3-D Secure for this card
   // A retry is the stored answer, byte for byte, and sends nothing.
-  auto again = Place("par-1", Order("pm_card_visa"));
+  auto again = Place("par-1", test_support::OrderPaidBy("pm_card_visa"));
   ASSERT_EQ(again->status, 201);
   EXPECT_EQ(again->body, placed->body);
   EXPECT_EQ(stack_.inv_db.Count("SELECT count(*) FROM reservations"), 1);
@@ -74,7 +68,7 @@ TEST_F(ParallelOrders, BothStepsRunUnderTheirOwnKeysAndTheOrderCompletesOnce) {
 // undone, and nothing stays applied.
 TEST_F(ParallelOrders, ADeclinedCardReleasesTheStockItsSiblingReserved) {
   stack_.payment.service.faults().Set({.latency_ms = 200});
-  auto placed = Place("par-2", Order("pm_card_declined"));
+  auto placed = Place("par-2", test_support::OrderPaidBy("pm_card_declined"));
   ASSERT_EQ(placed->status, 402) << placed->body;
   auto body = nlohmann::json::parse(placed->body);
   EXPECT_EQ(body["code"], "card_declined");
@@ -86,7 +80,7 @@ TEST_F(ParallelOrders, ADeclinedCardReleasesTheStockItsSiblingReserved) {
 
 TEST_F(ParallelOrders, AnItemOutOfStockRefundsTheChargeItsSiblingMade) {
   stack_.inventory.service.faults().Set({.latency_ms = 200});
-  auto placed = Place("par-3", Order("pm_card_visa", "gadget", 11));
+  auto placed = Place("par-3", test_support::OrderPaidBy("pm_card_visa", "gadget", 11));
   ASSERT_EQ(placed->status, 409) << placed->body;
   auto body = nlohmann::json::parse(placed->body);
   EXPECT_EQ(body["code"], "insufficient_stock");
@@ -97,7 +91,7 @@ TEST_F(ParallelOrders, AnItemOutOfStockRefundsTheChargeItsSiblingMade) {
 }
 
 TEST_F(ParallelOrders, ACardThatNeeds3DSecureWaitsAfterBothStepsThenCaptures) {
-  auto placed = Place("par-4", Order("pm_card_3ds"));
+  auto placed = Place("par-4", test_support::OrderPaidBy("pm_card_3ds"));
   ASSERT_EQ(placed->status, 202) << placed->body;
   EXPECT_EQ(ChargeStatus("par-4"), "requires_action");
   EXPECT_EQ(Reservations("par-4", "reserved"), 1);
@@ -124,9 +118,9 @@ TEST_F(ParallelOrders, ConcurrentOrdersEachSettleTheirMoneyAndStock) {
     clients.emplace_back([&, t] {
       httplib::Client c = stack_.orch.Client();
       for (int i = t; i < kOrders; i += 6) {
-        std::string body = i % 3 == 0   ? Order("pm_card_declined")
-                           : i % 3 == 1 ? Order("pm_card_visa", "gadget", 11)
-                                        : Order("pm_card_visa");
+        std::string body = i % 3 == 0   ? test_support::OrderPaidBy("pm_card_declined")
+                           : i % 3 == 1 ? test_support::OrderPaidBy("pm_card_visa", "gadget", 11)
+                                        : test_support::OrderPaidBy("pm_card_visa");
         auto r = test_support::Post(c, "/v1/runs/place_order_parallel",
                                     test_support::Order("many-" + std::to_string(i), body));
         statuses[i] = r ? r->status : -1;
@@ -162,8 +156,9 @@ TEST(ParallelResolve, TheStepResolvedByHandIsTheStuckOneInTheOrderTheBranchesFin
   });
   auto orch = stack.orch.Client();
   stack.inventory.service.faults().Set({.latency_ms = 150});  // the charge ends first
-  auto placed = test_support::Post(orch, "/v1/runs/place_order_parallel",
-                                   test_support::Order("res-1", Order("pm_card_3ds")));
+  auto placed =
+      test_support::Post(orch, "/v1/runs/place_order_parallel",
+                         test_support::Order("res-1", test_support::OrderPaidBy("pm_card_3ds")));
   ASSERT_EQ(placed->status, 202) << placed->body;
   stack.inventory.service.faults().Set({.error_rate = 1});  // the release cannot go through
   auto refused =

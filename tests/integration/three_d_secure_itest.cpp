@@ -14,12 +14,6 @@ using namespace std::chrono_literals;
 
 constexpr auto kConfirmationTimeout = 3s;
 
-std::string Order(const std::string& method) {
-  return R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":2}],"amount_cents":2500,)"
-         R"("currency":"USD","payment_method":")" +
-         method + R"("})";
-}
-
 class ThreeDSecure : public ::testing::Test {
  protected:
   ThreeDSecure()
@@ -28,7 +22,8 @@ class ThreeDSecure : public ::testing::Test {
         orch_(stack_.orch.Client()) {}
 
   httplib::Result Place(const std::string& key, const std::string& method = "pm_card_3ds") {
-    return test_support::Post(orch_, "/v1/orders", test_support::Order(key, Order(method)));
+    return test_support::Post(orch_, "/v1/orders",
+                              test_support::Order(key, test_support::OrderPaidBy(method)));
   }
   httplib::Result Answer(const std::string& key, const std::string& event,
                          const std::string& body = "{}") {
@@ -121,7 +116,7 @@ TEST_F(ThreeDSecure, AnAnswerThatIsNotOneTheSagaReadsIsRefusedAndStoresNothing) 
 
 // ship_order cannot wait for the card holder: such a card is refused, never left authorised.
 TEST_F(ThreeDSecure, ASagaThatCannotWaitForTheCardHolderIsRefusedAndChargesNothing) {
-  nlohmann::json body = nlohmann::json::parse(Order("pm_card_3ds"));
+  nlohmann::json body = nlohmann::json::parse(test_support::OrderPaidBy("pm_card_3ds"));
   body["address"] = {{"name", "Ada Lovelace"},
                      {"line1", "12 St James's Square"},
                      {"city", "London"},

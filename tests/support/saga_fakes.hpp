@@ -88,6 +88,16 @@ class FakeParticipants {
   std::set<std::string> answered_, called_;
 };
 
+// A run of `d` as the tests' saga: parent key "A" of tenant demo, a fixed trace id.
+inline saga::SagaResult RunAsA(
+    const saga::Definition& d, const saga::RetryPolicy& policy, saga::Journal& journal,
+    saga::SagaInput input = {}, saga::Runner::Sleep sleep = [](std::chrono::milliseconds) {}) {
+  input.parent_key = "A";
+  input.tenant_id = "demo";
+  input.trace_id = std::string(32, 'a');
+  return saga::Runner(d, policy, std::move(sleep)).Run(std::move(input), journal);
+}
+
 // The record of step `name`; throws std::out_of_range when there is none.
 inline const saga::StepRecord& StepNamed(const std::vector<saga::StepRecord>& steps,
                                          const std::string& name) {

@@ -16,6 +16,15 @@
 
 namespace test_support {
 
+// An order body as POST /v1/orders takes it, paid by `method` (pm_card_visa, pm_card_3ds,
+// pm_card_declined), for `quantity` of `sku`.
+inline std::string OrderPaidBy(const std::string& method, const std::string& sku = "widget",
+                               int quantity = 2) {
+  return R"({"customer_id":"cust_1","items":[{"sku":")" + sku + R"(","quantity":)" +
+         std::to_string(quantity) +
+         R"(}],"amount_cents":2500,"currency":"USD","payment_method":")" + method + R"("})";
+}
+
 struct Stack {
   using Adjust = std::function<void(orchestrator::OrchestratorOptions&)>;
 

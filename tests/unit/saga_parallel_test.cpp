@@ -26,15 +26,12 @@ class ParallelTest : public ::testing::Test {
   ParallelTest() { journal_.can_park = true; }
 
   saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
-    input.parent_key = "A";
-    input.tenant_id = "demo";
-    input.trace_id = std::string(32, 'a');
-    saga::Runner runner(d, policy_, [this](std::chrono::milliseconds ms) {
-      if (real_sleep_) std::this_thread::sleep_for(ms);
-      std::lock_guard lock(mu_);
-      slept_.push_back(ms);
-    });
-    return runner.Run(input, journal_);
+    return test_support::RunAsA(d, policy_, journal_, std::move(input),
+                                [this](std::chrono::milliseconds ms) {
+                                  if (real_sleep_) std::this_thread::sleep_for(ms);
+                                  std::lock_guard lock(mu_);
+                                  slept_.push_back(ms);
+                                });
   }
   saga::SagaResult Resume(const Definition& d, std::vector<StepRecord> checkpoint) {
     saga::SagaInput input;

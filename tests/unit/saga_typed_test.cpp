@@ -29,11 +29,7 @@ Reservation ParseReservation(const nlohmann::json& output) {
 class TypedTest : public ::testing::Test {
  protected:
   saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
-    input.parent_key = "A";
-    input.tenant_id = "demo";
-    input.trace_id = std::string(32, 'a');
-    saga::Runner runner(d, policy_, [](std::chrono::milliseconds) {});
-    return runner.Run(input, journal_);
+    return test_support::RunAsA(d, policy_, journal_, std::move(input));
   }
   test_support::FakeParticipants fake_;
   test_support::FakeJournal journal_;
