@@ -586,14 +586,17 @@ TEST_F(FaultSuite, AKillNineBetweenTwoParallelBranchesIsFinishedByAnotherReplica
     all.insert(all.end(), records.begin(), records.end());
   }
   stack.SetFaults("payment", nlohmann::json::object());
-  long long resumed = Metric(stack.OrchestratorUrl(1), "idemsaga_sagas_resumed_total");
+  // Taken over by the survivor's recovery, or by a client's retry that found the lease run out.
+  long long resumed = Metric(stack.OrchestratorUrl(1), "idemsaga_sagas_resumed_total") +
+                      Metric(stack.OrchestratorUrl(1),
+                             R"(idemsaga_idempotency_requests_total{outcome="taken_over"})");
   auto report = chaos::CheckInvariants(stack, all);
   Expect(report,
          report.Line("parallel_branches", "runs=" + std::to_string(all.size()) +
                                               " crashes=" + std::to_string(crashes) +
                                               " resumed_by_other=" + std::to_string(resumed)));
   EXPECT_EQ(crashes, kRounds) << "every round must die between two branches";
-  EXPECT_GT(resumed, 0);
+  EXPECT_GE(resumed, kRounds) << "each round's killed saga is finished by the other replica";
 }
 
 TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {

@@ -261,6 +261,7 @@ TEST_F(ParallelTest, AShortWaitIsSleptAndTheWaitingBranchTriedAgain) {
 }
 
 TEST_F(ParallelTest, ABlockedBranchDefersTheSagaOnceWithEveryBranchsRecord) {
+  fake_.Together({"A-inventory", "A-payment", "A-shipping"});  // all sent before it is blocked
   fake_.Script("A-payment", {StepResult::Blocked(401, "wrong token")});
   auto r = Run(Order());
   EXPECT_EQ(r.end, SagaEnd::kDeferred);
