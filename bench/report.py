@@ -369,12 +369,20 @@ the CPU during a phase that stayed noisy after 3 attempts: its rates are low for
         f"{rss['rss_after_flood_kb']:.1f}", str(unanswered), f"{passed}/{len(targets)}",
         f"{worst:.0f}",
     ] + [f"{r['per_second']:.0f}" if r else "-" for r in inventory(res).values()]
-    new = not os.path.exists(results_md)
-    with open(results_md, "a") as f:
-        if new:
-            f.write(header)
-        f.write("| " + " | ".join(row) + " |\n")
-    print(f"appended a row to {results_md}")
+    line = "| " + " | ".join(row) + " |\n"
+    if not os.path.exists(results_md):
+        with open(results_md, "w") as f:
+            f.write(header + line)
+    else:
+        # After the run table's last row: the file has sections of other benches below it.
+        with open(results_md) as f:
+            lines = f.readlines()
+        rows = [i for i, l in enumerate(lines) if re.match(r"\| \d{4}-\d\d-\d\d \d\d:\d\d \| ", l)]
+        at = rows[-1] + 1 if rows else len(lines)
+        lines.insert(at, line)
+        with open(results_md, "w") as f:
+            f.writelines(lines)
+    print(f"added a row to {results_md}")
 
 
 def main():
