@@ -2,6 +2,7 @@
 // runner of its own whose journal is the parent's, with the child's records kept in the
 // parent's step record.
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "common/log.hpp"
@@ -11,22 +12,22 @@ namespace saga {
 namespace {
 
 // The child's view of the parent's journal: the lease, cancels and events are the parent's;
-// whatever the child would make durable (a park, a deferral, its decision to compensate) is
-// written as the parent's, with the child's records in the parent's step record. A decision
-// the child makes between two parent writes is not durable by itself: a parent resumed from
-// before it runs the child again from its checkpoint, and the participants replay their
-// answers, so the child decides the same.
+// whatever the child makes durable (a park, a deferral) is written as the parent's, with the
+// child's records in the parent's step record. The child's decision to compensate is the
+// parent's too (a child that fails fails its parent): `begin_compensation` commits it as the
+// parent's before the child sends any compensation.
 class ChildJournal : public Journal {
  public:
-  ChildJournal(Journal& parent, StepRecord& record, std::vector<StepRecord>& all)
-      : parent_(parent), record_(record), all_(all) {}
+  using Begin = std::function<bool(const StepResult& cause)>;
+  ChildJournal(Journal& parent, StepRecord& record, std::vector<StepRecord>& all, Begin begin)
+      : parent_(parent), record_(record), all_(all), begin_(std::move(begin)) {}
 
   bool KeepLease() override { return parent_.KeepLease(); }
   std::chrono::milliseconds KeepLeaseEvery() const override { return parent_.KeepLeaseEvery(); }
-  bool BeginCompensation(const std::vector<StepRecord>& steps, const StepResult&,
+  bool BeginCompensation(const std::vector<StepRecord>& steps, const StepResult& cause,
                          const std::string&) override {
     Keep(steps);
-    return true;
+    return begin_(cause);
   }
   bool CancelRequested() override { return parent_.CancelRequested(); }
   bool DeferStuck(const std::vector<StepRecord>& steps,
@@ -61,6 +62,7 @@ class ChildJournal : public Journal {
   Journal& parent_;
   StepRecord& record_;
   std::vector<StepRecord>& all_;
+  Begin begin_;
 };
 
 std::vector<StepRecord> RecordsIn(const nlohmann::json& output) {
@@ -76,7 +78,7 @@ StepResult Runner::RunChild(const StepDefinition& step, const SagaInput& input,
                             const nlohmann::json& outputs, StepRecord& record,
                             std::vector<StepRecord>& all, Journal& journal,
                             std::optional<SagaEnd>& interrupted,
-                            std::vector<std::string>& waiting_for,
+                            std::vector<std::string>& waiting_for, bool& parent_compensating,
                             const common::trace::SpanContext& saga_span) const {
   const Definition& child_def = *step.child;
   auto span = StartSpan("step " + step.name, saga_span, input);
@@ -110,7 +112,25 @@ StepResult Runner::RunChild(const StepDefinition& step, const SagaInput& input,
     interrupted = Defer(input, step.name, why, all, journal);
     return StepResult::Blocked(0, why);
   }
-  ChildJournal child_journal(journal, record, all);
+  // The child's decision to compensate, committed as the parent's: this step and every step
+  // before it that was or may have been applied are to be undone.
+  auto begin = [&](const StepResult& cause) {
+    std::vector<StepRecord> steps = all;
+    const auto& defs = definition_.steps();
+    for (size_t j = 0; j < steps.size(); ++j) {
+      bool applied = steps[j].status == StepStatus::kSucceeded ||
+                     steps[j].status == StepStatus::kInDoubt || &all[j] == &record;
+      if (applied && j < defs.size() && defs[j].Compensable()) {
+        steps[j].status = StepStatus::kCompensating;
+      }
+    }
+    StepResult failure = cause;
+    failure.outcome = Outcome::kTerminal;
+    if (!journal.BeginCompensation(steps, failure, step.name)) return false;
+    parent_compensating = true;
+    return true;
+  };
+  ChildJournal child_journal(journal, record, all, begin);
   Runner runner(child_def, policy_, sleep_, should_stop_, tracer_, metrics_);
   SagaResult r = runner.Run(std::move(child), child_journal);
   child_journal.Keep(r.steps);
@@ -182,15 +202,19 @@ std::optional<SagaEnd> Runner::CompensateChild(const StepDefinition& step, const
                             [&](const StepDefinition& d) { return d.name == r.name; });
     // A step this build does not define stays to be undone: the child's runner says so.
     bool undo = def == defs.end() || def->Compensable();
-    if (undo && (r.status == StepStatus::kSucceeded || r.status == StepStatus::kInDoubt)) {
-      r.status = StepStatus::kCompensating;
-    }
+    // Every call not known to have applied nothing: one that was retrying when the child
+    // parked may have been applied (a compensation of an action never received leaves a
+    // tombstone and changes nothing else).
+    bool settled = r.status == StepStatus::kCompensated || r.status == StepStatus::kFailed ||
+                   r.status == StepStatus::kSkipped;
+    if (undo && !settled) r.status = StepStatus::kCompensating;
   }
   child.compensating = records;
   child.failure = StepResult::Terminal(409, "parent_compensating",
                                        "the parent saga failed; its child is undone");
   child.failed_step = step.name;
-  ChildJournal child_journal(journal, record, all);
+  ChildJournal child_journal(journal, record, all,
+                             [](const StepResult&) { return true; });  // decided already
   child_journal.Keep(records);
   Runner runner(child_def, policy_, sleep_, should_stop_, tracer_, metrics_);
   SagaResult r = runner.Run(std::move(child), child_journal);

@@ -676,6 +676,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       }
       result.steps.push_back(r);
     }
+    bool decided_by_child = false;  // a failed child committed the decision to compensate
     for (size_t i = 0; i < defs.size(); ++i) {
       if (should_stop_()) return result;  // kAbandoned
       // A parallel group is one step boundary: [i, end).
@@ -765,7 +766,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
           break;
         case StepKind::kChild:
           r = RunChild(defs[i], input, result.outputs, record, result.steps, journal, interrupted,
-                       result.waiting_for, saga_span);
+                       result.waiting_for, decided_by_child, saga_span);
           break;
       }
       if (interrupted) {
@@ -799,7 +800,9 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         s.status = StepStatus::kCompensating;
       }
     }
-    if (!journal.BeginCompensation(result.steps, result.failure, result.failed_step)) {
+    // A child that failed has committed this decision already, as this saga's.
+    if (!decided_by_child &&
+        !journal.BeginCompensation(result.steps, result.failure, result.failed_step)) {
       result.end = SagaEnd::kFenced;
       return result;
     }

@@ -283,7 +283,7 @@ class Runner {
                       const nlohmann::json& outputs, StepRecord& record,
                       std::vector<StepRecord>& all, Journal& journal,
                       std::optional<SagaEnd>& interrupted, std::vector<std::string>& waiting_for,
-                      const common::trace::SpanContext& saga_span) const;
+                      bool& parent_compensating, const common::trace::SpanContext& saga_span) const;
   std::optional<SagaEnd> CompensateChild(const StepDefinition& step, const SagaInput& input,
                                          const nlohmann::json& outputs, StepRecord& record,
                                          std::vector<StepRecord>& all, Journal& journal,

@@ -112,6 +112,52 @@ TEST_F(ChildTest, AFailedChildUndoesItsOwnStepsAndThenTheParentUndoesTheStepsBef
                                 "A-gift-inventory-compensate", "A-pre-compensate"}));
 }
 
+// The child's decision to compensate is the parent's, committed once, before the child sends
+// any compensation; a parent resumed from it (a crash mid-way) finishes the child's undoing,
+// then its own.
+TEST_F(ChildTest, AFailingChildsDecisionIsTheParentsMadeDurableBeforeAnyCompensation) {
+  fake_.Script("A-gift-payment", {StepResult::Terminal(402, "card_declined", "declined")});
+  Definition d = Order(Gift());
+  auto r = Run(d);
+  ASSERT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(journal_.events, (Calls{"begin_compensation:gift"}));
+  auto committed = journal_.compensating_steps;
+  EXPECT_EQ(test_support::StepNamed(committed, "pre").status, StepStatus::kCompensating);
+  auto gift = test_support::StepNamed(committed, "gift");
+  EXPECT_EQ(gift.status, StepStatus::kCompensating);
+  EXPECT_EQ(gift.output["steps"][0]["status"], "compensating");  // the child's inventory
+  // Killed right there: the next owner resumes from what was committed.
+  fake_.calls.clear();
+  saga::SagaInput resume;
+  resume.resumed = true;
+  resume.compensating = committed;
+  resume.failure = r.failure;
+  resume.failed_step = "gift";
+  auto resumed = Run(d, resume);
+  EXPECT_EQ(resumed.end, SagaEnd::kFailed);
+  EXPECT_EQ(fake_.calls, (Calls{"A-gift-inventory-compensate", "A-pre-compensate"}));
+}
+
+TEST_F(ChildTest, ACallTheChildWasRetryingWhenItParkedIsUndoneWithIt) {
+  StepResult timed_out = StepResult::InDoubt("timed out");
+  timed_out.retry_after = 30s;
+  fake_.Script("A-gift-payment", {timed_out});
+  Definition d = Order(Gift());
+  ASSERT_EQ(Run(d).end, SagaEnd::kParked);
+  // Cancelled while parked: the resumed parent undoes the child, the payment that may have
+  // been applied included.
+  journal_.cancel_after_boundaries = 0;
+  fake_.calls.clear();
+  saga::SagaInput resume;
+  resume.resumed = true;
+  resume.checkpoint = journal_.checkpoint;
+  auto r = Run(d, resume);
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(r.failure.error_code, "saga_cancelled");
+  EXPECT_EQ(fake_.calls, (Calls{"A-post-compensate", "A-gift-payment-compensate",
+                                "A-gift-inventory-compensate", "A-pre-compensate"}));
+}
+
 TEST_F(ChildTest, CompensatingTheParentCompensatesACompletedChildInReverse) {
   fake_.Script("A-post", {StepResult::Terminal(422, "undeliverable", "no such address")});
   auto r = Run(Order(Gift()));
