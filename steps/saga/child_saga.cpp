@@ -210,8 +210,8 @@ std::optional<SagaEnd> Runner::CompensateChild(const StepDefinition& step, const
     if (undo && !settled) r.status = StepStatus::kCompensating;
   }
   child.compensating = records;
-  child.failure = StepResult::Terminal(409, "parent_compensating",
-                                       "the parent saga failed; its child is undone");
+  // Never an answer: the parent's own failure is what its client gets.
+  child.failure = StepResult::Retryable("the parent saga failed; its child is undone");
   child.failed_step = step.name;
   ChildJournal child_journal(journal, record, all,
                              [](const StepResult&) { return true; });  // decided already
