@@ -462,9 +462,16 @@ std::optional<std::string> SagaService::Resolve(const SagaRow& row,
   nlohmann::json steps = row.steps;
   std::vector<saga::StepRecord> records;
   for (const auto& s : steps) records.push_back(saga::StepRecord::FromJson(s));
-  for (size_t i : saga::UndoOrder(records, registry_.Find(row.saga_name, row.saga_version))) {
+  const saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
+  for (size_t i : saga::UndoOrder(records, definition)) {
     auto& step = records[i];
     if (step.status != saga::StepStatus::kCompensating) continue;
+    // A child saga's stuck compensation is one of its own steps: marking the whole child
+    // undone would leave its other compensations unsent. Not resolvable by hand here.
+    if (definition != nullptr && i < definition->steps().size() &&
+        definition->steps()[i].kind == saga::StepKind::kChild) {
+      return std::nullopt;
+    }
     step.status = saga::StepStatus::kCompensated;
     step.detail = "compensated by hand (";
     step.detail.append(operator_name).append("): ").append(note);

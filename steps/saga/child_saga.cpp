@@ -114,19 +114,20 @@ StepResult Runner::RunChild(const StepDefinition& step, const SagaInput& input,
   }
   // The child's decision to compensate, committed as the parent's: this step and every step
   // before it that was or may have been applied are to be undone.
+  // The records themselves are marked, not a copy: a park or a deferral while the child
+  // undoes itself writes them again, and must keep what is to be undone.
   auto begin = [&](const StepResult& cause) {
-    std::vector<StepRecord> steps = all;
     const auto& defs = definition_.steps();
-    for (size_t j = 0; j < steps.size(); ++j) {
-      bool applied = steps[j].status == StepStatus::kSucceeded ||
-                     steps[j].status == StepStatus::kInDoubt || &all[j] == &record;
+    for (size_t j = 0; j < all.size(); ++j) {
+      bool applied = all[j].status == StepStatus::kSucceeded ||
+                     all[j].status == StepStatus::kInDoubt || &all[j] == &record;
       if (applied && j < defs.size() && defs[j].Compensable()) {
-        steps[j].status = StepStatus::kCompensating;
+        all[j].status = StepStatus::kCompensating;
       }
     }
     StepResult failure = cause;
     failure.outcome = Outcome::kTerminal;
-    if (!journal.BeginCompensation(steps, failure, step.name)) return false;
+    if (!journal.BeginCompensation(all, failure, step.name)) return false;
     parent_compensating = true;
     return true;
   };

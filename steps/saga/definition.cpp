@@ -79,6 +79,14 @@ Definition& Definition::Parallel(std::vector<Branch> branches) {
 
 Definition& Definition::Child(std::string name, Definition child, ChildInputFn input) {
   if (!input) throw std::invalid_argument("step '" + name + "' needs the child's input");
+  // Events are addressed to the parent's run by name: two steps awaiting one name would take
+  // each other's (a second child confirming a payment nobody confirmed).
+  for (const auto& event : child.Events()) {
+    if (Awaiting(event) != nullptr) {
+      throw std::invalid_argument("event '" + event + "' of child '" + name +
+                                  "' is awaited by another step");
+    }
+  }
   StepDefinition step;
   step.name = std::move(name);
   step.kind = StepKind::kChild;
@@ -160,12 +168,29 @@ Definition& Definition::Answer(AnswerFn answer) {
 
 const StepDefinition* Definition::Awaiting(std::string_view event) const {
   for (const auto& step : steps_) {
+    // A child's events are addressed to its parent's run.
+    if (step.kind == StepKind::kChild) {
+      if (const auto* in_child = step.child->Awaiting(event)) return in_child;
+      continue;
+    }
     if (step.kind != StepKind::kEvent) continue;
     for (const auto& e : step.wait->events) {
       if (e == event) return &step;
     }
   }
   return nullptr;
+}
+
+std::vector<std::string> Definition::Events() const {
+  std::vector<std::string> out;
+  for (const auto& step : steps_) {
+    if (step.kind == StepKind::kChild) {
+      for (auto& e : step.child->Events()) out.push_back(std::move(e));
+    } else if (step.kind == StepKind::kEvent) {
+      out.insert(out.end(), step.wait->events.begin(), step.wait->events.end());
+    }
+  }
+  return out;
 }
 
 }  // namespace saga

@@ -210,7 +210,9 @@ class Definition {
   // compensated). Throws std::logic_error before any step.
   Definition& When(ConditionFn condition);
 
-  // The step that awaits `event`; nullptr when none does.
+  // Every event a step of this saga (or of a child, at any depth) awaits.
+  std::vector<std::string> Events() const;
+  // The step that awaits `event` (a child's included); nullptr when none does.
   const StepDefinition* Awaiting(std::string_view event) const;
 
   // The typed input of `body`; throws InvalidInput.

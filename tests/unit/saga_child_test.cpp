@@ -138,6 +138,43 @@ TEST_F(ChildTest, AFailingChildsDecisionIsTheParentsMadeDurableBeforeAnyCompensa
   EXPECT_EQ(fake_.calls, (Calls{"A-gift-inventory-compensate", "A-pre-compensate"}));
 }
 
+// A child that parks while it undoes itself (a compensation waiting out a Retry-After) writes
+// the parent's records again: they must still say what is to be undone.
+TEST_F(ChildTest, AChildParkedWhileUndoingItselfKeepsTheParentsDecisionInItsCheckpoint) {
+  fake_.Script("A-gift-payment", {StepResult::Terminal(402, "card_declined", "declined")});
+  StepResult busy = StepResult::Retryable("busy", 503);
+  busy.retry_after = 30s;
+  fake_.Script("A-gift-inventory-compensate", {busy, StepResult::Succeeded({})});
+  Definition d = Order(Gift());
+  ASSERT_EQ(Run(d).end, SagaEnd::kParked);
+  EXPECT_EQ(test_support::StepNamed(journal_.checkpoint, "pre").status, StepStatus::kCompensating);
+  auto gift = test_support::StepNamed(journal_.checkpoint, "gift");
+  EXPECT_EQ(gift.status, StepStatus::kCompensating);
+  EXPECT_EQ(gift.output["steps"][0]["status"], "compensating");
+  // Resumed (the row is compensating): the child's release, then pre's.
+  fake_.calls.clear();
+  saga::SagaInput resume;
+  resume.resumed = true;
+  resume.compensating = journal_.checkpoint;
+  resume.failed_step = "gift";
+  EXPECT_EQ(Run(d, resume).end, SagaEnd::kFailed);
+  EXPECT_EQ(fake_.calls, (Calls{"A-gift-inventory-compensate", "A-pre-compensate"}));
+}
+
+TEST_F(ChildTest, AChildsEventsAreItsParentsAndNoTwoStepsAwaitOneName) {
+  Definition approval("approval");
+  approval.Await("approve", {.events = {"approved"}, .timeout = 1h});
+  Definition d("order");
+  d.Child("first", approval, [](const StepContext&) { return nlohmann::json::object(); });
+  ASSERT_NE(d.Awaiting("approved"), nullptr);
+  EXPECT_EQ(d.Awaiting("approved")->name, "approve");
+  EXPECT_EQ(d.Events(), (Calls{"approved"}));
+  EXPECT_THROW(
+      d.Child("second", approval, [](const StepContext&) { return nlohmann::json::object(); }),
+      std::invalid_argument);
+  EXPECT_THROW(d.Await("again", {.events = {"approved"}}), std::invalid_argument);
+}
+
 TEST_F(ChildTest, ACallTheChildWasRetryingWhenItParkedIsUndoneWithIt) {
   StepResult timed_out = StepResult::InDoubt("timed out");
   timed_out.retry_after = 30s;
