@@ -282,14 +282,16 @@ Answer SagaService::Replay(const SagaRow& row) {
 }
 
 bool SagaService::TakeTenantSlot(const std::string& tenant) {
+  if (options_.tenant_running_limit == 0) return true;  // no limit: nothing on the hot path
   std::lock_guard lock(cancels_mutex_);
   auto& n = tenant_running_[tenant];
-  if (options_.tenant_running_limit > 0 && n >= options_.tenant_running_limit) return false;
+  if (n >= options_.tenant_running_limit) return false;
   ++n;
   return true;
 }
 
 void SagaService::GiveTenantSlot(const std::string& tenant) {
+  if (options_.tenant_running_limit == 0) return;
   std::lock_guard lock(cancels_mutex_);
   auto it = tenant_running_.find(tenant);
   if (it != tenant_running_.end() && --it->second == 0) tenant_running_.erase(it);

@@ -65,6 +65,17 @@ class ChildJournal : public Journal {
   Begin begin_;
 };
 
+// The child's run: its key and trace, its spans under `step_span`.
+SagaInput ChildInput(const StepDefinition& step, const SagaInput& parent,
+                     const common::trace::Span& step_span) {
+  SagaInput child;
+  child.tenant_id = parent.tenant_id;
+  child.parent_key = ActionKey(parent.parent_key, step.name);
+  child.trace_id = parent.trace_id;
+  child.root_span_id = step_span.context().span_id;
+  return child;
+}
+
 std::vector<StepRecord> RecordsIn(const nlohmann::json& output) {
   std::vector<StepRecord> out;
   if (!output.is_object() || !output.contains("steps")) return out;
@@ -83,11 +94,7 @@ StepResult Runner::RunChild(const StepDefinition& step, const SagaInput& input,
   const Definition& child_def = *step.child;
   auto span = StartSpan("step " + step.name, saga_span, input);
   span.Set("step", step.name).Set("child_saga", child_def.name());
-  SagaInput child;
-  child.tenant_id = input.tenant_id;
-  child.parent_key = ActionKey(input.parent_key, step.name);
-  child.trace_id = input.trace_id;
-  child.root_span_id = span.context().span_id;
+  SagaInput child = ChildInput(step, input, span);
   child.resumed = input.resumed;
   child.answer_by = input.answer_by;
   if (!record.output.is_object()) record.output = nlohmann::json::object();
@@ -163,11 +170,7 @@ std::optional<SagaEnd> Runner::CompensateChild(const StepDefinition& step, const
   const Definition& child_def = *step.child;
   auto span = StartSpan("compensate " + step.name, saga_span, input);
   span.Set("step", step.name).Set("child_saga", child_def.name()).Set("compensation", true);
-  SagaInput child;
-  child.tenant_id = input.tenant_id;
-  child.parent_key = ActionKey(input.parent_key, step.name);
-  child.trace_id = input.trace_id;
-  child.root_span_id = span.context().span_id;
+  SagaInput child = ChildInput(step, input, span);
   child.resumed = true;
   if (!record.output.is_object()) record.output = nlohmann::json::object();
   std::vector<StepRecord> records;

@@ -26,6 +26,13 @@ class ChildTest : public ::testing::Test {
   saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
     return test_support::RunAsA(d, policy_, journal_, std::move(input));
   }
+  // The run resumed from the checkpoint of the last park.
+  saga::SagaResult ResumeFromPark(const Definition& d) {
+    saga::SagaInput resume;
+    resume.resumed = true;
+    resume.checkpoint = journal_.checkpoint;
+    return Run(d, resume);
+  }
   // gift: inventory, then payment, each under "<child key>-<step>".
   Definition Gift() {
     Definition gift("gift_box");
@@ -185,10 +192,7 @@ TEST_F(ChildTest, ACallTheChildWasRetryingWhenItParkedIsUndoneWithIt) {
   // been applied included.
   journal_.cancel_after_boundaries = 0;
   fake_.calls.clear();
-  saga::SagaInput resume;
-  resume.resumed = true;
-  resume.checkpoint = journal_.checkpoint;
-  auto r = Run(d, resume);
+  auto r = ResumeFromPark(d);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(r.failure.error_code, "saga_cancelled");
   EXPECT_EQ(fake_.calls, (Calls{"A-post-compensate", "A-gift-payment-compensate",
@@ -223,10 +227,7 @@ TEST_F(ChildTest, AWaitInsideTheChildParksTheParentAndAResumeGoesOnInsideTheChil
   EXPECT_EQ(gift.output["steps"][0]["status"], "succeeded");
   EXPECT_EQ(gift.output["steps"][1]["attempts"], 1);
   fake_.calls.clear();
-  saga::SagaInput resume;
-  resume.resumed = true;
-  resume.checkpoint = journal_.checkpoint;
-  auto resumed = Run(d, resume);
+  auto resumed = ResumeFromPark(d);
   EXPECT_EQ(resumed.end, SagaEnd::kCompleted);
   EXPECT_EQ(fake_.calls, (Calls{"A-gift-payment", "A-post"}));
   EXPECT_EQ(resumed.outputs["gift"]["outputs"]["payment"]["charge_id"], "ch_1");
@@ -264,10 +265,7 @@ TEST_F(ChildTest, AnEventTheChildAwaitsIsAwaitedByTheParentsRun) {
   ASSERT_EQ(r.end, SagaEnd::kParked);
   EXPECT_EQ(r.waiting_for, (Calls{"approved"}));
   journal_.Deliver("approved", {{"by", "ada"}});
-  saga::SagaInput resume;
-  resume.resumed = true;
-  resume.checkpoint = journal_.checkpoint;
-  EXPECT_EQ(Run(d, resume).end, SagaEnd::kCompleted);
+  EXPECT_EQ(ResumeFromPark(d).end, SagaEnd::kCompleted);
   EXPECT_EQ(fake_.calls.back(), "A-post");
 }
 
