@@ -54,6 +54,64 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
   }
 }
 
+// Every call `steps` (the records of a saga run under `key`, or of a child run under its
+// derived key) made, judged against what the participants hold; a child's records are judged
+// as its parent's, since the child ends as its parent does.
+void JudgeSteps(const std::string& tenant, const SagaRow& row, const std::string& key,
+                const nlohmann::json& steps, const std::map<std::string, Found>& keys,
+                std::set<std::string>& derived, ReconcileReport& report) {
+  bool finished = row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed;
+  for (const auto& s : steps) {
+    if (!s.is_object() || !s.contains("name")) {
+      report.errors.push_back("tenant " + tenant + ": saga " + row.key +
+                              " has a step record this build cannot read");
+      continue;
+    }
+    auto step = s["name"].get<std::string>();
+    const auto* output = s.contains("output") ? &s["output"] : nullptr;
+    if (output != nullptr && output->is_object() && output->contains("saga") &&
+        output->contains("steps")) {  // a child saga: its own calls are what was sent
+      JudgeSteps(tenant, row, saga::ActionKey(key, step), (*output)["steps"], keys, derived,
+                 report);
+      continue;
+    }
+    // A wait (no participant, no key) or a step its condition skipped: nothing was sent.
+    if (s.value("action_key", "").empty() || s.value("status", "") == "skipped") continue;
+    auto action = saga::ActionKey(key, step);
+    derived.insert(action);
+    derived.insert(saga::CompensationKey(key, step));
+    if (!finished) continue;  // in flight: nothing to judge yet
+    Discrepancy d{tenant, row.key, row.saga_name, std::string(ToString(row.status)), step, action};
+    auto it = keys.find(action);
+    if (it != keys.end()) d.participant = it->second.participant;
+    const auto* k = it == keys.end() ? nullptr : &it->second.record;
+    if (row.status == SagaStatus::kCompleted) {
+      if (k == nullptr) {
+        d.problem = "action_missing";
+        d.detail = "no participant has this action's key";
+      } else if (k->status == "pending") {
+        d.problem = "action_pending";
+        d.detail = "the participant still holds the call open";
+      } else if (!Applied(*k)) {
+        d.problem = "action_refused";
+        d.detail = k->status == "tombstone"
+                       ? "the participant refused it (a compensation came first)"
+                       : "the participant stored HTTP " + std::to_string(k->response_status);
+      } else if (k->compensated) {
+        d.problem = "action_compensated";
+        d.detail = "the participant undid it";
+      }
+    } else if (k != nullptr && k->status == "pending") {
+      d.problem = "action_pending";
+      d.detail = "the participant still holds the call open";
+    } else if (k != nullptr && Applied(*k) && !k->compensated) {
+      d.problem = "action_still_applied";
+      d.detail = "the saga failed, yet the participant's action stands (never undone)";
+    }
+    if (!d.problem.empty()) report.discrepancies.push_back(std::move(d));
+  }
+}
+
 }  // namespace
 
 nlohmann::json Discrepancy::ToJson() const {
@@ -129,49 +187,7 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
     for (const auto& row : rows) {
       bool finished = row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed;
       if (finished) ++report.sagas_checked;
-      for (const auto& s : row.steps) {
-        if (!s.is_object() || !s.contains("name")) {
-          report.errors.push_back("tenant " + tenant + ": saga " + row.key +
-                                  " has a step record this build cannot read");
-          continue;
-        }
-        // A wait (no participant, no key) or a step its condition skipped: nothing was sent.
-        if (s.value("action_key", "").empty() || s.value("status", "") == "skipped") continue;
-        auto step = s["name"].get<std::string>();
-        auto action = saga::ActionKey(row.key, step);
-        derived.insert(action);
-        derived.insert(saga::CompensationKey(row.key, step));
-        if (!finished) continue;  // in flight: nothing to judge yet
-        Discrepancy d{tenant, row.key, row.saga_name, std::string(ToString(row.status)),
-                      step,   action};
-        auto it = keys.find(action);
-        if (it != keys.end()) d.participant = it->second.participant;
-        const auto* k = it == keys.end() ? nullptr : &it->second.record;
-        if (row.status == SagaStatus::kCompleted) {
-          if (k == nullptr) {
-            d.problem = "action_missing";
-            d.detail = "no participant has this action's key";
-          } else if (k->status == "pending") {
-            d.problem = "action_pending";
-            d.detail = "the participant still holds the call open";
-          } else if (!Applied(*k)) {
-            d.problem = "action_refused";
-            d.detail = k->status == "tombstone"
-                           ? "the participant refused it (a compensation came first)"
-                           : "the participant stored HTTP " + std::to_string(k->response_status);
-          } else if (k->compensated) {
-            d.problem = "action_compensated";
-            d.detail = "the participant undid it";
-          }
-        } else if (k != nullptr && k->status == "pending") {
-          d.problem = "action_pending";
-          d.detail = "the participant still holds the call open";
-        } else if (k != nullptr && Applied(*k) && !k->compensated) {
-          d.problem = "action_still_applied";
-          d.detail = "the saga failed, yet the participant's action stands (never undone)";
-        }
-        if (!d.problem.empty()) report.discrepancies.push_back(std::move(d));
-      }
+      JudgeSteps(tenant, row, row.key, row.steps, keys, derived, report);
     }
     if (static_cast<int>(rows.size()) < kPage) break;
     after = rows.back().key;

@@ -1,10 +1,27 @@
 #include "steps/sagas.hpp"
 
 #include "common/log.hpp"
+#include "steps/deliver_order.hpp"
 #include "steps/place_order.hpp"
 #include "steps/ship_order.hpp"
 
 namespace steps {
+namespace {
+
+// A saga that ships: served only when a shipping participant is configured.
+SagaFactory NeedsShipping(const char* name,
+                          std::function<saga::Definition(client::Participants&)> make) {
+  return
+      [name, make = std::move(make)](client::Participants& p) -> std::optional<saga::Definition> {
+        if (!p.Has("shipping")) {
+          common::Log("saga_not_served", {{"saga", name}, {"needs", "--participant shipping=URL"}});
+          return std::nullopt;
+        }
+        return make(p);
+      };
+}
+
+}  // namespace
 
 std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
   return {[](client::Participants& p) {
@@ -16,14 +33,10 @@ std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
           [place_order](client::Participants& p) {
             return MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"), place_order);
           },
-          [](client::Participants& p) -> std::optional<saga::Definition> {
-            if (!p.Has("shipping")) {
-              common::Log("saga_not_served",
-                          {{"saga", "ship_order"}, {"needs", "--participant shipping=URL"}});
-              return std::nullopt;
-            }
-            return MakeShipOrderSaga(p);
-          }};
+          NeedsShipping("ship_order", MakeShipOrderSaga),
+          NeedsShipping("deliver_order", [place_order](client::Participants& p) {
+            return MakeDeliverOrderSaga(p, place_order);
+          })};
 }
 
 }  // namespace steps

@@ -21,8 +21,9 @@ namespace steps {
 using SagaFactory = std::function<std::optional<saga::Definition>(client::Participants&)>;
 
 // place_order (inventory, payment; versions 1 and 2, see place_order.hpp), its variant
-// place_order_parallel (the two side by side), and ship_order
-// (inventory, payment, shipping) when a shipping participant is configured.
+// place_order_parallel (the two side by side), and, when a shipping participant is
+// configured, ship_order (inventory, payment, shipping) and deliver_order (place_order as a
+// child saga, then shipping).
 std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order = {});
 
 }  // namespace steps

@@ -185,8 +185,8 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
       ->required();
   cmd->add_option("--participant", flags.participants,
                   "NAME=URL: where the participant NAME is (repeatable; defaults: "
-                  "inventory=http://127.0.0.1:8081, payment=...:8082; ship_order is served "
-                  "only with shipping=URL)")
+                  "inventory=http://127.0.0.1:8081, payment=...:8082; ship_order and deliver_order "
+                  "are served only with shipping=URL)")
       ->envname("IDEMSAGA_PARTICIPANTS")
       ->delimiter(',')
       ->check(CheckParticipantFlag);

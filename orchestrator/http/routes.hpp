@@ -20,12 +20,14 @@
 #include "orchestrator/store/event_store.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
+#include "steps/guard/http_guard.hpp"
 #include "steps/saga/registry.hpp"
 
 namespace orchestrator {
 
-// Parent keys may be 1..200 printable ASCII (derived keys add up to 45 more, under 255).
+// Parent keys may be 1..200 printable ASCII; a saga's steps add at most saga::kMaxKeySuffix.
 inline constexpr size_t kMaxParentKeyLength = 200;
+static_assert(kMaxParentKeyLength + saga::kMaxKeySuffix <= steps::guard::kMaxStepKeyLength);
 
 namespace http {
 

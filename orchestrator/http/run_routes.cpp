@@ -271,22 +271,26 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
     nlohmann::json sagas = nlohmann::json::array();
     for (const auto* def : d.registry.All()) {
       nlohmann::json steps = nlohmann::json::array();
-      nlohmann::json events = nlohmann::json::array();
       nlohmann::json parallel = nlohmann::json::array();
+      nlohmann::json children = nlohmann::json::array();
       for (const auto& step : def->steps()) {
         steps.push_back(step.name);
         if (step.group >= 0) {
           if (&step == &def->steps()[step.group]) parallel.push_back(nlohmann::json::array());
           parallel.back().push_back(step.name);
         }
-        if (step.kind != saga::StepKind::kEvent) continue;
-        for (const auto& e : step.wait->events) events.push_back(e);
+        if (step.kind == saga::StepKind::kChild) {
+          children.push_back({{"step", step.name},
+                              {"saga", step.child->name()},
+                              {"version", step.child->version()}});
+        }
       }
       sagas.push_back({{"name", def->name()},
                        {"version", def->version()},
                        {"steps", steps},
-                       {"events", events},
+                       {"events", def->Events()},  // a child's are its parent's
                        {"parallel", parallel},
+                       {"children", children},
                        {"path", "/v1/runs/" + def->name()}});
     }
     res.set_content(nlohmann::json{{"sagas", sagas}}.dump(), "application/json");

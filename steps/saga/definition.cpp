@@ -87,12 +87,27 @@ Definition& Definition::Child(std::string name, Definition child, ChildInputFn i
                                   "' is awaited by another step");
     }
   }
+  if (size_t suffix = 1 + name.size() + child.LongestKeySuffix(); suffix > kMaxKeySuffix) {
+    throw std::invalid_argument("child '" + name + "' derives keys " + std::to_string(suffix) +
+                                " bytes longer than the parent's; at most " +
+                                std::to_string(kMaxKeySuffix) + " fit");
+  }
   StepDefinition step;
   step.name = std::move(name);
   step.kind = StepKind::kChild;
   step.child = std::make_shared<const Definition>(std::move(child));
   step.child_input = std::move(input);
   return Add(std::move(step));
+}
+
+size_t Definition::LongestKeySuffix() const {
+  size_t longest = 0;
+  for (const auto& s : steps_) {
+    size_t own = s.kind == StepKind::kChild ? s.child->LongestKeySuffix()
+                                            : std::string_view("-compensate").size();
+    longest = std::max(longest, 1 + s.name.size() + own);
+  }
+  return longest;
 }
 
 Definition& Definition::Sleep(std::string name, std::chrono::milliseconds duration) {

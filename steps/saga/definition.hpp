@@ -132,6 +132,11 @@ class InvalidInput : public std::invalid_argument {
 // "compensate".
 bool IsValidStepName(std::string_view name);
 
+// The most bytes a saga's steps may add to its parent key ("-<step>-compensate", or
+// "-<child>-<step>-compensate" through a child): a derived key is at most 255 bytes (the
+// participants' limit) under a parent key of at most 200.
+inline constexpr size_t kMaxKeySuffix = 55;
+
 // "A" + "inventory" -> "A-inventory".
 std::string ActionKey(std::string_view parent_key, std::string_view step);
 // "A" + "inventory" -> "A-inventory-compensate".
@@ -200,7 +205,7 @@ class Definition {
   // steps before). Compensating this step compensates the completed child, its steps in
   // reverse. A wait inside the child parks the parent, with the child's steps checkpointed in
   // this step's record; its spans hang under this step's. Throws std::invalid_argument for a
-  // bad name or no input.
+  // bad name, no input, or a nesting whose derived keys would pass kMaxKeySuffix.
   Definition& Child(std::string name, Definition child, ChildInputFn input);
   // Waits for one of `wait.events`, parked (no thread) until it arrives or times out.
   // Throws std::invalid_argument for a bad name, no events, or an event another step awaits.
@@ -210,6 +215,8 @@ class Definition {
   // compensated). Throws std::logic_error before any step.
   Definition& When(ConditionFn condition);
 
+  // The longest suffix a step of this saga (a child's, at any depth) adds to the parent key.
+  size_t LongestKeySuffix() const;
   // Every event a step of this saga (or of a child, at any depth) awaits.
   std::vector<std::string> Events() const;
   // The step that awaits `event` (a child's included); nullptr when none does.

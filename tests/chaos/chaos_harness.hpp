@@ -104,6 +104,9 @@ inline constexpr const char* kPlaceOrder = "place_order";
 inline constexpr const char* kShipOrder = "ship_order";
 // place_order with its two steps side by side: the same effects as place_order.
 inline constexpr const char* kPlaceOrderParallel = "place_order_parallel";
+// place_order as a child saga (its keys "<key>-order-<step>"), then shipping: the same
+// effects as ship_order.
+inline constexpr const char* kDeliverOrder = "deliver_order";
 
 // What a client saw for one key.
 struct KeyRecord {
@@ -140,6 +143,8 @@ std::string OrderBody(int i, bool declined);
 // shipping participant refuses (422), so the last step fails and payment, then inventory,
 // are compensated.
 std::string ShipOrderBody(int i, bool declined, bool unserviceable);
+// The same run as deliver_order takes it: {"order": ..., "address": ...}.
+std::string DeliverOrderBody(int i, bool declined, bool unserviceable);
 
 struct Report {
   long long orders = 0, terminal = 0, double_charges = 0, double_reservations = 0,
@@ -155,8 +160,9 @@ struct Report {
 
 // I1, I2, I4, I6 over the four databases, I3 (terminal) over `records`, and I7: the product's
 // own reconciliation (`idemsaga reconcile`, the real binary) finds nothing. A completed
-// place_order holds one reservation and one charge; a completed ship_order also one shipment,
-// of that reservation; a failed saga of either holds none.
+// place_order holds one reservation and one charge; a completed ship_order or deliver_order
+// also one shipment, of that reservation; a failed saga of any holds none. A child's effects
+// count as its parent's.
 Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records);
 
 }  // namespace chaos

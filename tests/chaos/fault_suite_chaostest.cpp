@@ -493,7 +493,8 @@ TEST_F(FaultSuite, TwoReplicasFinishTheSagasOfAThirdThatWasKilled) {
 // Orders paid by a card that needs 3-D Secure park, waiting for the card holder's answer,
 // on the replica that took them; it is killed (kill -9) just after half of the answers reach
 // it, some of those sagas mid-resume. The survivor finishes every one: captured once when
-// confirmed, the authorisation voided and the stock released when refused or unanswered.
+// confirmed, the authorisation voided and the stock released when refused or unanswered (the
+// timeouts armed on the killed replica fire on the survivor).
 TEST_F(FaultSuite, SagasWaitingForAnEventSurviveAKillNineAndFinishOnAnotherReplica) {
   constexpr int kOrders = 24;
   Stack stack("event_waits",
@@ -532,9 +533,15 @@ TEST_F(FaultSuite, SagasWaitingForAnEventSurviveAKillNineAndFinishOnAnotherRepli
   for (int i = kOrders / 2; i < kOrders; ++i) answer(i, stack.OrchestratorUrl(1));
   Driver driver({stack.OrchestratorUrl(1)});
   Settle(driver, records);
-  int answered = 0, confirmed_completed = 0, expected_confirmed = 0, unexpected = 0;
+  int answered = 0, confirmed_completed = 0, expected_confirmed = 0, unexpected = 0, timed_out = 0;
   for (int i = 0; i < kOrders; ++i) {
     if (answer_status[i] == 202) ++answered;
+    // Never answered: the wait's durable timer, armed on the killed replica, fired on the
+    // survivor.
+    if (i % 3 == 2 &&
+        records[i].final_body.find(R"("code":"payment_not_confirmed")") != std::string::npos) {
+      ++timed_out;
+    }
     bool confirmed = i % 3 == 0 && answer_status[i] == 202;
     expected_confirmed += confirmed ? 1 : 0;
     int want = confirmed ? 201 : 402;
@@ -547,13 +554,15 @@ TEST_F(FaultSuite, SagasWaitingForAnEventSurviveAKillNineAndFinishOnAnotherRepli
     }
   }
   auto report = chaos::CheckInvariants(stack, records);
-  Expect(report, report.Line("event_waits", "parked=" + std::to_string(parked) +
-                                                " answers_delivered=" + std::to_string(answered) +
-                                                " confirmed_completed=" +
-                                                std::to_string(confirmed_completed) + " killed=1"));
+  Expect(report, report.Line("event_waits",
+                             "parked=" + std::to_string(parked) +
+                                 " answers_delivered=" + std::to_string(answered) +
+                                 " confirmed_completed=" + std::to_string(confirmed_completed) +
+                                 " timers_fired=" + std::to_string(timed_out) + " killed=1"));
   EXPECT_EQ(parked, kOrders);
   EXPECT_EQ(answered, 2 * kOrders / 3);  // each delivery stored, none refused, none lost
   EXPECT_EQ(expected_confirmed, kOrders / 3);
+  EXPECT_EQ(timed_out, kOrders / 3);
   EXPECT_EQ(unexpected, 0);
 }
 
@@ -597,6 +606,72 @@ TEST_F(FaultSuite, AKillNineBetweenTwoParallelBranchesIsFinishedByAnotherReplica
                                               " resumed_by_other=" + std::to_string(resumed)));
   EXPECT_EQ(crashes, kRounds) << "every round must die between two branches";
   EXPECT_GE(resumed, kRounds) << "each round's killed saga is finished by the other replica";
+}
+
+// deliver_order (place_order as a child saga under "<key>-order", then shipping) on a replica
+// armed to die (kill -9) inside the child, one run per round: the child's stock reserved and
+// its charge not yet sent; its charge sent and the answer unread; a declined child's decision
+// to undo itself committed and nothing undone; a refused shipment's compensation of the
+// completed child between its refund and its release. The other replica takes each over and
+// ends it: a child's call already made is replayed by its participant, never applied twice.
+TEST_F(FaultSuite, AKillNineInsideAChildSagaIsFinishedByAnotherReplica) {
+  struct Round {
+    const char* point;
+    bool declined, unserviceable;
+  };
+  const std::vector<Round> rounds = {{"after_step_answer@1", false, false},
+                                     {"after_step_sent@2", false, false},
+                                     {"after_compensating@1", true, false},
+                                     {"between_compensations@1", false, true}};
+  Stack stack("child", {.replicas = 2});
+  stack.StartParticipants();
+  stack.StartOrchestrator(1);
+  std::vector<KeyRecord> all;
+  int crashes = 0, inside = 0;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    stack.StartOrchestrator(0, rounds[r].point);
+    std::vector<KeyRecord> records = {
+        {"demo", "child-" + std::to_string(r),
+         chaos::DeliverOrderBody(static_cast<int>(r), rounds[r].declined, rounds[r].unserviceable),
+         chaos::kDeliverOrder}};
+    Driver first({stack.OrchestratorUrl(0)});
+    first.Attempt(records[0], 0);
+    bool crashed = stack.orchestrator(0).Exited(std::chrono::seconds(10));
+    crashes += crashed ? 1 : 0;
+    if (crashed) {
+      // Where the child stood when the replica died, in the participants' own tables.
+      const std::string child = records[0].key + "-order";
+      auto reservation = StatusOf(stack.DatabaseUrl("inventory"), kReservationStatus, "demo",
+                                  child + "-inventory");
+      auto charge =
+          StatusOf(stack.DatabaseUrl("payment"), kChargeStatus, "demo", child + "-payment");
+      bool where = r == 0   ? reservation == "reserved" && charge.empty()
+                   : r == 3 ? reservation == "reserved" && charge == "refunded"
+                            : reservation == "reserved";
+      inside += where ? 1 : 0;
+      if (!where) std::cout << "  round " << r << ": " << reservation << " / " << charge << "\n";
+    }
+    stack.KillOrchestrator(0);  // in case the point was not reached
+    Driver survivor({stack.OrchestratorUrl(1)});
+    Settle(survivor, records);
+    all.insert(all.end(), records.begin(), records.end());
+  }
+  long long resumed = Metric(stack.OrchestratorUrl(1), "idemsaga_sagas_resumed_total") +
+                      Metric(stack.OrchestratorUrl(1),
+                             R"(idemsaga_idempotency_requests_total{outcome="taken_over"})");
+  auto report = chaos::CheckInvariants(stack, all);
+  Expect(report, report.Line("child_sagas", "runs=" + std::to_string(all.size()) +
+                                                " crashes=" + std::to_string(crashes) +
+                                                " inside_child=" + std::to_string(inside) +
+                                                " resumed_by_other=" + std::to_string(resumed)));
+  EXPECT_EQ(crashes, static_cast<int>(rounds.size())) << "every round must die inside the child";
+  EXPECT_EQ(inside, static_cast<int>(rounds.size()));
+  EXPECT_GE(resumed, static_cast<long long>(rounds.size()));
+  // Completed, completed, declined (402), refused at shipping (422): each as it would have
+  // ended without the crash.
+  std::vector<int> want = {201, 201, 402, 422}, got;
+  for (const auto& rec : all) got.push_back(rec.final_status);
+  EXPECT_EQ(got, want);
 }
 
 TEST_F(FaultSuite, AZombieOwnersLateWritesAreFencedAfterATakeover) {

@@ -365,14 +365,20 @@ TEST_F(SagasTest, ABadInputIsRefusedNamingTheFieldAndAnUnknownSagaIs404) {
   EXPECT_EQ(inv_db_.Count("SELECT count(*) FROM idempotency_keys"), 0);
   // The list names what is served.
   auto list = View("/v1/runs");
-  // place_order has two versions; place_order_parallel runs two of its steps side by side.
-  ASSERT_EQ(list["sagas"].size(), 5u) << list.dump();
-  EXPECT_EQ(list["sagas"][0]["name"], "gift_box");
-  EXPECT_EQ(list["sagas"][0]["steps"],
+  // place_order has two versions; place_order_parallel runs two of its steps side by side;
+  // deliver_order runs place_order as a child, and awaits its events.
+  ASSERT_EQ(list["sagas"].size(), 6u) << list.dump();
+  EXPECT_EQ(list["sagas"][0]["name"], "deliver_order");
+  EXPECT_EQ(list["sagas"][0]["children"],
+            nlohmann::json::parse(R"([{"saga":"place_order","step":"order","version":2}])"));
+  EXPECT_EQ(list["sagas"][0]["events"], nlohmann::json({"payment_confirmed", "payment_failed"}));
+  EXPECT_EQ(list["sagas"][1]["name"], "gift_box");
+  EXPECT_EQ(list["sagas"][1]["steps"],
             nlohmann::json({"inventory", "payment", "points", "voucher"}));
-  EXPECT_EQ(list["sagas"][0]["parallel"], nlohmann::json::array());
-  EXPECT_EQ(list["sagas"][3]["name"], "place_order_parallel");
-  EXPECT_EQ(list["sagas"][3]["parallel"], nlohmann::json::parse(R"([["inventory","payment"]])"));
+  EXPECT_EQ(list["sagas"][1]["parallel"], nlohmann::json::array());
+  EXPECT_EQ(list["sagas"][1]["children"], nlohmann::json::array());
+  EXPECT_EQ(list["sagas"][4]["name"], "place_order_parallel");
+  EXPECT_EQ(list["sagas"][4]["parallel"], nlohmann::json::parse(R"([["inventory","payment"]])"));
 }
 
 TEST_F(SagasTest, ADeclinedLastStepCompensatesInReverseWithTheOutputsOfEarlierSteps) {

@@ -147,4 +147,113 @@ TEST_F(ThreeDSecure, AnyOtherCardSkipsTheConfirmationAndTheCapture) {
   EXPECT_EQ(test_support::ErrorCode(r), "event_not_accepted");
 }
 
+// deliver_order: place_order as a child saga, then the shipment. The child's wait for the
+// card holder parks the delivery; its events are the delivery's.
+class Delivery : public ThreeDSecure {
+ protected:
+  httplib::Result Deliver(const std::string& key, const std::string& method,
+                          const std::string& country = "GB") {
+    nlohmann::json body = {{"order", nlohmann::json::parse(test_support::OrderPaidBy(method))},
+                           {"address",
+                            {{"name", "Ada Lovelace"},
+                             {"line1", "12 St James's Square"},
+                             {"city", "London"},
+                             {"postal_code", "SW1Y 4JH"},
+                             {"country", country}}}};
+    return test_support::Post(orch_, "/v1/runs/deliver_order",
+                              test_support::Order(key, body.dump()));
+  }
+  nlohmann::json RunView(const std::string& key) {
+    auto r = orch_.Get("/v1/runs/deliver_order/" + key,
+                       httplib::Headers{{"Authorization", "Bearer dev-key-demo"}});
+    return nlohmann::json::parse(r->body);
+  }
+  long long Shipments(const std::string& key, const std::string& status) {
+    return stack_.ship_db.Count(
+        "SELECT count(*) FROM shipments WHERE idempotency_key = $1 AND status = $2",
+        key + "-shipping", status);
+  }
+};
+
+TEST_F(Delivery, TheChildOrdersWaitParksTheDeliveryWhichShipsOnceThePaymentIsConfirmed) {
+  auto placed = Deliver("dlv-1", "pm_card_3ds");
+  ASSERT_EQ(placed->status, 202) << placed->body;
+  EXPECT_EQ(nlohmann::json::parse(placed->body)["waiting_for"],
+            nlohmann::json({"payment_confirmed", "payment_failed"}));
+  EXPECT_EQ(ChargeStatus("dlv-1-order"), "requires_action");  // the child's key
+  EXPECT_EQ(Shipments("dlv-1", "created"), 0);
+
+  auto confirmed =
+      test_support::Post(orch_, "/v1/runs/deliver_order/dlv-1/events/payment_confirmed",
+                         test_support::Order("dlv-1-confirmed", "{}"));
+  ASSERT_EQ(confirmed->status, 202) << confirmed->body;
+  ASSERT_TRUE(
+      test_support::WaitFor([&] { return RunView("dlv-1")["status"] == "completed"; }, 30s, 50ms))
+      << RunView("dlv-1").dump();
+  EXPECT_EQ(ChargeStatus("dlv-1-order"), "captured");
+  EXPECT_EQ(stack_.pay_db.Count("SELECT count(*) FROM charges"), 1);
+  EXPECT_EQ(Shipments("dlv-1", "created"), 1);
+  // The shipment is of the child's reservation, and the answer names all three.
+  auto reservation =
+      stack_.inv_db.Text("SELECT reservation_id FROM reservations WHERE idempotency_key = $1",
+                         std::string("dlv-1-order-inventory"));
+  EXPECT_EQ(stack_.ship_db.Text("SELECT reservation_id FROM shipments WHERE idempotency_key = $1",
+                                std::string("dlv-1-shipping")),
+            reservation);
+  auto replay = Deliver("dlv-1", "pm_card_3ds");
+  ASSERT_EQ(replay->status, 201) << replay->body;
+  auto body = nlohmann::json::parse(replay->body);
+  EXPECT_EQ(body["reservation_id"], reservation);
+  EXPECT_EQ(body["idempotency_key"], "dlv-1");
+  EXPECT_TRUE(body.contains("charge_id") && body.contains("shipment_id")) << replay->body;
+  EXPECT_EQ(replay->body, RunView("dlv-1")["response"]["body"].dump());
+  // The operator's reconciliation reads the child's calls in the parent's record: clean, and
+  // a charge of the child undone behind the saga's back is found, under the child's key.
+  auto report = stack_.orch.service.Reconcile(std::chrono::hours(1));
+  EXPECT_TRUE(report.discrepancies.empty()) << report.ToText();
+  stack_.pay_db.Exec(
+      "UPDATE idempotency_keys SET compensated_at = now() WHERE idempotency_key = $1",
+      std::string("dlv-1-order-payment"));
+  report = stack_.orch.service.Reconcile(std::chrono::hours(1));
+  ASSERT_EQ(report.discrepancies.size(), 1U) << report.ToText();
+  EXPECT_EQ(report.discrepancies[0].key, "dlv-1-order-payment");
+  EXPECT_EQ(report.discrepancies[0].parent_key, "dlv-1");
+  EXPECT_EQ(report.discrepancies[0].problem, "action_compensated");
+}
+
+// The shipment is refused after the child completed: compensating the delivery compensates
+// the child, its charge refunded and its stock released.
+TEST_F(Delivery, ARefusedShipmentUndoesTheCompletedChildOrder) {
+  auto placed = Deliver("dlv-2", "pm_card_visa", "AQ");
+  ASSERT_EQ(placed->status, 422) << placed->body;
+  auto body = nlohmann::json::parse(placed->body);
+  EXPECT_EQ(body["code"], "address_unserviceable");
+  EXPECT_EQ(body["compensated"], nlohmann::json({"order"}));
+  EXPECT_EQ(ChargeStatus("dlv-2-order"), "refunded");
+  EXPECT_EQ(Reserved(), 0);
+  EXPECT_EQ(Shipments("dlv-2", "created"), 0);
+  auto report = stack_.orch.service.Reconcile(std::chrono::hours(1));
+  EXPECT_TRUE(report.discrepancies.empty()) << report.ToText();
+}
+
+TEST_F(Delivery, AnOrderTheChildWouldRefuseIsRefusedAtTheRouteAndStoresNothing) {
+  nlohmann::json order = nlohmann::json::parse(test_support::OrderPaidBy("pm_card_visa"));
+  order.erase("currency");
+  nlohmann::json body = {{"order", order},
+                         {"address",
+                          {{"name", "A"},
+                           {"line1", "1 Road"},
+                           {"city", "London"},
+                           {"postal_code", "N1"},
+                           {"country", "GB"}}}};
+  auto r = test_support::Post(orch_, "/v1/runs/deliver_order",
+                              test_support::Order("dlv-3", body.dump()));
+  ASSERT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(nlohmann::json::parse(r->body)["detail"].get<std::string>().find("order: "),
+            std::string::npos)
+      << r->body;
+  EXPECT_EQ(stack_.orch_db.Count("SELECT count(*) FROM idempotency_keys"), 0);
+  EXPECT_EQ(stack_.inv_db.Count("SELECT count(*) FROM reservations"), 0);
+}
+
 }  // namespace

@@ -62,6 +62,12 @@ TEST(Readme, TheParallelStepsExampleIsTheShippedSagasCode) {
   EXPECT_EQ(ReadmeBlock("- **Parallel steps.**", "cpp", 1), code);
 }
 
+TEST(Readme, TheChildSagaExampleIsTheShippedSagasCode) {
+  auto code = Marked("steps/deliver_order.cpp", "// [child-saga]");
+  EXPECT_NE(code.find(".Child("), std::string::npos);
+  EXPECT_EQ(ReadmeBlock("- **Child sagas.**", "cpp", 1), code);
+}
+
 TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
   const std::string section = "## Use idemsaga in your own project";
   auto cmake = Marked("examples/trip_booking/CMakeLists.txt", "# [cmake]");

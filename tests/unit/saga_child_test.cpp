@@ -182,6 +182,24 @@ TEST_F(ChildTest, AChildsEventsAreItsParentsAndNoTwoStepsAwaitOneName) {
   EXPECT_THROW(d.Await("again", {.events = {"approved"}}), std::invalid_argument);
 }
 
+// A derived key must fit the participants' 255 bytes under any parent key the routes take:
+// each level of nesting adds "-<child>" to every key below it.
+TEST_F(ChildTest, ANestingWhoseKeysWouldNotFitIsRefusedWhenItIsDefined) {
+  auto input = [](const StepContext&) { return nlohmann::json::object(); };
+  const std::string longest(32, 's');
+  Definition leaf("leaf");
+  leaf.Step(longest, fake_.Step(), fake_.Step());
+  EXPECT_EQ(leaf.LongestKeySuffix(), 1 + 32 + std::string("-compensate").size());
+  Definition mid("mid");
+  mid.Child("c", leaf, input);  // 2 + 44 = 46
+  EXPECT_EQ(mid.LongestKeySuffix(), 46U);
+  Definition top("top");
+  top.Child("abcdefgh", leaf, input);                                          // 9 + 44 = 53: fits
+  EXPECT_THROW(top.Child("abcdefghijk", leaf, input), std::invalid_argument);  // 56
+  EXPECT_NO_THROW(top.Child("deep", mid, input));                              // 5 + 46 = 51
+  EXPECT_THROW(top.Child("deeper_nest", mid, input), std::invalid_argument);   // 12 + 46 = 58
+}
+
 TEST_F(ChildTest, ACallTheChildWasRetryingWhenItParkedIsUndoneWithIt) {
   StepResult timed_out = StepResult::InDoubt("timed out");
   timed_out.retry_after = 30s;

@@ -1,0 +1,32 @@
+// The delivery saga: the order saga (place_order, the latest version, 3-D Secure included) run
+// as a child under "A-order", then a shipment of its reservation ("A-shipping"). A refused
+// address (422 address_unserviceable) compensates the child: the charge refunded (or the
+// authorisation voided), the stock released. The order's keys are the child's:
+// "A-order-inventory", "A-order-payment", "A-order-capture"; its events are this saga's
+// (POST /v1/runs/deliver_order/A/events/payment_confirmed).
+//
+// The participants must outlive the definition. Thread-safe to run concurrently.
+//   registry.Add(steps::MakeDeliverOrderSaga(participants));
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "steps/client/participants.hpp"
+#include "steps/place_order.hpp"
+#include "steps/saga/definition.hpp"
+
+namespace steps {
+
+// The saga's input: {"order": the order as POST /v1/orders takes it, "address": ...}.
+struct DeliverOrder {
+  nlohmann::json order;
+  nlohmann::json address;  // {"name", "line1", "city", "postal_code", "country"}
+};
+
+// Throws saga::InvalidInput naming the field.
+DeliverOrder ParseDeliverOrder(const nlohmann::json& body);
+
+saga::Definition MakeDeliverOrderSaga(client::Participants& participants,
+                                      const PlaceOrderOptions& options = {});
+
+}  // namespace steps
