@@ -18,6 +18,10 @@
 
 namespace common {
 
+// The longest key a participant's guard takes: a derived key ("<parent>-<step>-compensate")
+// under an orchestrator's parent key of at most 200 bytes.
+inline constexpr size_t kMaxDerivedKeyLength = 255;
+
 struct ParsedKey {
   std::string key;      // the key's bytes (sf-string unescaped); empty on error
   std::string error;    // "" on success, else "idempotency_key_missing" or "..._invalid"

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/http/server.hpp"
+#include "common/idempotency_key.hpp"
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
 #include "orchestrator/recovery.hpp"
@@ -20,14 +21,13 @@
 #include "orchestrator/store/event_store.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
-#include "steps/guard/http_guard.hpp"
 #include "steps/saga/registry.hpp"
 
 namespace orchestrator {
 
 // Parent keys may be 1..200 printable ASCII; a saga's steps add at most saga::kMaxKeySuffix.
 inline constexpr size_t kMaxParentKeyLength = 200;
-static_assert(kMaxParentKeyLength + saga::kMaxKeySuffix <= steps::guard::kMaxStepKeyLength);
+static_assert(kMaxParentKeyLength + saga::kMaxKeySuffix <= common::kMaxDerivedKeyLength);
 
 namespace http {
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/http/server.hpp"
+#include "common/idempotency_key.hpp"
 #include "common/metrics.hpp"
 #include "common/trace/span.hpp"
 #include "steps/guard/guard.hpp"
@@ -39,7 +40,7 @@ using RouteUndo =
     std::function<nlohmann::json(pqxx::work& tx, const Request& req, const ActionRecord& action)>;
 
 // The longest step key accepted: an orchestrator's 200-byte parent key plus a derived suffix.
-inline constexpr size_t kMaxStepKeyLength = 255;
+inline constexpr size_t kMaxStepKeyLength = common::kMaxDerivedKeyLength;
 
 struct HttpGuardOptions {
   std::string service_token;  // what callers present as `Authorization: Bearer ...`

@@ -1,0 +1,136 @@
+// The layers of docs/architecture.md, enforced from the `#include "..."` lines of the
+// product's sources: a folder includes its own files and the folders its row allows, nothing
+// else. The edges that run the wrong way today are listed one by one (file and header) with
+// why; a new wrong-way include, or an exception that is gone, fails the test.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The layer a path is in: "common/pg" for common/pg/pool.cpp, "steps" for steps/sagas.cpp.
+std::string LayerOf(const std::string& path) {
+  auto first = path.find('/');
+  if (first == std::string::npos) return "";
+  auto top = path.substr(0, first);
+  auto second = path.find('/', first + 1);
+  bool nested = top == "common" || top == "steps" || top == "orchestrator" || top == "cmd";
+  return nested && second != std::string::npos ? path.substr(0, second) : top;
+}
+
+// Layer -> the layers it may include (its own always).
+const std::map<std::string, std::set<std::string>> kAllowed = {
+    {"common", {}},
+    {"common/trace", {"common"}},
+    {"common/pg", {"common"}},
+    {"common/http", {"common", "common/trace"}},
+    {"steps/saga", {"common", "common/trace"}},
+    {"steps/guard", {"common", "common/trace", "common/pg", "common/http"}},
+    {"steps/client", {"common", "common/trace", "common/http", "steps/saga"}},
+    {"steps", {"common", "steps/saga", "steps/client"}},
+    {"orchestrator/store", {"common", "common/trace", "common/pg", "steps/saga"}},
+    {"orchestrator",
+     {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/client", "steps",
+      "orchestrator/store"}},
+    {"orchestrator/http",
+     {"common", "common/trace", "common/http", "steps/saga", "orchestrator", "orchestrator/store"}},
+    {"orchestrator/amqp", {"common", "common/http", "orchestrator"}},
+    {"services_mock",
+     {"common", "common/trace", "common/pg", "common/http", "steps", "steps/guard"}},
+    {"cmd/idemsaga",
+     {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/guard",
+      "steps/client", "steps", "orchestrator/store", "orchestrator", "orchestrator/amqp",
+      "services_mock"}},
+};
+
+// "file -> header": why it is allowed for now.
+const std::map<std::string, std::string> kKnownExceptions = {
+    {"common/http/server.hpp -> common/pg/errors.hpp",
+     "the server answers a database failure (503 + Retry-After) itself; the policy belongs to "
+     "the routes"},
+    {"common/http/server.cpp -> common/pg/errors.hpp", "the same"},
+    {"common/http/server.cpp -> common/pg/pool.hpp", "the same (a pool that is exhausted)"},
+    {"orchestrator/orchestrator.cpp -> steps/guard/guard.hpp",
+     "the retention check reads the participant's key policy from the guard's contract"},
+    {"orchestrator/reconcile.cpp -> steps/guard/guard.hpp",
+     "reconcile reads the participant's key listing through the guard's types"},
+    {"orchestrator/orchestrator.hpp -> orchestrator/http/routes.hpp",
+     "the composition root builds the routes"},
+    {"orchestrator/orchestrator.cpp -> orchestrator/http/pages.hpp",
+     "the composition root serves the pages"},
+    {"cmd/idemsaga/client_commands.cpp -> orchestrator/http/trace_view.hpp",
+     "`idemsaga trace` renders the waterfall with the API's view code"},
+};
+
+struct Include {
+  std::string file, header;
+};
+
+// Every `#include "a/b..."` of the product's sources (not tests, benchmarks or examples).
+std::vector<Include> ProductIncludes(const fs::path& root) {
+  const std::regex include(R"(^\s*#\s*include\s+"([^"]+/[^"]+)\")");
+  std::vector<Include> out;
+  for (const char* top : {"common", "steps", "orchestrator", "services_mock", "cmd"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      auto ext = entry.path().extension();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      std::ifstream in(entry.path());
+      std::string file = fs::relative(entry.path(), root).generic_string();
+      std::smatch m;
+      for (std::string line; std::getline(in, line);) {
+        if (std::regex_search(line, m, include)) out.push_back({file, m[1]});
+      }
+    }
+  }
+  return out;
+}
+
+// "file -> header" for every include its layer does not allow.
+std::set<std::string> WrongWay(const std::vector<Include>& includes) {
+  std::set<std::string> out;
+  for (const auto& inc : includes) {
+    auto from = LayerOf(inc.file), to = LayerOf(inc.header);
+    if (to.empty() || from == to) continue;
+    auto allowed = kAllowed.find(from);
+    if (allowed != kAllowed.end() && allowed->second.count(to) != 0) continue;
+    out.insert(inc.file + " -> " + inc.header);
+  }
+  return out;
+}
+
+TEST(Architecture, EveryIncludeRunsDownTheLayersOrIsAKnownException) {
+  auto includes = ProductIncludes(IDEMSAGA_SOURCE_DIR);
+  ASSERT_GT(includes.size(), 300U) << "the sources were not found";
+  auto wrong = WrongWay(includes);
+  for (const auto& edge : wrong) {
+    EXPECT_TRUE(kKnownExceptions.count(edge) != 0)
+        << edge << " runs the wrong way (docs/architecture.md)";
+  }
+  for (const auto& [edge, why] : kKnownExceptions) {
+    EXPECT_TRUE(wrong.count(edge) != 0) << edge << " is gone: remove it from kKnownExceptions";
+  }
+}
+
+TEST(Architecture, EveryProductFolderHasARow) {
+  for (const auto& inc : ProductIncludes(IDEMSAGA_SOURCE_DIR)) {
+    EXPECT_TRUE(kAllowed.count(LayerOf(inc.file)) != 0) << inc.file << ": a layer of no row";
+  }
+}
+
+// The check itself: a planted include from the engine into the database layer is caught.
+TEST(Architecture, APlantedWrongWayIncludeIsCaught) {
+  EXPECT_EQ(WrongWay({{"steps/saga/runner.cpp", "common/pg/pool.hpp"}}),
+            std::set<std::string>{"steps/saga/runner.cpp -> common/pg/pool.hpp"});
+  EXPECT_EQ(WrongWay({{"common/log.cpp", "orchestrator/store/parent_store.hpp"}}).size(), 1U);
+  EXPECT_TRUE(WrongWay({{"steps/saga/runner.cpp", "common/trace/span.hpp"}}).empty());
+}
+
+}  // namespace
