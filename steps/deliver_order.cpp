@@ -4,6 +4,32 @@
 #include "steps/saga/fields.hpp"
 
 namespace steps {
+namespace {
+
+bool OverApprovalLimit(const saga::StepContext& ctx) {
+  return ctx.Input<DeliverOrder>().order.at("amount_cents").get<long long>() >
+         kDeliveryApprovalOverCents;
+}
+
+// An operator's decision on an order over the limit: {"by": who} and, when refused,
+// {"reason": why}; each a string of 1-200 bytes.
+void ValidateDecision(const std::string&, const nlohmann::json& payload) {
+  saga::Fields f(payload);
+  f.Text("by", 200);
+  if (payload.contains("reason")) f.Text("reason", 200);
+  f.Done();
+}
+
+saga::StepResult Decide(const std::string& event, const nlohmann::json& payload,
+                        const saga::StepContext&) {
+  if (event == "order_rejected") {
+    return saga::StepResult::Terminal(422, "order_rejected",
+                                      payload.value("reason", "the order was not approved"));
+  }
+  return saga::StepResult::Succeeded({{"approved_by", payload.at("by")}});
+}
+
+}  // namespace
 
 DeliverOrder ParseDeliverOrder(const nlohmann::json& body) {
   saga::Fields f(body);
@@ -22,7 +48,7 @@ DeliverOrder ParseDeliverOrder(const nlohmann::json& body) {
 
 // [child-saga]
 saga::Definition MakeDeliverOrderSaga(client::Participants& participants,
-                                      const PlaceOrderOptions& options) {
+                                      const DeliverOrderOptions& options) {
   auto& shipping = participants.Get("shipping");
   using Ctx = saga::StepContext;
   auto placed = [](const Ctx& ctx, const char* step) -> const nlohmann::json& {
@@ -30,10 +56,18 @@ saga::Definition MakeDeliverOrderSaga(client::Participants& participants,
   };
   return saga::Definition("deliver_order", /*version=*/1)
       .Input<DeliverOrder>(ParseDeliverOrder)
-      .Child(
-          "order",
-          MakePlaceOrderSaga(participants.Get("inventory"), participants.Get("payment"), options),
-          [](const Ctx& ctx) { return ctx.Input<DeliverOrder>().order; })
+      .Child("order",
+             MakePlaceOrderSaga(participants.Get("inventory"), participants.Get("payment"),
+                                options.place_order),
+             [](const Ctx& ctx) { return ctx.Input<DeliverOrder>().order; })
+      .Await("approval",
+             {.events = {"order_approved", "order_rejected"},
+              .timeout = options.approval_timeout,
+              .validate = ValidateDecision,
+              .decide = Decide,
+              .on_timeout = saga::StepResult::Terminal(
+                  422, "order_not_approved", "nobody approved the order in time; it was refunded")})
+      .When(OverApprovalLimit)
       .Step(
           "shipping",
           [&shipping, placed](Ctx& ctx) {

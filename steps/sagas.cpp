@@ -35,7 +35,7 @@ std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
           },
           NeedsShipping("ship_order", MakeShipOrderSaga),
           NeedsShipping("deliver_order", [place_order](client::Participants& p) {
-            return MakeDeliverOrderSaga(p, place_order);
+            return MakeDeliverOrderSaga(p, {.place_order = place_order});
           })};
 }
 

@@ -371,7 +371,8 @@ TEST_F(SagasTest, ABadInputIsRefusedNamingTheFieldAndAnUnknownSagaIs404) {
   EXPECT_EQ(list["sagas"][0]["name"], "deliver_order");
   EXPECT_EQ(list["sagas"][0]["children"],
             nlohmann::json::parse(R"([{"saga":"place_order","step":"order","version":2}])"));
-  EXPECT_EQ(list["sagas"][0]["events"], nlohmann::json({"payment_confirmed", "payment_failed"}));
+  EXPECT_EQ(list["sagas"][0]["events"], nlohmann::json({"payment_confirmed", "payment_failed",
+                                                        "order_approved", "order_rejected"}));
   EXPECT_EQ(list["sagas"][1]["name"], "gift_box");
   EXPECT_EQ(list["sagas"][1]["steps"],
             nlohmann::json({"inventory", "payment", "points", "voucher"}));

@@ -5,6 +5,7 @@
 // participant's table, stock in the inventory's.
 #include <gtest/gtest.h>
 
+#include "steps/deliver_order.hpp"
 #include "tests/support/stack.hpp"
 #include "tests/support/wait.hpp"
 
@@ -152,8 +153,10 @@ TEST_F(ThreeDSecure, AnyOtherCardSkipsTheConfirmationAndTheCapture) {
 class Delivery : public ThreeDSecure {
  protected:
   httplib::Result Deliver(const std::string& key, const std::string& method,
-                          const std::string& country = "GB") {
-    nlohmann::json body = {{"order", nlohmann::json::parse(test_support::OrderPaidBy(method))},
+                          const std::string& country = "GB", long long amount_cents = 2500) {
+    auto order = nlohmann::json::parse(test_support::OrderPaidBy(method));
+    order["amount_cents"] = amount_cents;
+    nlohmann::json body = {{"order", order},
                            {"address",
                             {{"name", "Ada Lovelace"},
                              {"line1", "12 St James's Square"},
@@ -167,6 +170,11 @@ class Delivery : public ThreeDSecure {
     auto r = orch_.Get("/v1/runs/deliver_order/" + key,
                        httplib::Headers{{"Authorization", "Bearer dev-key-demo"}});
     return nlohmann::json::parse(r->body);
+  }
+  httplib::Result Decide(const std::string& key, const std::string& event,
+                         const std::string& body) {
+    return test_support::Post(orch_, "/v1/runs/deliver_order/" + key + "/events/" + event,
+                              test_support::Order(key + "-" + event, body));
   }
   long long Shipments(const std::string& key, const std::string& status) {
     return stack_.ship_db.Count(
@@ -254,6 +262,51 @@ TEST_F(Delivery, AnOrderTheChildWouldRefuseIsRefusedAtTheRouteAndStoresNothing) 
       << r->body;
   EXPECT_EQ(stack_.orch_db.Count("SELECT count(*) FROM idempotency_keys"), 0);
   EXPECT_EQ(stack_.inv_db.Count("SELECT count(*) FROM reservations"), 0);
+}
+
+// Over the approval limit: the child order completes (charged), then the delivery waits,
+// parked, for an operator; an approval ships it, a rejection refunds and releases.
+TEST_F(Delivery, AnOrderOverTheLimitWaitsForAnOperatorAndShipsOnlyWhenApproved) {
+  const long long over = steps::kDeliveryApprovalOverCents + 1;
+  auto placed = Deliver("dlv-4", "pm_card_visa", "GB", over);
+  ASSERT_EQ(placed->status, 202) << placed->body;
+  EXPECT_EQ(nlohmann::json::parse(placed->body)["waiting_for"],
+            nlohmann::json({"order_approved", "order_rejected"}));
+  EXPECT_EQ(ChargeStatus("dlv-4-order"), "captured");
+  EXPECT_EQ(Shipments("dlv-4", "created"), 0);
+  // A decision that names nobody, or with fields it does not read, is refused and stored not.
+  for (const char* bad : {"{}", R"({"by":7})", R"({"by":""})", R"({"by":"a","why":"b"})"}) {
+    auto r = Decide("dlv-4", "order_approved", bad);
+    EXPECT_EQ(r->status, 400) << bad << " " << r->body;
+  }
+  EXPECT_EQ(stack_.orch_db.Count("SELECT count(*) FROM saga_events"), 0);
+
+  auto approved = Decide("dlv-4", "order_approved", R"({"by":"ops@example.com"})");
+  ASSERT_EQ(approved->status, 202) << approved->body;
+  ASSERT_TRUE(
+      test_support::WaitFor([&] { return RunView("dlv-4")["status"] == "completed"; }, 30s, 50ms))
+      << RunView("dlv-4").dump();
+  EXPECT_EQ(Shipments("dlv-4", "created"), 1);
+  EXPECT_EQ(ChargeStatus("dlv-4-order"), "captured");
+
+  ASSERT_EQ(Deliver("dlv-5", "pm_card_visa", "GB", over)->status, 202);
+  auto rejected =
+      Decide("dlv-5", "order_rejected", R"({"by":"ops@example.com","reason":"fraud check"})");
+  ASSERT_EQ(rejected->status, 202) << rejected->body;
+  ASSERT_TRUE(
+      test_support::WaitFor([&] { return RunView("dlv-5")["status"] == "failed"; }, 30s, 50ms));
+  auto body = RunView("dlv-5")["response"]["body"];
+  EXPECT_EQ(body["code"], "order_rejected");
+  EXPECT_EQ(body["detail"], "fraud check");
+  EXPECT_EQ(ChargeStatus("dlv-5-order"), "refunded");
+  EXPECT_EQ(Shipments("dlv-5", "created"), 0);
+  EXPECT_EQ(Reserved(), 2);  // dlv-4's, shipped; dlv-5's released
+
+  // At the limit itself no operator is asked: the approval is skipped.
+  auto at_limit = Deliver("dlv-6", "pm_card_visa", "GB", steps::kDeliveryApprovalOverCents);
+  ASSERT_EQ(at_limit->status, 201) << at_limit->body;
+  auto report = stack_.orch.service.Reconcile(std::chrono::hours(1));
+  EXPECT_TRUE(report.discrepancies.empty()) << report.ToText();
 }
 
 }  // namespace
