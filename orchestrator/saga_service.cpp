@@ -129,6 +129,18 @@ saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
   return input;
 }
 
+// What a request whose saga threw past Drive gets: a 503 for an outage (a retry with the
+// same key is safe), else a 500.
+Answer Unanswered(const std::exception_ptr& e) {
+  auto failure = common::pg::Classify(e);
+  common::Log("saga_answer_failed", {{"error", failure.what}});
+  if (failure.kind == common::pg::Failure::kUnavailable) {
+    return Error(503, "unavailable",
+                 "the database is unavailable; retrying with the same key is safe");
+  }
+  return Error(500, "internal_error", "internal error");
+}
+
 Answer InProgress(const SagaRow& row) {
   Answer a = Error(409, "idempotency_key_in_progress",
                    "a request with this Idempotency-Key is still being processed; retry later");
@@ -600,6 +612,26 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
       return InProgress(claim.row);  // fenced: another owner has it already
     }
     return accepted();
+  }
+  if (s.answer_early) {
+    // The request's worker does not wait for the pool: the saga's thread sends its answer, or
+    // the budget watch a 202, whichever comes first. A worker waiting on a saga held up by a
+    // slow participant is how that participant used to turn every route into 503s.
+    auto late = budget_watch_.Add(std::chrono::steady_clock::now() + options_.response_budget,
+                                  [send = s.answer_early, accepted] { send(accepted()); });
+    boost::asio::post(*pool_, [this, claim, input, outcome, send = s.answer_early, late] {
+      Answer a;
+      try {
+        a = Drive(claim, input);
+      } catch (...) {  // Drive catches what it can; anything else must still answer
+        a = Unanswered(std::current_exception());
+      }
+      a.outcome = outcome;
+      send(a);
+    });
+    Answer later = accepted();
+    later.deferred = true;
+    return later;
   }
   auto promise = std::make_shared<std::promise<Answer>>();
   auto future = promise->get_future();

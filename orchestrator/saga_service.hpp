@@ -51,6 +51,9 @@ struct Answer {
   bool Owns() const { return outcome == KeyOutcome::kClaimed || outcome == KeyOutcome::kTakenOver; }
   std::string trace_id;
   std::string root_span_id;
+  // Not the answer: it goes out later through Submission::answer_early, from the saga's
+  // thread (or a 202 at the response budget). The request's worker is free meanwhile.
+  bool deferred = false;
 };
 
 struct Submission {
@@ -59,10 +62,12 @@ struct Submission {
   // The key and the request; Submit fills in saga_name, saga_version (the definition's) and
   // owner (this process). root_span_id: the request's span, parent of the saga's.
   ClaimRequest request;
-  // Sends an answer to the request while Submit is still running, from another thread; false
+  // Sends an answer to the request from another thread, before or after Submit returns; false
   // when it was answered already. When set, a saga this request starts runs on the calling
-  // thread (no hand-off to the pool and back), and a request still waiting for it after the
-  // response budget gets its 202 through this. When unset, the saga runs on the pool.
+  // thread (no hand-off to the pool and back) up to inline_limit, and a request still waiting
+  // for it after the response budget gets its 202 through this; past inline_limit the saga
+  // runs on the pool and Submit returns a `deferred` answer at once, the saga's answer
+  // following through this. When unset, the saga runs on the pool and Submit waits for it.
   std::function<bool(const Answer&)> answer_early;
 };
 

@@ -40,6 +40,7 @@ namespace {
 
 // Set by CloseWithoutResponse; never sent (the connection closes instead).
 constexpr const char* kCloseMarker = "X-Idemsaga-Close-Without-Response";
+constexpr const char* kDeferMarker = "X-Idemsaga-Answer-Deferred";
 constexpr size_t kReadChunk = 4096;
 // After an answer with `Connection: close`, read and drop what the client still sends for a
 // while before closing: closing a socket with unread input sends a reset, which can destroy
@@ -95,7 +96,8 @@ std::string Serialize(const httplib::Response& res, bool head, bool keep_alive) 
   out.append(reason.data(), reason.size()).append("\r\n");
   for (const auto& [name, value] : res.headers) {
     if (name.empty() || IEquals(name, "Content-Length") || IEquals(name, "Connection") ||
-        IEquals(name, "Transfer-Encoding") || IEquals(name, kCloseMarker)) {
+        IEquals(name, "Transfer-Encoding") || IEquals(name, kCloseMarker) ||
+        IEquals(name, kDeferMarker)) {
       continue;
     }
     if (HasLineBreak(name) || HasLineBreak(value)) continue;  // no response splitting
@@ -226,6 +228,9 @@ struct Exchange {
   // only by the EarlyAnswer that set it, before it hands the exchange to the loop.
   std::atomic<bool> answered{false};
   httplib::Response early;
+  // A deferred answer's connection, kept alive by the exchange (which its EarlyAnswer holds)
+  // until the answer has gone: no pending operation holds it meanwhile.
+  std::shared_ptr<void> deferred_connection;
 };
 
 // The EarlyAnswer of the request this worker's handler runs for.
@@ -477,6 +482,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
         current_early_answer = &early;
         self->server_.Run(*ex);
         current_early_answer = nullptr;
+      }
+      if (ex->res.has_header(kDeferMarker)) {  // its EarlyAnswer answers, now or later
+        ex->deferred_connection = self;
+        return;
       }
       if (ex->answered.exchange(true)) return;  // an early answer went instead
       asio::post(self->executor_, [self, ex] { self->OnHandled(*ex, ex->res); });
@@ -852,6 +861,8 @@ void SetError(httplib::Response& res, int status, std::string_view code, std::st
   res.status = status;
   res.set_content(ProblemBody(status, code, message), kProblemContentType);
 }
+
+void DeferAnswer(httplib::Response& res) { res.set_header(kDeferMarker, "1"); }
 
 void CloseWithoutResponse(httplib::Response& res) {
   res.status = 500;

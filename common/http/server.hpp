@@ -166,6 +166,12 @@ class EarlyAnswer {
   SendFn send_;
 };
 
+// Leaves the request unanswered when its handler returns: the answer comes later, from any
+// thread, through the request's EarlyAnswer, and the connection waits for it holding no
+// worker. The handler must have handed that EarlyAnswer to something that sends it in every
+// case (a job and a timer), or the client waits until it gives up. `res` itself is dropped.
+void DeferAnswer(httplib::Response& res);
+
 // Answers the one error body, a problem (common/http/problem.hpp).
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message);
 

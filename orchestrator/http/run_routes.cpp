@@ -92,6 +92,14 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
     };
   }
   Answer answer = d.sagas.Submit(s);
+  if (answer.deferred) {
+    // The saga's answer follows through s.answer_early; this span records the 202 it would
+    // be at the latest, the saga's own span what it became.
+    span.Set("idempotency.outcome", std::string(ToString(answer.outcome))).Set("replayed", false);
+    res.status = 202;
+    common::http::DeferAnswer(res);
+    return answer.outcome;
+  }
   // A request that starts or resumes the saga is logged by it (saga_started, saga_resumed);
   // one line per request, not two.
   if (!answer.Owns()) {

@@ -177,6 +177,7 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
         saga::StepResult::Retryable("not sent: " + std::to_string(options_.max_in_flight) +
                                     " calls to " + options_.base_url + " are in flight already");
     busy.retry_after = options_.busy_retry_after;
+    busy.busy = true;
     return busy;
   }
   struct Leave {

@@ -241,19 +241,23 @@ StepContext Runner::Context(const StepDefinition& step, const SagaInput& input,
 
 std::optional<SagaEnd> Runner::Backoff(const RetryPolicy& policy, int attempt,
                                        std::chrono::milliseconds at_least, const SagaInput& input,
-                                       const std::vector<StepRecord>& all, Journal& journal) const {
+                                       const std::vector<StepRecord>& all, Journal& journal,
+                                       bool busy) const {
   // Full jitter (AWS architecture blog): spreads retries of many sagas hitting one outage.
   auto cap = std::min<long long>(policy.max_backoff.count(), policy.initial_backoff.count()
                                                                  << std::min(attempt, 20));
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto jitter = std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
-  return Pause(std::max(jitter, at_least), input, all, journal);
+  return Pause(std::max(jitter, at_least), input, all, journal, busy);
 }
 
 std::optional<SagaEnd> Runner::Pause(std::chrono::milliseconds left, const SagaInput& input,
-                                     const std::vector<StepRecord>& all, Journal& journal) const {
-  bool answered_in_time = Clock::now() + left < input.answer_by;
-  if (policy_.park_after.count() > 0 && left >= policy_.park_after && !answered_in_time) {
+                                     const std::vector<StepRecord>& all, Journal& journal,
+                                     bool busy) const {
+  // A short wait that still ends inside the response budget is slept, so that a blip ends in
+  // 201, unless the participant is saturated (busy): then sleeping would hold a thread for it.
+  bool answered_in_time = Clock::now() + left < input.answer_by && !busy;
+  if (policy_.park_after.count() > 0 && (left >= policy_.park_after || busy) && !answered_in_time) {
     // A long wait holds no thread: checkpoint and let recovery wake the saga.
     switch (journal.Park(all, left)) {
       case Journal::ParkResult::kParked:
@@ -359,8 +363,8 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     record.maybe_applied = in_doubt;
     record.detail = last.detail;
-    if (auto stop =
-            Backoff(policy, attempt, std::min(last.retry_after, left), input, all, journal)) {
+    if (auto stop = Backoff(policy, attempt, std::min(last.retry_after, left), input, all, journal,
+                            last.busy)) {
       interrupted = stop;
       return last;
     }
@@ -519,8 +523,8 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
     record.detail = r.detail;
     if (r.outcome != Outcome::kBlocked &&
         record.compensation_attempts < policy.compensation_stuck_after) {
-      if (auto stop =
-              Backoff(policy, record.compensation_attempts, r.retry_after, input, all, journal)) {
+      if (auto stop = Backoff(policy, record.compensation_attempts, r.retry_after, input, all,
+                              journal, r.busy)) {
         return stop;
       }
       continue;

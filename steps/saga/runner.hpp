@@ -261,13 +261,17 @@ class Runner {
   StepContext Context(const StepDefinition& step, const SagaInput& input,
                       const nlohmann::json& outputs, const std::string& key) const;
   // Waits before the next attempt: sleeps (keeping the lease), or parks the saga when the
-  // wait is at least park_after. nullopt: go on; else why the run stops (kFenced, kParked).
+  // wait is at least park_after and ends past the response budget, or whenever `busy` (the
+  // last try was turned away by a bulkhead). nullopt: go on; else why the run stops (kFenced,
+  // kParked).
   std::optional<SagaEnd> Backoff(const RetryPolicy& policy, int attempt,
                                  std::chrono::milliseconds at_least, const SagaInput& input,
-                                 const std::vector<StepRecord>& all, Journal& journal) const;
-  // Waits `left`: parked when it is long (Backoff's rule), else slept keeping the lease.
+                                 const std::vector<StepRecord>& all, Journal& journal,
+                                 bool busy = false) const;
+  // Waits `left`: parked by Backoff's rule, else slept keeping the lease.
   std::optional<SagaEnd> Pause(std::chrono::milliseconds left, const SagaInput& input,
-                               const std::vector<StepRecord>& all, Journal& journal) const;
+                               const std::vector<StepRecord>& all, Journal& journal,
+                               bool busy = false) const;
   // A timer step and an event wait; `interrupted` as for Act (and kParked).
   StepResult Timer(const StepDefinition& step, const SagaInput& input,
                    const nlohmann::json& outputs, StepRecord& record, std::vector<StepRecord>& all,

@@ -40,6 +40,10 @@ struct [[nodiscard]] StepResult {
   bool replayed = false;   // the participant answered from its stored response
   // The participant's Retry-After: the runner waits at least this long before the next try.
   std::chrono::milliseconds retry_after{0};
+  // Not sent: the participant is at the caller's limit of calls in flight (a bulkhead). The
+  // wait before the next try is parked whatever its length, never slept on a thread: a
+  // thread held for a saturated participant is what the limit is there to prevent.
+  bool busy = false;
 
   static StepResult Succeeded(nlohmann::json output, bool replayed = false);
   static StepResult Retryable(std::string detail, int http_status = 0);

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "steps/place_order.hpp"
 #include "tests/support/stack.hpp"
 #include "tests/support/wait.hpp"
 
@@ -88,6 +89,74 @@ TEST(Waiting, AParticipantOutageParksItsSagasAndHoldsUpNothingElse) {
   auto later = test_support::Post(orch, "/v1/orders", test_support::Order("wait-0-0"));
   ASSERT_TRUE(later);
   EXPECT_EQ(later->status, 201) << later->body;
+}
+
+// A bulkhead: payment answers after 1.5 s and takes two calls at a time from this
+// orchestrator. Orders pile up behind it, yet they hold no server worker (a saga past the
+// inline limit runs on the pool, its answer sent when it ends; one turned away by the
+// bulkhead parks at once), so a saga that never calls payment is served all along: every one
+// answers 201, and nothing anywhere is a 503.
+TEST(Waiting, ASlowParticipantDelaysOnlyTheSagasThatCallIt) {
+  auto reserve_only = [](steps::client::Participants& p) -> std::optional<saga::Definition> {
+    saga::Definition d("reserve_only");
+    d.Step("inventory", steps::ReserveItems(p.Get("inventory")),
+           steps::ReleaseItems(p.Get("inventory")));
+    return d;
+  };
+  auto sagas = steps::ShippedSagas();
+  sagas.push_back(reserve_only);
+  test_support::Stack stack(
+      [](orchestrator::OrchestratorOptions& o) {
+        o.limits.threads = 4;      // server workers: few, so a held one shows
+        o.sagas.inline_limit = 3;  // of 4, as the defaults have 24 of 32
+        o.sagas.threads = 8;
+        o.sagas.response_budget = 3s;
+        o.participant_max_in_flight = 2;
+        o.recovery.sweep_interval = 200ms;
+      },
+      sagas);
+  stack.payment.service.faults().Set({.latency_ms = 1500});
+
+  constexpr int kOrders = 12, kReservations = 20;
+  std::mutex mutex;
+  std::map<int, int> order_statuses, reserve_statuses;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kOrders; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = stack.orch.Client();
+      auto r = test_support::Post(client, "/v1/orders",
+                                  test_support::Order("slow-" + std::to_string(c)));
+      std::lock_guard lock(mutex);
+      ++order_statuses[r ? r->status : 0];
+    });
+  }
+  std::this_thread::sleep_for(300ms);  // the orders are out, in payment or turned away
+  auto client = stack.orch.Client();
+  for (int i = 0; i < kReservations; ++i) {
+    auto r =
+        test_support::Post(client, "/v1/runs/reserve_only",
+                           test_support::Order("fast-" + std::to_string(i),
+                                               R"({"items":[{"sku":"widget","quantity":1}]})"));
+    ++reserve_statuses[r ? r->status : 0];
+  }
+  for (auto& t : clients) t.join();
+  std::cout << "bulkhead: orders";
+  for (const auto& [status, n] : order_statuses) std::cout << " " << status << "=" << n;
+  std::cout << " reservations";
+  for (const auto& [status, n] : reserve_statuses) std::cout << " " << status << "=" << n;
+  std::cout << std::endl;
+  EXPECT_EQ(reserve_statuses[201], kReservations);
+  EXPECT_EQ(order_statuses[201] + order_statuses[202], kOrders);
+
+  stack.payment.service.faults().Set({});
+  ASSERT_TRUE(test_support::WaitFor(
+      [&] {
+        return stack.orch_db.Count(
+                   "SELECT count(*) FROM idempotency_keys WHERE status = "
+                   "'completed' AND idempotency_key LIKE 'slow-%'") == kOrders;
+      },
+      60s));
+  EXPECT_EQ(stack.pay_db.Count("SELECT count(*) FROM charges"), kOrders);
 }
 
 }  // namespace

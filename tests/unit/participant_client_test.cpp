@@ -390,9 +390,11 @@ TEST(ParticipantClient, ACallPastTheBulkheadIsNotSentAndAsksForARetryLater) {
   auto busy = client.Post("/v1/charges", context("B-payment"), {});
   EXPECT_EQ(busy.outcome, Outcome::kRetryable);
   EXPECT_EQ(busy.retry_after, 1000ms);
+  EXPECT_TRUE(busy.busy);  // so the runner parks the wait rather than sleep on a thread
   EXPECT_NE(busy.detail.find("in flight"), std::string::npos) << busy.detail;
   slow.join();
   EXPECT_EQ(first.outcome, Outcome::kSucceeded) << first.detail;
+  EXPECT_FALSE(first.busy);
   EXPECT_EQ(requests.load(), 1);  // the refused call never reached the participant
   // Its slot is free again once the first call answered.
   EXPECT_EQ(client.Post("/v1/charges", context("C-payment"), {}).outcome, Outcome::kSucceeded);

@@ -663,6 +663,21 @@ TEST_F(RunnerTest, AWaitThatEndsWithinTheWaitingClientsBudgetIsSleptSoItStillGet
   EXPECT_EQ(Run(Saga({"payment"}), input).end, SagaEnd::kParked);
 }
 
+// A call the bulkhead turned away (busy: not sent, the participant saturated) parks even
+// inside the waiting client's budget: sleeping would hold a thread for that participant.
+TEST_F(RunnerTest, ACallTurnedAwayByTheBulkheadParksEvenWithinTheBudget) {
+  journal_.can_park = true;
+  auto busy = RetryAfter(std::chrono::seconds(1));
+  busy.busy = true;
+  fake_.Script("A-payment", {busy, StepResult::Succeeded({})});
+  saga::SagaInput input;
+  input.answer_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto r = Run(Saga({"payment"}), input);
+  EXPECT_EQ(r.end, SagaEnd::kParked);
+  EXPECT_TRUE(slept_.empty());
+  EXPECT_GE(journal_.parked_for, std::chrono::seconds(1));
+}
+
 TEST_F(RunnerTest, AResumedSagaSendsNoCheckpointedSuccessAgainAndGoesOnWhereItWaited) {
   journal_.can_park = true;
   fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(30))});
