@@ -3,6 +3,9 @@
 # (the caller's defaults apply when unset) in a folder of its own, waits until it is ready, and
 # stops it and removes the folder on exit. Sets ROOT, BIN, LOADGEN, WORK, DEV_PID and O (the
 # orchestrator's URL). The caller has `cd`'d to the checkout and set its port defaults.
+# watch_cpu starts bench/cpuwatch.py on the stack (into $WORK/cpuwatch.txt); other_cpu T0 T1
+# prints the share (%) of the machine's CPU that other processes took between two
+# `date +%s.%N` times (a compile beside the run); since T0 prints the seconds since T0.
 #   source bench/dev_stack.sh "${1:-}" name
 ROOT=$PWD
 BIN=${1:-$ROOT/build/release/cmd/idemsaga/idemsaga}
@@ -28,3 +31,16 @@ for _ in $(seq 180); do
 done
 grep -q "dev ready" "$WORK/log" || { cat "$WORK/log"; exit 1; }
 O=http://127.0.0.1:$O_PORT
+watch_cpu() {
+  local pm
+  pm=$(sed -n 's/^starting PostgreSQL in //p' "$WORK/log" | head -1)/postmaster.pid
+  [[ -f $pm ]] || pm=$(find "$WORK" -name postmaster.pid | head -1)
+  : >"$WORK/cpuwatch.txt"
+  python3 "$ROOT/bench/cpuwatch.py" $$ "$pm" "$WORK/cpuwatch.txt" 9>&- &
+}
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
+other_cpu() {
+  sleep 1.1  # cpuwatch's sample of the last second
+  awk -v a="$1" -v b="$2" -v cores="$(nproc)" '$1 > a && $1 <= b + 1 {s += $2; n++}
+    END {printf "%.0f", n ? 100 * s / n / cores : 0}' "$WORK/cpuwatch.txt"
+}

@@ -2,6 +2,11 @@
 // connections (spread over --threads io_context threads, each thread its own context) each send
 // one request at a time: the whole request (line, headers and body) is serialised into one
 // buffer and written at once on a TCP_NODELAY socket, so no request waits on a delayed ACK.
+// Closed loop by default (a connection sends its next request when the last is answered); with
+// --rate R, open loop: requests are due at R per second whatever the answers, each on an idle
+// connection or a new one (up to -c; past it, the request waits for one), and latency runs
+// from when the request was due, so a slow server is not hidden by a client that waited for it
+// (coordinated omission).
 // Responses are parsed (status line, Content-Length or chunked, `Connection: close` -> a new
 // connection for the next request, Retry-After noted). Prints one JSON line: throughput,
 // latency percentiles, status counts (0 = no answer: timeout, reset, refused, cut short).
@@ -10,10 +15,12 @@
 //   loadgen --url http://127.0.0.1:8082 --path /v1/charges --service-token dev-service-token ...
 //   loadgen ... --same-key K --duration 10          every request replays key K for 10 s
 //   loadgen ... --body-bytes 61440 --malformed --accept 400   a flood of junk bodies
+//   loadgen ... --rate 200 --duration 60 -c 2048   open loop: 200 requests/s for 60 s
 //
 // Exit status 0 iff every request got an accepted answer: 2xx, or a code named by --accept
-// (503 only with Retry-After). Latency runs from issuing the request (including a connect when
-// the connection had to be reopened) to the last byte of its response.
+// (503 only with Retry-After). Latency runs from issuing the request (open loop: from when it was
+// due), including a connect when the connection had to be (re)opened, to the last byte of its
+// response.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +29,8 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cmath>
+#include <deque>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -46,6 +55,8 @@ struct Config {
   std::string api_key, service_token, tenant = "bench";
   std::string prefix = "bench";
   std::string same_key;
+  std::string body;       // "": the usual body for the path
+  double rate = 0;        // > 0: open loop at this many requests per second
   long long n = 1000;
   double duration_s = 0;  // > 0: run for this long instead of -n requests
   int concurrency = 16;
@@ -80,6 +91,8 @@ struct Results {
   std::map<std::string, long long> no_answer;  // why a request counts as status 0
   long long connects = 0;                      // connections opened (the first ones included)
   long long closed_by_server = 0;              // answers with `Connection: close`
+  long long waited_for_connection = 0;         // open loop: due while all -c were busy
+  long long connections_used = 0;              // open loop: connections made for the schedule
   long long bytes_sent = 0;
   Clock::time_point last_done{};
 };
@@ -219,15 +232,26 @@ struct ResponseParser {
   }
 };
 
+// One request to send: its index (the key's suffix) and when it counts from.
+struct Job {
+  long long index = 0;
+  Clock::time_point t0;
+};
+
+class Connection;
+// Gives a connection that has become free (answered, failed, or new) its next request, or
+// closes it, or keeps it idle.
+using Free = std::function<void(Connection&)>;
+
 class Connection {
  public:
   Connection(asio::io_context& io, const Config& cfg, const tcp::endpoint& endpoint,
-             const std::string& head, const std::string& tail, Shared& shared, Results& results)
+             const std::string& head, const std::string& tail, Free free, Results& results)
       : cfg_(cfg),
         endpoint_(endpoint),
         head_(head),
         tail_(tail),
-        shared_(shared),
+        free_(std::move(free)),
         results_(results),
         socket_(io),
         timer_(io),
@@ -235,16 +259,9 @@ class Connection {
     read_buf_.resize(16 * 1024);
   }
 
-  void Start() { Next(); }
-
- private:
-  void Next() {
+  void Issue(Job job) {
     ++gen_;
-    long long i = shared_.Claim();
-    if (i < 0) {
-      Close();
-      return;
-    }
+    const long long i = job.index;
     request_.clear();
     request_ += head_;
     if (cfg_.same_key.empty()) {
@@ -257,7 +274,7 @@ class Connection {
     request_ += tail_;
     response_.clear();
     parser_.Reset();
-    t0_ = Clock::now();
+    t0_ = job.t0;
     timer_.expires_after(std::chrono::milliseconds(cfg_.timeout_ms));
     timer_.async_wait([this, g = gen_](boost::system::error_code ec) {
       if (ec || g != gen_) return;
@@ -270,6 +287,15 @@ class Connection {
     }
   }
 
+  void Close() {
+    boost::system::error_code ec;
+    if (socket_.is_open()) {
+      socket_.shutdown(tcp::socket::shutdown_both, ec);
+      socket_.close(ec);
+    }
+  }
+
+ private:
   void Connect() {
     ++results_.connects;
     boost::system::error_code ec;
@@ -350,7 +376,7 @@ class Connection {
       ++results_.closed_by_server;
       Close();
     }
-    Next();
+    free_(*this);
   }
 
   // No answer: status 0. The connection is dropped; the next request opens a new one (after a
@@ -364,26 +390,18 @@ class Connection {
       ++gen_;
       retry_timer_.expires_after(std::chrono::milliseconds(20));
       retry_timer_.async_wait([this, g = gen_](boost::system::error_code ec) {
-        if (!ec && g == gen_) Next();
+        if (!ec && g == gen_) free_(*this);
       });
       return;
     }
-    Next();
-  }
-
-  void Close() {
-    boost::system::error_code ec;
-    if (socket_.is_open()) {
-      socket_.shutdown(tcp::socket::shutdown_both, ec);
-      socket_.close(ec);
-    }
+    free_(*this);
   }
 
   const Config& cfg_;
   tcp::endpoint endpoint_;
   const std::string& head_;
   const std::string& tail_;
-  Shared& shared_;
+  Free free_;
   Results& results_;
   tcp::socket socket_;
   asio::steady_timer timer_;
@@ -396,7 +414,102 @@ class Connection {
   Clock::time_point t0_;
 };
 
+// The open loop on one io_context thread: the k-th request of this thread is due at
+// start + (k * threads + thread) / rate, until the end; each goes to an idle connection, or a
+// new one while fewer than `max_connections` exist, or waits in order for the first one free.
+class OpenLoop {
+ public:
+  OpenLoop(asio::io_context& io, const Config& cfg, const tcp::endpoint& endpoint,
+           const std::string& head, const std::string& tail, Results& results, int thread,
+           int threads, int max_connections, Clock::time_point start, Clock::time_point end)
+      : io_(io),
+        cfg_(cfg),
+        endpoint_(endpoint),
+        head_(head),
+        tail_(tail),
+        results_(results),
+        thread_(thread),
+        threads_(threads),
+        max_connections_(max_connections),
+        start_(start),
+        end_(end),
+        timer_(io) {}
+
+  void Start() { Tick(); }
+
+ private:
+  long long Index(long long k) const { return k * threads_ + thread_; }
+  Clock::time_point Due(long long k) const {
+    return start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                        static_cast<double>(Index(k)) / cfg_.rate));
+  }
+
+  void Tick() {
+    const auto now = Clock::now();
+    for (; Due(k_) <= now && Due(k_) < end_; ++k_) Dispatch({Index(k_), Due(k_)});
+    if (Due(k_) < end_) {
+      timer_.expires_at(Due(k_));
+      timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) Tick();
+      });
+      return;
+    }
+    done_ = true;
+    for (auto& [c, since] : idle_) c->Close();
+    idle_.clear();
+  }
+
+  void Dispatch(Job job) {
+    if (!idle_.empty()) {
+      auto [c, since] = idle_.back();
+      idle_.pop_back();
+      // The server closes a connection idle for its keep-alive timeout (2 s): a request sent
+      // on it as it does would meet a close, not the server. Reconnect well before.
+      if (Clock::now() - since > kIdleReuse) c->Close();
+      c->Issue(job);
+    } else if (static_cast<int>(conns_.size()) < max_connections_) {
+      conns_.push_back(std::make_unique<Connection>(
+          io_, cfg_, endpoint_, head_, tail_, [this](Connection& c) { Freed(c); }, results_));
+      ++results_.connections_used;
+      conns_.back()->Issue(job);
+    } else {
+      ++results_.waited_for_connection;
+      pending_.push_back(job);
+    }
+  }
+
+  void Freed(Connection& c) {
+    if (!pending_.empty()) {
+      auto job = pending_.front();
+      pending_.pop_front();
+      c.Issue(job);
+    } else if (done_) {
+      c.Close();
+    } else {
+      idle_.emplace_back(&c, Clock::now());
+    }
+  }
+
+  static constexpr auto kIdleReuse = std::chrono::milliseconds(1000);
+
+  asio::io_context& io_;
+  const Config& cfg_;
+  const tcp::endpoint& endpoint_;
+  const std::string& head_;
+  const std::string& tail_;
+  Results& results_;
+  const int thread_, threads_, max_connections_;
+  const Clock::time_point start_, end_;
+  asio::steady_timer timer_;
+  long long k_ = 0;
+  bool done_ = false;
+  std::vector<std::unique_ptr<Connection>> conns_;
+  std::vector<std::pair<Connection*, Clock::time_point>> idle_;  // and since when
+  std::deque<Job> pending_;
+};
+
 std::string MakeBody(const Config& cfg) {
+  if (!cfg.body.empty()) return cfg.body;
   // The order body for /v1/orders and for the order sagas' runs routes.
   const bool orders = cfg.path == "/v1/orders" || cfg.path.rfind("/v1/runs/place_order", 0) == 0;
   std::string body =
@@ -457,9 +570,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 86400.0))
       ->excludes(n_opt);
   app.add_option("-c", cfg.concurrency, "connections, one request in flight on each")
-      ->check(CLI::Range(1, 2048));
+      ->check(CLI::Range(1, 16384));
   app.add_option("--threads", cfg.threads, "io_context threads")->check(CLI::Range(1, 8));
   app.add_option("--same-key", cfg.same_key, "every request uses this key (replays)");
+  app.add_option("--body", cfg.body, "the request body (JSON) instead of the usual one");
+  app.add_option("--rate", cfg.rate,
+                 "open loop: R requests per second for --duration, on up to -c connections; "
+                 "latency from when each was due")
+      ->check(CLI::Range(0.1, 1000000.0));
   app.add_option("--timeout-ms", cfg.timeout_ms, "no answer by then: status 0")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
@@ -470,6 +588,10 @@ int main(int argc, char** argv) {
                  "also a success: this status (repeatable; 503 only with Retry-After)");
   CLI11_PARSE(app, argc, argv);
   cfg.accept.insert(accept.begin(), accept.end());
+  if (cfg.rate > 0 && cfg.duration_s <= 0) {
+    std::cerr << "loadgen: --rate needs --duration\n";
+    return 2;
+  }
   if (cfg.malformed && cfg.body_bytes <= 0) {
     std::cerr << "loadgen: --malformed needs --body-bytes\n";
     return 2;
@@ -528,12 +650,29 @@ int main(int argc, char** argv) {
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       asio::io_context io(1);
+      if (cfg.rate > 0) {
+        // Each thread may open its share of -c (the first ones one more).
+        const int max_connections = cfg.concurrency / threads + (t < cfg.concurrency % threads);
+        OpenLoop loop(io, cfg, endpoint, head, tail, results[t], t, threads, max_connections,
+                      start, *shared.deadline);
+        loop.Start();
+        io.run();
+        return;
+      }
+      auto next = [&shared](Connection& c) {
+        long long i = shared.Claim();
+        if (i < 0) {
+          c.Close();
+        } else {
+          c.Issue({i, Clock::now()});
+        }
+      };
       std::vector<std::unique_ptr<Connection>> conns;
       for (int c = t; c < cfg.concurrency; c += threads) {
         conns.push_back(
-            std::make_unique<Connection>(io, cfg, endpoint, head, tail, shared, results[t]));
+            std::make_unique<Connection>(io, cfg, endpoint, head, tail, next, results[t]));
       }
-      for (auto& c : conns) c->Start();
+      for (auto& c : conns) next(*c);
       io.run();
     });
   }
@@ -555,6 +694,8 @@ int main(int argc, char** argv) {
     for (auto& [w, c] : r.no_answer) all.no_answer[w] += c;
     all.connects += r.connects;
     all.closed_by_server += r.closed_by_server;
+    all.waited_for_connection += r.waited_for_connection;
+    all.connections_used += r.connections_used;
     all.bytes_sent += r.bytes_sent;
     all.last_done = std::max(all.last_done, r.last_done);
   }
@@ -597,6 +738,11 @@ int main(int argc, char** argv) {
                         {"cpu_seconds", cpu_s},
                         {"cpu_percent", seconds > 0 ? 100 * cpu_s / seconds : 0},
                         {"ok", ok}};
+  if (cfg.rate > 0) {
+    out["rate"] = cfg.rate;
+    out["connections_used"] = all.connections_used;
+    out["waited_for_connection"] = all.waited_for_connection;
+  }
   for (auto [s, c] : all.statuses) out["statuses"][std::to_string(s)] = c;
   for (auto [s, c] : all.with_retry_after) out["with_retry_after"][std::to_string(s)] = c;
   for (auto& [w, c] : all.no_answer) out["no_answer"][w] = c;

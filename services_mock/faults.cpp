@@ -26,6 +26,19 @@ std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::st
         return std::nullopt;
       }
       s.fail_next = value.get<int>();
+    } else if (name == "retry_after_s") {
+      if (!value.is_number_integer() || value.get<long long>() < 0 ||
+          value.get<long long>() > 3600) {
+        error = "retry_after_s must be an integer from 0 to 3600";
+        return std::nullopt;
+      }
+      s.retry_after_s = value.get<int>();
+    } else if (name == "key_prefix") {
+      if (!value.is_string() || value.get_ref<const std::string&>().size() > 255) {
+        error = "key_prefix must be a string of at most 255 bytes";
+        return std::nullopt;
+      }
+      s.key_prefix = value.get<std::string>();
     } else if (name == "latency_ms") {
       if (!value.is_number_integer() || value.get<long long>() < 0 ||
           value.get<long long>() > 600000) {
@@ -50,6 +63,8 @@ std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::st
 nlohmann::json ToJson(const FaultSettings& s) {
   return {{"error_rate", s.error_rate},
           {"fail_next", s.fail_next},
+          {"retry_after_s", s.retry_after_s},
+          {"key_prefix", s.key_prefix},
           {"drop_after_commit_rate", s.drop_after_commit_rate},
           {"latency_ms", s.latency_ms},
           {"hang", s.hang}};
@@ -71,15 +86,21 @@ bool Faults::Roll(double rate) {
   return std::uniform_real_distribution<double>(0, 1)(rng) < rate;
 }
 
-bool Faults::ShouldFail() {
+std::optional<int> Faults::Fail(std::string_view key) {
+  double rate;
+  int retry_after_s;
   {
     std::lock_guard lock(mutex_);
+    if (!key.starts_with(settings_.key_prefix)) return std::nullopt;
+    retry_after_s = settings_.retry_after_s;
     if (settings_.fail_next > 0) {
       --settings_.fail_next;
-      return true;
+      return retry_after_s;
     }
+    rate = settings_.error_rate;
   }
-  return Roll(Get().error_rate);
+  if (!Roll(rate)) return std::nullopt;
+  return retry_after_s;
 }
 
 bool Faults::ShouldDropAfterCommit() { return Roll(Get().drop_after_commit_rate); }

@@ -2,6 +2,9 @@
 //
 // - error_rate: answer 503 before doing anything (a transient failure; nothing stored)
 // - fail_next: the next N requests answer 503 that way (deterministic, for tests and demos)
+// - retry_after_s: the Retry-After those 503s carry (a long one makes callers park)
+// - key_prefix: error_rate and fail_next apply only to requests whose Idempotency-Key starts
+//   with it (a derived key starts with its parent's: one outage for some orders, not all)
 // - drop_after_commit_rate: commit the effect, then drop the connection without an answer
 //   (the caller is left in doubt and must retry with the same key)
 // - latency_ms: delay every answer after its commit (drives callers into read timeouts)
@@ -14,12 +17,15 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace services_mock {
 
 struct FaultSettings {
   double error_rate = 0;
   int fail_next = 0;
+  int retry_after_s = 1;
+  std::string key_prefix;
   double drop_after_commit_rate = 0;
   int latency_ms = 0;
   bool hang = false;
@@ -35,7 +41,9 @@ class Faults {
   FaultSettings Get() const;
   void Set(const FaultSettings& s);
 
-  bool ShouldFail();
+  // Whether the request with `key` is answered 503 now; nullopt: go on, else the
+  // Retry-After to send (seconds).
+  std::optional<int> Fail(std::string_view key);
   bool ShouldDropAfterCommit();
   void DelayAnswer() const;
   // Blocks while `hang` is set (or until Release()).

@@ -44,10 +44,14 @@ Participant::Participant(std::string service, Faults& faults, ParticipantOptions
             tracer, FaultHooks()) {}
 
 steps::guard::HttpGuardHooks Participant::FaultHooks() {
-  return {.before = [this](httplib::Response& res) -> std::optional<std::string> {
+  return {.before = [this](const steps::guard::Request& request,
+                           httplib::Response& res) -> std::optional<std::string> {
             faults_.HoldWhileHung();
-            if (!faults_.ShouldFail()) return std::nullopt;
+            auto retry_after_s = faults_.Fail(request.key);
+            if (!retry_after_s) return std::nullopt;
             common::http::SetUnavailable(res, "injected fault");
+            res.headers.erase("Retry-After");  // the fault's own, not the server's default
+            res.set_header("Retry-After", std::to_string(*retry_after_s));
             return "unavailable";
           },
           .after = [this](const steps::guard::Response&,

@@ -125,7 +125,7 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
     return finish();
   }
   if (hooks_.before) {
-    if (auto answered = hooks_.before(res)) {
+    if (auto answered = hooks_.before(*admitted, res)) {
       Count(kind, *answered);
       return finish();
     }

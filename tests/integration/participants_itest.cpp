@@ -345,6 +345,24 @@ TEST_F(InventoryTest, AnInjected5xxStoresNothingAndFaultsAreSetOverHttp) {
   EXPECT_EQ(Available("gadget"), 9);
 }
 
+TEST_F(InventoryTest, AFaultWithAKeyPrefixFailsOnlyThoseKeysWithItsRetryAfter) {
+  httplib::Headers auth = {{"Authorization", std::string("Bearer ") + kToken}};
+  auto set = client_.Put("/admin/faults", auth,
+                         R"({"error_rate":1,"retry_after_s":30,"key_prefix":"outage-"})",
+                         "application/json");
+  ASSERT_TRUE(set);
+  EXPECT_EQ(set->status, 200);
+  const std::string body = R"({"items":[{"sku":"gadget","quantity":1}]})";
+  auto failed = Post(client_, "/v1/reservations", {.key = "outage-1-inventory", .body = body});
+  EXPECT_EQ(failed->status, 503);
+  EXPECT_EQ(failed->get_header_value_count("Retry-After"), 1u);
+  EXPECT_EQ(failed->get_header_value("Retry-After"), "30");
+  EXPECT_EQ(Post(client_, "/v1/reservations", {.key = "healthy-1-inventory", .body = body})->status,
+            201);
+  EXPECT_EQ(Rows("reservations"), 1);  // the healthy key's only
+  EXPECT_EQ(Available("gadget"), 9);
+}
+
 TEST_F(InventoryTest, ALatencyBeyondTheClientTimeoutStillCommitsOnce) {
   svc_.service.faults().Set({.latency_ms = 1500});
   client_.set_read_timeout(0, 300 * 1000);
