@@ -44,8 +44,8 @@ Participant::Participant(std::string service, Faults& faults, ParticipantOptions
             tracer, FaultHooks()) {}
 
 steps::guard::HttpGuardHooks Participant::FaultHooks() {
-  return {.before = [this](const steps::guard::Request& request,
-                           httplib::Response& res) -> std::optional<std::string> {
+  return {.before_request = [this](const steps::guard::Request& request,
+                                   httplib::Response& res) -> std::optional<std::string> {
             faults_.HoldWhileHung();
             auto retry_after_s = faults_.Fail(request.key);
             if (!retry_after_s) return std::nullopt;

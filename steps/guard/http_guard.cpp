@@ -124,11 +124,12 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
     Count(kind, "refused");
     return finish();
   }
-  if (hooks_.before) {
-    if (auto answered = hooks_.before(*admitted, res)) {
-      Count(kind, *answered);
-      return finish();
-    }
+  std::optional<std::string> answered;
+  if (hooks_.before) answered = hooks_.before(res);
+  if (!answered && hooks_.before_request) answered = hooks_.before_request(*admitted, res);
+  if (answered) {
+    Count(kind, *answered);
+    return finish();
   }
   try {
     auto answer = run(*admitted);

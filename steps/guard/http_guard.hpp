@@ -60,10 +60,11 @@ struct HttpGuardOptions {
 // participants' fault injection). Each may be empty; each returns nullopt to go on, or the
 // outcome (a metrics label) it answered `res` with.
 struct HttpGuardHooks {
-  // Before the guard runs, once the request is admitted and valid (`request` is what the
-  // guard would see: tenant, key, parsed body).
+  // Before the guard runs, once the request is admitted and valid.
+  std::function<std::optional<std::string>(httplib::Response& res)> before;
+  // The same, seeing what the guard would see (tenant, key, parsed body); runs after `before`.
   std::function<std::optional<std::string>(const Request& request, httplib::Response& res)>
-      before;
+      before_request;
   // Once the guard has answered and before the answer is written (it may drop the
   // connection instead); its outcome is counted besides the guard's.
   std::function<std::optional<std::string>(const Response& answer, httplib::Response& res)> after;
