@@ -1,11 +1,15 @@
-// Orders from RabbitMQ (orchestrator --amqp-url): a real broker of the test's own, real
-// `idemsaga` processes, and the fault suite's invariant checker over the four databases.
+// Orders and events from RabbitMQ (orchestrator --amqp-url): a real broker of the test's own,
+// real `idemsaga` processes, and the fault suite's invariant checker over the four databases.
 // Duplicated messages make one saga, a kill -9 between the claim and the ack makes one saga
 // and still answers, a broker restart under load loses and doubles nothing, and messages the
-// intake cannot take end in the dead-letter queue with their reason, storing nothing.
+// intake cannot take end in the dead-letter queue with their reason, storing nothing. An
+// event for a waiting order, over the events queue or `idemsaga event`, is stored once and
+// answered with the bytes the HTTP route replays.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <pqxx/pqxx>
 #include <random>
 #include <set>
@@ -13,7 +17,9 @@
 
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/percent_encode.hpp"
 #include "common/pg/cluster.hpp"
+#include "common/process.hpp"
 #include "orchestrator/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/chaos/rabbitmq_broker.hpp"
@@ -109,27 +115,64 @@ class AmqpIntake : public ::testing::Test {
     }
   }
 
-  // A publisher with confirms, once orders_NAME and replies_NAME exist.
+  // An event message for the run of place_order under `run` (the run key's raw bytes): the
+  // event's own key as an sf-string header, the tenant's API key, a reply queue.
+  static Message Event(const std::string& tenant, const std::string& run, const std::string& name,
+                       const std::string& event_key, const std::string& payload,
+                       const std::string& reply_to, const std::string& correlation_id) {
+    Message m;
+    m.headers["saga"] = "place_order";
+    m.headers["run"] = run;
+    m.headers["event"] = name;
+    m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(event_key);
+    m.headers["Authorization"] = "Bearer dev-key-" + tenant;
+    m.content_type = "application/json";
+    m.reply_to = reply_to;
+    m.correlation_id = correlation_id;
+    m.body = payload;
+    return m;
+  }
+
+  // A publisher with confirms, once orders_NAME, its events queue and replies_NAME exist.
   static std::unique_ptr<Connection> Publisher(const std::string& name) {
     auto c = std::make_unique<Connection>(broker_->Url());
     c->DeclareQueue("orders_" + name);
+    c->DeclareQueue("orders_" + name + ".events");
     c->DeclareQueue("replies_" + name);
     c->Confirm();
     return c;
   }
 
-  static long long Count(const std::string& url, const std::string& sql) {
+  // `sql`'s one number, with $1 = `param` when given (keys with any printable byte).
+  static long long Count(const std::string& url, const std::string& sql,
+                         const std::optional<std::string>& param = std::nullopt) {
     pqxx::connection c(url);
     pqxx::nontransaction tx(c);
-    return tx.exec(sql)[0][0].as<long long>();
+    return (param ? tx.exec_params(sql, *param) : tx.exec(sql))[0][0].as<long long>();
   }
 
-  // The orchestrator's idemsaga_amqp_messages_total{outcome}, once it reaches `want` (it
-  // counts a message after its ack, a moment after its reply) or 10 s have passed; promtool
-  // must accept the page.
-  static double Messages(const Stack& stack, const std::string& outcome, double want) {
+  // Waits until the 3-D Secure charge of the order `key` is authorised, waiting for the card
+  // holder: the order's saga is parked on payment_confirmed.
+  static bool Parked(const Stack& stack, const std::string& key) {
+    for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
+      if (Count(stack.DatabaseUrl("payment"),
+                "SELECT count(*) FROM charges WHERE idempotency_key = $1 || '-payment' "
+                "AND status = 'requires_action'",
+                key) == 1) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // The orchestrator's idemsaga_amqp_messages_total{outcome} (or `family`'s), once it reaches
+  // `want` (it counts a message after its ack, a moment after its reply) or 10 s have passed;
+  // promtool must accept the page.
+  static double Messages(const Stack& stack, const std::string& outcome, double want,
+                         const std::string& family = "idemsaga_amqp_messages_total") {
     httplib::Client c(stack.OrchestratorUrl(0));
-    std::string series = "idemsaga_amqp_messages_total{outcome=\"" + outcome + "\"}";
+    std::string series = family + "{outcome=\"" + outcome + "\"}";
     double seen = -1;
     std::string body;
     for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline;) {
@@ -463,6 +506,298 @@ TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
   EXPECT_EQ(dead->correlation_id, "bad");
   EXPECT_EQ(dead->headers["x-idemsaga-error"], "invalid_json");
   ExpectClean(stack, records, "amqp_queues_deleted");
+}
+
+// A place_order run paid by a card that needs 3-D Secure, ordered over the queue under a key
+// with every awkward byte a path has (space, `/`, `%2F` as text, quotes), parks waiting for
+// payment_confirmed; the event comes over the events queue, 50 copies of one message.
+TEST_F(AmqpIntake, AnEventMessageCompletesAWaitingOrderAndFiftyCopiesAreStoredOnce) {
+  auto started = Started("events");
+  Stack& stack = *started;
+  auto publisher = Publisher("events");
+  Connection& c = *publisher;
+  auto body = nlohmann::json::parse(OrderBody(0, false));
+  body["payment_method"] = "pm_card_3ds";
+  const std::string key = R"(amqp events/1 %2F "q")";
+  std::vector<KeyRecord> records = {{"demo", key, body.dump()}};
+  c.Publish("orders_events", Order(records[0], "replies_events", "order"));
+  ASSERT_TRUE(Parked(stack, key)) << "the order did not park on its confirmation";
+
+  constexpr int kCopies = 50;
+  const std::string event_key = "amqp-events-confirmed";
+  for (int i = 0; i < kCopies; ++i) {
+    c.Publish("orders_events.events", Event("demo", key, "payment_confirmed", event_key, "{}",
+                                            "replies_events", "event/" + std::to_string(i)));
+  }
+  // Every copy answered, and the order (whose message waited in hand) answered once it ended.
+  auto replies = Collect(c, "replies_events", kCopies + 1);
+  std::set<std::string> answers;
+  int copies = 0;
+  for (const auto& [id, rs] : replies) {
+    if (id == "order") continue;
+    ASSERT_EQ(rs.size(), 1u) << "one reply per message: " << id;
+    ++copies;
+    answers.insert(std::to_string(rs[0].status) + " " + rs[0].body);
+  }
+  EXPECT_EQ(copies, kCopies);
+  ASSERT_EQ(answers.size(), 1u) << "every copy is answered with the same bytes";
+  const Reply& event_reply = replies["event/0"][0];
+  EXPECT_EQ(event_reply.status, 202) << event_reply.body;
+  EXPECT_EQ(nlohmann::json::parse(event_reply.body)["event_idempotency_key"], event_key);
+  Record(records[0], replies["order"]);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+
+  // One delivery stored; the charge captured once, by one capture call.
+  const std::string orch = stack.DatabaseUrl("orchestrator");
+  EXPECT_EQ(Count(orch, "SELECT count(*) FROM saga_events"), 1);
+  EXPECT_EQ(Count(orch, "SELECT count(*) FROM saga_events WHERE idempotency_key = $1", key), 1);
+  EXPECT_EQ(Count(stack.DatabaseUrl("payment"),
+                  "SELECT count(*) FROM charges WHERE idempotency_key = $1 || '-payment' "
+                  "AND status = 'captured'",
+                  key),
+            1);
+  EXPECT_EQ(
+      Count(stack.DatabaseUrl("payment"),
+            "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1 || '-capture'", key),
+      1);
+  // The same event key over HTTP replays the queue's answer byte for byte.
+  httplib::Client http(stack.OrchestratorUrl(0));
+  auto replay =
+      http.Post("/v1/runs/place_order/" + common::PercentEncode(key) + "/events/payment_confirmed",
+                {{"Authorization", "Bearer dev-key-demo"},
+                 {"Idempotency-Key", common::FormatIdempotencyKey(event_key)}},
+                "{}", "application/json");
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->status, event_reply.status);
+  EXPECT_EQ(replay->body, event_reply.body);
+  // (httplib's client decodes a Location it reads: the reply's is compared with the path.)
+  EXPECT_EQ(event_reply.headers.at("Location"), "/v1/orders/" + common::PercentEncode(key));
+  EXPECT_EQ(c.DeclareQueue("orders_events.events"), 0u) << "every message acknowledged";
+  EXPECT_EQ(c.DeclareQueue("orders_events.events.dead"), 0u);
+  EXPECT_EQ(Messages(stack, "replied", kCopies, "idemsaga_amqp_event_messages_total"), kCopies);
+  ExpectClean(stack, records, "amqp_event_copies",
+              "event_messages=" + std::to_string(kCopies) +
+                  " distinct_replies=" + std::to_string(answers.size()));
+}
+
+TEST_F(AmqpIntake, EventMessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNothing) {
+  auto started = Started("bad_events");
+  Stack& stack = *started;
+  auto publisher = Publisher("bad_events");
+  Connection& c = *publisher;
+  const std::string queue = "orders_bad_events.events", replies = "replies_bad_events";
+  // Three runs: demo's and acme's waiting for a 3-D Secure confirmation, and demo's paid by a
+  // card that needs none (its wait was skipped; it has ended).
+  std::vector<KeyRecord> records;
+  for (auto [tenant, key, method] : {std::tuple{"demo", "bad-events-3ds", "pm_card_3ds"},
+                                     std::tuple{"acme", "bad-events-acme", "pm_card_3ds"},
+                                     std::tuple{"demo", "bad-events-visa", "pm_card_visa"}}) {
+    auto body = nlohmann::json::parse(OrderBody(static_cast<int>(records.size()), false));
+    body["payment_method"] = method;
+    records.push_back({tenant, key, body.dump()});
+  }
+  chaos::Driver driver({stack.OrchestratorUrl(0)});
+  driver.UntilFinal(records[2], Clock::now() + kSettle);
+  ASSERT_EQ(records[2].final_status, 201);
+  for (int i = 0; i < 2; ++i) {
+    driver.Attempt(records[i], 0);
+    ASSERT_TRUE(Parked(stack, records[i].key)) << records[i].key;
+  }
+  // The one good delivery: acme confirms its own run.
+  c.Publish(queue, Event("acme", "bad-events-acme", "payment_confirmed", "acme-ok", "{}", replies,
+                         "good"));
+  ASSERT_EQ(Collect(c, replies, 1)["good"].at(0).status, 202);
+
+  struct Case {
+    std::string name;
+    Message message;
+    std::string error;  // the problem code in the dead letter and the reply
+  };
+  std::vector<Case> cases;
+  auto base = [&](const std::string& event_key) {
+    return Event("demo", "bad-events-3ds", "payment_confirmed", event_key, "{}", replies, "");
+  };
+  for (const char* target : {"saga", "run", "event"}) {
+    Message m = base(std::string("no-") + target);
+    m.headers.erase(target);
+    cases.push_back({std::string("no ") + target + " header", m, "invalid_request"});
+    m = base(std::string("empty-") + target);
+    m.headers[target] = "";
+    cases.push_back({std::string("an empty ") + target + " header", m, "invalid_request"});
+    m = base(std::string("twice-") + target);
+    std::string upper = target;
+    for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    m.headers[upper] = "bad-events-visa";
+    cases.push_back({std::string("two ") + target + " headers", m, "invalid_request"});
+  }
+  {
+    Message m = base("unused");
+    m.headers.erase("Idempotency-Key");
+    cases.push_back({"no key and no message id", m, "idempotency_key_missing"});
+    m = base("twice-key");
+    m.headers["idempotency-key"] = common::FormatIdempotencyKey("other");
+    cases.push_back({"two keys", m, "idempotency_key_invalid"});
+    m = base("bad-tenant");
+    m.headers["Authorization"] = "Bearer not-a-tenant";
+    cases.push_back({"unknown tenant", m, "unauthorized"});
+    m = base("other-tenant");
+    m.headers["run"] = "bad-events-acme";
+    cases.push_back({"a run of another tenant", m, "not_found"});
+    m = base("no-run");
+    m.headers["run"] = "bad-events-nobody/%2F";
+    cases.push_back({"no run under this key", m, "not_found"});
+    m = base("unknown-saga");
+    m.headers["saga"] = "no_such_saga";
+    cases.push_back({"an unknown saga", m, "not_found"});
+    m = base("other-saga");
+    m.headers["saga"] = "ship_order";
+    cases.push_back({"the run under another saga's name", m, "not_found"});
+    m = base("not-awaited");
+    m.headers["event"] = "shipment_arrived";
+    cases.push_back({"an event the saga does not await", m, "event_not_expected"});
+    m = base("slash-event");
+    m.headers["event"] = "payment_confirmed/../x";
+    cases.push_back({"an event name with a slash", m, "event_not_expected"});
+    m = base("ended");
+    m.headers["run"] = "bad-events-visa";
+    cases.push_back({"a run that awaits nothing any more", m, "event_not_accepted"});
+    m = base("payload-field");
+    m.body = R"({"amount": 5})";
+    cases.push_back({"a payload the saga refuses", m, "invalid_request"});
+    m = base("payload-type");
+    m.body = "[]";
+    cases.push_back({"a payload that is no object", m, "invalid_request"});
+    m = base("payload-json");
+    m.body = "{\"reason\": ";
+    cases.push_back({"a payload that is no JSON", m, "invalid_json"});
+    m = base("payload-media");
+    m.content_type = "text/plain";
+    cases.push_back({"a payload of another content type", m, "unsupported_media_type"});
+    m = Event("acme", "bad-events-acme", "payment_confirmed", "acme-ok", R"({"reason":"x"})",
+              replies, "");
+    cases.push_back({"a stored event's key with another payload", m, "idempotency_key_reused"});
+  }
+  // Generated run keys and event keys the route refuses: control and non-ASCII bytes, too
+  // long; and event keys that are lists or carry parameters.
+  std::mt19937 rng(15);
+  for (int i = 0; i < 120; ++i) {
+    Message m = base("x");
+    switch (i % 6) {
+      case 0:
+        m.headers["run"] = "k" + std::string(1, static_cast<char>(rng() % 32)) + std::to_string(i);
+        break;
+      case 1:
+        m.headers["run"] = "k" + std::string(1, static_cast<char>(0x80 + rng() % 128));
+        break;
+      case 2:
+        m.headers["run"] = std::string(201, static_cast<char>('a' + i % 26));
+        break;
+      case 3:
+        m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(
+            "k" + std::string(1, static_cast<char>(rng() % 32)) + std::to_string(i));
+        break;
+      case 4:
+        m.headers["Idempotency-Key"] = "\"a" + std::to_string(i) + "\", \"b\"";
+        break;
+      default:
+        m.headers["Idempotency-Key"] = "\"a" + std::to_string(i) + "\";p=1";
+    }
+    cases.push_back({"generated key " + std::to_string(i), m, "idempotency_key_invalid"});
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    cases[i].message.correlation_id = std::to_string(i);
+    c.Publish(queue, cases[i].message);
+  }
+  auto answered = Collect(c, replies, cases.size());
+  int server_errors = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& rs = answered[std::to_string(i)];
+    ASSERT_EQ(rs.size(), 1u) << cases[i].name;
+    server_errors += rs[0].status >= 500 ? 1 : 0;
+    EXPECT_GE(rs[0].status, 400) << cases[i].name;
+    EXPECT_NE(rs[0].body.find("\"" + cases[i].error + "\""), std::string::npos)
+        << cases[i].name << ": " << rs[0].body;
+  }
+  EXPECT_EQ(server_errors, 0);
+  std::map<std::string, Message> dead;
+  for (auto m = c.Get(queue + ".dead"); m; m = c.Get(queue + ".dead")) {
+    dead[m->correlation_id] = *m;
+  }
+  ASSERT_EQ(dead.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& m = dead[std::to_string(i)];
+    EXPECT_EQ(m.headers.at("x-idemsaga-error"), cases[i].error) << cases[i].name;
+    EXPECT_FALSE(m.headers.at("x-idemsaga-detail").empty()) << cases[i].name;
+    EXPECT_EQ(m.headers.count("Authorization"), 0u) << cases[i].name;
+    EXPECT_EQ(m.body, cases[i].message.body) << cases[i].name;
+  }
+  EXPECT_EQ(c.DeclareQueue(queue), 0u);
+  EXPECT_EQ(Messages(stack, "dead_lettered", cases.size(), "idemsaga_amqp_event_messages_total"),
+            static_cast<double>(cases.size()));
+  // Nothing stored but acme's event; demo's run still waits, and takes its confirmation.
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM saga_events"), 1);
+  EXPECT_FALSE(stack.orchestrator(0).Exited(std::chrono::milliseconds(0)));
+  c.Publish(queue,
+            Event("demo", "bad-events-3ds", "payment_confirmed", "demo-ok", "{}", replies, "last"));
+  ASSERT_EQ(Collect(c, replies, 1)["last"].at(0).status, 202);
+  for (auto& r : records) driver.UntilFinal(r, Clock::now() + kSettle);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+  EXPECT_EQ(records[1].final_status, 201) << records[1].final_body;
+  ExpectClean(stack, records, "amqp_bad_events",
+              "messages=" + std::to_string(cases.size()) + " dead_lettered=" +
+                  std::to_string(dead.size()) + " status_5xx=" + std::to_string(server_errors));
+}
+
+// `idemsaga event` (the real binary) delivers the confirmation of a waiting order whose key
+// needs percent-encoding in the path, and the events queue's copy of it replays that answer.
+TEST_F(AmqpIntake, TheCliDeliversAnEventAndTheQueueReplaysItsAnswer) {
+  auto started = Started("cli");
+  Stack& stack = *started;
+  auto publisher = Publisher("cli");
+  Connection& c = *publisher;
+  auto body = nlohmann::json::parse(OrderBody(0, false));
+  body["payment_method"] = "pm_card_3ds";
+  const std::string key = "cli order/1 %25?#";
+  std::vector<KeyRecord> records = {{"demo", key, body.dump()}};
+  c.Publish("orders_cli", Order(records[0], "replies_cli", "order"));
+  ASSERT_TRUE(Parked(stack, key));
+
+  std::string log = stack.log_dir() + "/cli_event.log";
+  int exit = common::RunProgram(
+      {IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key", "dev-key-demo",
+       "--run", key, "--name", "payment_confirmed", "--key", "cli-confirmed"},
+      log);
+  std::ifstream in(log);
+  std::string printed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(exit, 0) << printed;
+  EXPECT_EQ(printed.rfind("HTTP 202\n", 0), 0u) << printed;
+  EXPECT_NE(printed.find("Location: /v1/orders/"), std::string::npos) << printed;
+  // The stored event: the run's key as sent, under the CLI's event key.
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"),
+                  "SELECT count(*) FROM saga_events WHERE idempotency_key = $1 AND "
+                  "name = 'payment_confirmed' AND event_key = 'cli-confirmed'",
+                  key),
+            1);
+  auto order = Collect(c, "replies_cli", 1)["order"];
+  Record(records[0], order);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+
+  // The same event key over the queue: the stored answer, which the CLI printed pretty.
+  c.Publish("orders_cli.events",
+            Event("demo", key, "payment_confirmed", "cli-confirmed", "{}", "replies_cli", "copy"));
+  auto copy = Collect(c, "replies_cli", 1)["copy"];
+  ASSERT_EQ(copy.size(), 1u);
+  EXPECT_EQ(copy[0].status, 202);
+  auto printed_body = nlohmann::json::parse(printed.substr(printed.find('{')));
+  EXPECT_EQ(nlohmann::json::parse(copy[0].body), printed_body);
+  // A refusal is a failure: exit 1 with the problem printed.
+  exit =
+      common::RunProgram({IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key",
+                          "dev-key-demo", "--run", key, "--name", "shipped", "--key", "cli-other"},
+                         log);
+  EXPECT_EQ(exit, 1);
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM saga_events"), 1);
+  ExpectClean(stack, records, "amqp_cli_event");
 }
 
 }  // namespace
