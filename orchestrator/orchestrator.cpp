@@ -223,6 +223,10 @@ KeyOutcome Orchestrator::SubmitOrder(const httplib::Request& req, httplib::Respo
                         *order, "/v1/orders");
 }
 
+KeyOutcome Orchestrator::DeliverEvent(const httplib::Request& req, httplib::Response& res) {
+  return http::DeliverEvent({events_, registry_, store_, auth_, options_.limits}, req, res);
+}
+
 void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {
     // A request runs its saga on a server worker, and the server's stop waits for its

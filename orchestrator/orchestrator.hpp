@@ -107,6 +107,10 @@ class Orchestrator {
   // checks, claim and answer as POST /v1/orders, under the same fingerprint, so one key sent
   // both ways is one order. See http::StartRun.
   KeyOutcome SubmitOrder(const httplib::Request& req, httplib::Response& res);
+  // Delivers an external event that came by another way (the AMQP intake): the same checks,
+  // store and answer as POST /v1/runs/{saga}/{key}/events/{name}, whose path `req` carries,
+  // under the same fingerprint. See http::DeliverEvent.
+  KeyOutcome DeliverEvent(const httplib::Request& req, httplib::Response& res);
 
   ParentStore& store() { return store_; }
   // One reconciliation of `since` against every configured participant (what the periodic

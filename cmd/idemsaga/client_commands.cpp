@@ -94,6 +94,28 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
     };
   });
 
+  auto* event = app.add_subcommand(
+      "event",
+      "Deliver an external event to a waiting run (POST /v1/runs/{saga}/{key}/events/{name})");
+  AddConnectionFlags(event, f);
+  event->add_option("--saga", f.saga, "the run's saga")->capture_default_str();
+  event->add_option("--run", f.run, "the run's Idempotency-Key")->required();
+  event->add_option("--name", f.event_name, "the event, e.g. payment_confirmed")->required();
+  event->add_option("--key", f.key, "the event's own Idempotency-Key (reuse it to retry safely)")
+      ->required();
+  event->add_option("--payload", f.payload, "the event's JSON payload")->capture_default_str();
+  event->callback([&f, &run] {
+    run = [&f] {
+      // Both names go in as they are: the key may hold any printable character, `/` included.
+      std::string path = "/v1/runs/" + common::PercentEncode(f.saga) + "/" +
+                         common::PercentEncode(f.run) + "/events/" +
+                         common::PercentEncode(f.event_name);
+      Print(Connect(f)->Post(path,
+                             {{"Authorization", "Bearer " + f.api_key}, {"Idempotency-Key", f.key}},
+                             f.payload, "application/json"));
+    };
+  });
+
   auto* sagas = app.add_subcommand("sagas", "List sagas by state; retry, cancel or resolve one");
   sagas->require_subcommand(1);
   auto* list = sagas->add_subcommand("list", "A tenant's sagas, newest first");

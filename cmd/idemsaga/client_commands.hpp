@@ -1,4 +1,4 @@
-// The client side of the CLI: `idemsaga order` and `idemsaga orders get`.
+// The client side of the CLI: `idemsaga order`, `event`, `sagas ...`, `trace` and `orders get`.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -21,6 +21,11 @@ struct ClientFlags {
   long long amount_cents = 2500;
   std::string currency = "USD";
   std::string payment_method = "pm_card_visa";
+  // An external event (event): the run it is for, its name and payload.
+  std::string saga = "place_order";
+  std::string run;
+  std::string event_name;
+  std::string payload = "{}";
   std::string status;
   bool stuck_only = false;
   bool show_trace = false;

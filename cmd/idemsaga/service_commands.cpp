@@ -163,6 +163,7 @@ struct OrchestratorFlags {
   std::vector<std::string> participants;  // NAME=URL
   orchestrator::OrchestratorOptions options;
   orchestrator::amqp::IntakeOptions amqp;  // no url: no intake
+  std::string amqp_events_queue;           // "": <amqp.queue>.events
 };
 
 }  // namespace
@@ -260,13 +261,17 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
                   "on SIGTERM, how long running sagas may finish")
       ->capture_default_str();
   cmd->add_option("--amqp-url", flags.amqp.url,
-                  "also take orders from RabbitMQ: amqp://user:password@host:port/vhost")
+                  "also take orders and events from RabbitMQ: "
+                  "amqp://user:password@host:port/vhost")
       ->envname("IDEMSAGA_AMQP_URL");
   cmd->add_option("--amqp-queue", flags.amqp.queue,
                   "the queue orders come from (refused ones go to QUEUE.dead)")
       ->capture_default_str();
+  cmd->add_option("--amqp-events-queue", flags.amqp_events_queue,
+                  "the queue external events for waiting runs come from (default: the "
+                  "--amqp-queue name + .events; refused ones go to EVENTS_QUEUE.dead)");
   cmd->add_option("--amqp-consumers", flags.amqp.consumers,
-                  "connections consuming it, each with one message in hand at a time")
+                  "connections consuming each queue, each with one message in hand at a time")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_option("--amqp-max-wait-ms", flags.amqp.max_wait,
@@ -290,7 +295,7 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
       std::thread server([&] { o.Serve(); });
-      std::optional<orchestrator::amqp::Intake> intake;
+      std::optional<orchestrator::amqp::Intake> intake, events;
       if (!flags.amqp.url.empty()) {
         intake.emplace(
             flags.amqp,
@@ -298,11 +303,23 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
               return o.SubmitOrder(req, res);
             },
             &o.metrics());
+        auto events_options = flags.amqp;
+        events_options.carries = orchestrator::amqp::Carries::kEvents;
+        events_options.queue = flags.amqp_events_queue.empty() ? flags.amqp.queue + ".events"
+                                                               : flags.amqp_events_queue;
+        events.emplace(
+            events_options,
+            [&o](const httplib::Request& req, httplib::Response& res) {
+              return o.DeliverEvent(req, res);
+            },
+            &o.metrics());
         intake->Start();
+        events->Start();
       }
       std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
       idemsaga_cmd::WaitForStopSignal();
-      // The queue first: a message whose answer is not final yet goes back to it.
+      // The queues first: a message whose answer is not final yet goes back to its queue.
+      if (events) events->Stop();
       if (intake) intake->Stop();
       o.Shutdown(flags.grace);
       server.join();

@@ -1,18 +1,26 @@
-// Orders from a RabbitMQ queue: each message is an order as POST /v1/orders takes it (the
-// body; `Idempotency-Key` and `Authorization: Bearer <API key>` as headers, the key falling
-// back to the message id), placed through the same checks and claim as the HTTP route.
+// Orders, or external events, from a RabbitMQ queue, each message standing for one HTTP
+// request and going through that route's own function (the same checks, key and answer):
+// - orders (Carries::kOrders): a message is an order as POST /v1/orders takes it (the body;
+//   `Idempotency-Key` and `Authorization: Bearer <API key>` as headers);
+// - events (Carries::kEvents): a message is an event as POST
+//   /v1/runs/{saga}/{key}/events/{name} takes it (the body is the payload; the same two
+//   headers, the key being the event's own), with its target in the string headers `saga`,
+//   `run` (the run's Idempotency-Key, its bytes as they are: no quoting, no escapes) and
+//   `event`.
+// Either key falls back to the message id.
 //
-// A message is acknowledged only once its order's answer is final and published to the
-// message's `reply_to` (with its `correlation_id`), so every crash before the ack
-// redelivers it, and the redelivery finds the key: it replays the stored answer (or waits
-// for the saga still running under it), never a second saga. A reply may therefore come
-// twice, byte for byte the same. A message refused before its key is claimed (bad JSON, a
-// missing or bad key, an unknown tenant, an invalid order) or whose key was used for
-// another order goes to the dead-letter queue `<queue>.dead` with the reason in its headers
-// (without the Authorization header), and is answered on `reply_to` with the error. A
-// saga's stored answer is final whatever its status (a 502 of a step that stayed down too).
-// During a database outage the message stays in hand and is asked about again: a requeue
-// would count against a quorum queue's delivery-limit.
+// A message is acknowledged only once its answer is final and published to the message's
+// `reply_to` (with its `correlation_id`), so every crash before the ack redelivers it, and
+// the redelivery finds the key: it replays the stored answer (or waits for the saga still
+// running under it), never a second saga or a second event. A reply may therefore come
+// twice, byte for byte the same. A message refused before its key is stored (bad JSON, a
+// missing or bad key, an unknown tenant, an invalid order or payload, an event's missing
+// target or one its run does not await) or whose key was used for another request goes to
+// the dead-letter queue `<queue>.dead` with the reason in its headers (without the
+// Authorization header), and is answered on `reply_to` with the error. A saga's stored answer
+// is final whatever its status (a 502 of a step that stayed down too); an event's 202 is
+// final. During a database outage the message stays in hand and is asked about again: a
+// requeue would count against a quorum queue's delivery-limit.
 //
 // Each consumer is one connection with a prefetch of one: at most `consumers` messages are
 // in hand at once, so a slow database slows consumption instead of piling work up here.
@@ -39,9 +47,16 @@
 
 namespace orchestrator::amqp {
 
+// What a queue's messages are, and so which route they stand for.
+enum class Carries {
+  kOrders,  // POST /v1/orders
+  kEvents,  // POST /v1/runs/{saga}/{key}/events/{name}
+};
+
 struct IntakeOptions {
   std::string url;  // amqp://user:password@host:port/vhost
   std::string queue = "orders";
+  Carries carries = Carries::kOrders;
   int consumers = 4;
   // How long a message waits in hand for its saga (a 202, or a saga another process runs)
   // before it goes back to the queue to be tried again later.
@@ -52,14 +67,15 @@ struct IntakeOptions {
 
 class Intake {
  public:
-  // Places one order (Orchestrator::SubmitOrder): answers `res`, returns what the key said.
+  // Places one order (Orchestrator::SubmitOrder) or delivers one event
+  // (Orchestrator::DeliverEvent): answers `res`, returns what the key said.
   using Submit = std::function<KeyOutcome(const httplib::Request&, httplib::Response&)>;
 
   // Throws std::invalid_argument for a URL that is not amqp://... Counts messages in
-  // `metrics` (may be null):
-  //   idemsaga_amqp_messages_total{outcome}: replied (final answer published, acked),
-  //   dead_lettered, requeued (stopping, or a saga that outlived max_wait), and redelivered
-  //   (deliveries the broker marked as seen before).
+  // `metrics` (may be null), in idemsaga_amqp_messages_total{outcome} for orders and
+  // idemsaga_amqp_event_messages_total{outcome} for events: replied (final answer published,
+  // acked), dead_lettered, requeued (stopping, or a saga that outlived max_wait), and
+  // redelivered (deliveries the broker marked as seen before).
   Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics = nullptr);
   ~Intake();
 
@@ -71,6 +87,7 @@ class Intake {
   class Consumer;
   void Run(int index);
   void Count(const char* outcome);
+  const char* Kind() const;  // "order" or "event", in log events
   // Sleeps up to `d`; false when stopping.
   bool Pause(std::chrono::milliseconds d);
 

@@ -1,5 +1,10 @@
 // POST /v1/runs/{saga}/{key}/events/{name}: an external event for one saga run (a payment
-// provider's webhook, an approval), under its own Idempotency-Key.
+// provider's webhook, an approval), under its own Idempotency-Key. The AMQP intake's event
+// messages come in as this route's requests, through the same Deliver.
+#include <regex>
+#include <stdexcept>
+#include <string_view>
+
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
@@ -32,11 +37,23 @@ std::string WhyNotAccepted(const SagaRow& row, const saga::StepDefinition& step)
   return "";
 }
 
-void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Response& res) {
+// Answers the refusal: nothing was stored.
+KeyOutcome Refuse(httplib::Response& res, int status, std::string_view code,
+                  std::string_view detail) {
+  SetError(res, status, code, detail);
+  return KeyOutcome::kNone;
+}
+
+// The route's pattern: saga, run key, event name (key and name as the server hands them,
+// with %2F and %25 still encoded).
+constexpr const char* kEventRoute = R"(/v1/runs/([^/]+)/([^/]+)/events/([^/]+))";
+
+// `req.matches` holds the route's captures. Returns what the event's key said (see routes.hpp).
+KeyOutcome Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Response& res) {
   auto row = PathSaga(req, res, d.auth, d.store, 2);
-  if (!row) return;
+  if (!row) return KeyOutcome::kNone;
   if (row->saga_name != req.matches[1].str()) {
-    return SetError(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
+    return Refuse(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
   }
   const std::string name = common::http::DecodeCapture(req.matches[3].str());
   const saga::Definition* definition = d.registry.Find(row->saga_name, row->saga_version);
@@ -50,22 +67,22 @@ void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Respons
         }
       }
     }
-    return SetError(res, 409, "event_not_expected",
-                    awaited.empty() ? "this run awaits no events"
-                                    : "this run awaits no such event; it awaits: " +
-                                          common::Join(awaited, ", "));
+    return Refuse(res, 409, "event_not_expected",
+                  awaited.empty()
+                      ? "this run awaits no events"
+                      : "this run awaits no such event; it awaits: " + common::Join(awaited, ", "));
   }
   auto key =
       common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
                                   req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
-  if (!key.ok()) return SetError(res, 400, key.error, key.message);
+  if (!key.ok()) return Refuse(res, 400, key.error, key.message);
   auto payload = common::http::ParseJsonBody(req, res, d.limits);
-  if (!payload) return;
+  if (!payload) return KeyOutcome::kNone;
   if (step->wait->validate) {
     try {
       step->wait->validate(name, *payload);
     } catch (const std::exception& e) {  // InvalidInput, or a JSON read of the wrong type
-      return SetError(res, 400, "invalid_request", e.what());
+      return Refuse(res, 400, "invalid_request", e.what());
     }
   }
   const std::string run_path = StatusPath(row->saga_name, row->key);
@@ -100,25 +117,39 @@ void Deliver(const EventRoutes& d, const httplib::Request& req, httplib::Respons
       res.status = delivered.response_status;
       res.set_content(delivered.response_body, "application/json");
       res.set_header("Location", run_path);
-      return;
+      return delivered.kind == Delivered::kStored ? KeyOutcome::kClaimed : KeyOutcome::kReplayed;
     case Delivered::kKeyReused:
-      return SetError(res, 422, "idempotency_key_reused",
-                      "this Idempotency-Key delivered this event with another payload");
+      SetError(res, 422, "idempotency_key_reused",
+               "this Idempotency-Key delivered this event with another payload");
+      return KeyOutcome::kMismatch;
     case Delivered::kAlreadyReceived:
-      return SetError(res, 409, "event_already_received",
-                      "the run has this event already, delivered under another Idempotency-Key");
+      return Refuse(res, 409, "event_already_received",
+                    "the run has this event already, delivered under another Idempotency-Key");
     case Delivered::kNotAccepted:
-      return SetError(res, 409, "event_not_accepted",
-                      why_not.empty() ? "the run has taken another event of this wait, or ended: "
-                                        "it takes this one no more"
-                                      : why_not);
+      return Refuse(
+          res, 409, "event_not_accepted",
+          why_not.empty()
+              ? "the run has taken another event of this wait, or ended: it takes this one no "
+                "more"
+              : why_not);
   }
+  throw std::logic_error("unhandled event delivery outcome");
 }
 
 }  // namespace
 
+KeyOutcome DeliverEvent(const EventRoutes& d, const httplib::Request& req, httplib::Response& res) {
+  // The captures point into the path they matched: matched on a copy this call owns.
+  httplib::Request routed = req;
+  static const std::regex route(kEventRoute);
+  if (!std::regex_match(routed.path, routed.matches, route)) {
+    return Refuse(res, 404, "not_found", "no such route");
+  }
+  return Deliver(d, routed, res);
+}
+
 void AddEventRoutes(common::http::Server& server, const EventRoutes& d) {
-  server.Post(R"(/v1/runs/([^/]+)/([^/]+)/events/([^/]+))",
+  server.Post(kEventRoute,
               [d](const httplib::Request& req, httplib::Response& res) { Deliver(d, req, res); });
 }
 

@@ -85,6 +85,15 @@ struct EventRoutes {
   TenantAuth& auth;
   const common::http::Limits& limits;
 };
+// Delivers the event of an HTTP-shaped request as POST /v1/runs/{saga}/{key}/events/{name}
+// does (auth, the run, the awaited event, its Idempotency-Key, the payload and the saga's
+// parser, the store) and writes the answer to `res`; the request may have come another way
+// (the AMQP intake builds one from a message): `req.path` is the route's path, with `/` and
+// `%` in a segment percent-encoded (404 otherwise). Returns what the event's key said:
+// kClaimed (stored), kReplayed, kMismatch (422), or kNone when refused with nothing stored.
+// Throws when the database fails (nothing answered; a retry with the key is safe).
+KeyOutcome DeliverEvent(const EventRoutes& d, const httplib::Request& req, httplib::Response& res);
+
 // POST /v1/runs/{saga}/{key}/events/{name}.
 void AddEventRoutes(common::http::Server& server, const EventRoutes& deps);
 

@@ -1,11 +1,15 @@
-// Orders from RabbitMQ (orchestrator --amqp-url): a real broker of the test's own, real
-// `idemsaga` processes, and the fault suite's invariant checker over the four databases.
+// Orders and events from RabbitMQ (orchestrator --amqp-url): a real broker of the test's own,
+// real `idemsaga` processes, and the fault suite's invariant checker over the four databases.
 // Duplicated messages make one saga, a kill -9 between the claim and the ack makes one saga
 // and still answers, a broker restart under load loses and doubles nothing, and messages the
-// intake cannot take end in the dead-letter queue with their reason, storing nothing.
+// intake cannot take end in the dead-letter queue with their reason, storing nothing. An
+// event for a waiting order, over the events queue or `idemsaga event`, is stored once and
+// answered with the bytes the HTTP route replays.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <pqxx/pqxx>
 #include <random>
 #include <set>
@@ -13,7 +17,9 @@
 
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/percent_encode.hpp"
 #include "common/pg/cluster.hpp"
+#include "common/process.hpp"
 #include "orchestrator/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/chaos/rabbitmq_broker.hpp"
@@ -109,27 +115,64 @@ class AmqpIntake : public ::testing::Test {
     }
   }
 
-  // A publisher with confirms, once orders_NAME and replies_NAME exist.
+  // An event message for the run of place_order under `run` (the run key's raw bytes): the
+  // event's own key as an sf-string header, the tenant's API key, a reply queue.
+  static Message Event(const std::string& tenant, const std::string& run, const std::string& name,
+                       const std::string& event_key, const std::string& payload,
+                       const std::string& reply_to, const std::string& correlation_id) {
+    Message m;
+    m.headers["saga"] = "place_order";
+    m.headers["run"] = run;
+    m.headers["event"] = name;
+    m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(event_key);
+    m.headers["Authorization"] = "Bearer dev-key-" + tenant;
+    m.content_type = "application/json";
+    m.reply_to = reply_to;
+    m.correlation_id = correlation_id;
+    m.body = payload;
+    return m;
+  }
+
+  // A publisher with confirms, once orders_NAME, its events queue and replies_NAME exist.
   static std::unique_ptr<Connection> Publisher(const std::string& name) {
     auto c = std::make_unique<Connection>(broker_->Url());
     c->DeclareQueue("orders_" + name);
+    c->DeclareQueue("orders_" + name + ".events");
     c->DeclareQueue("replies_" + name);
     c->Confirm();
     return c;
   }
 
-  static long long Count(const std::string& url, const std::string& sql) {
+  // `sql`'s one number, with $1 = `param` when given (keys with any printable byte).
+  static long long Count(const std::string& url, const std::string& sql,
+                         const std::optional<std::string>& param = std::nullopt) {
     pqxx::connection c(url);
     pqxx::nontransaction tx(c);
-    return tx.exec(sql)[0][0].as<long long>();
+    return (param ? tx.exec_params(sql, *param) : tx.exec(sql))[0][0].as<long long>();
   }
 
-  // The orchestrator's idemsaga_amqp_messages_total{outcome}, once it reaches `want` (it
-  // counts a message after its ack, a moment after its reply) or 10 s have passed; promtool
-  // must accept the page.
-  static double Messages(const Stack& stack, const std::string& outcome, double want) {
+  // Waits until the 3-D Secure charge of the order `key` is authorised, waiting for the card
+  // holder: the order's saga is parked on payment_confirmed.
+  static bool Parked(const Stack& stack, const std::string& key) {
+    for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
+      if (Count(stack.DatabaseUrl("payment"),
+                "SELECT count(*) FROM charges WHERE idempotency_key = $1 || '-payment' "
+                "AND status = 'requires_action'",
+                key) == 1) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // The orchestrator's idemsaga_amqp_messages_total{outcome} (or `family`'s), once it reaches
+  // `want` (it counts a message after its ack, a moment after its reply) or 10 s have passed;
+  // promtool must accept the page.
+  static double Messages(const Stack& stack, const std::string& outcome, double want,
+                         const std::string& family = "idemsaga_amqp_messages_total") {
     httplib::Client c(stack.OrchestratorUrl(0));
-    std::string series = "idemsaga_amqp_messages_total{outcome=\"" + outcome + "\"}";
+    std::string series = family + "{outcome=\"" + outcome + "\"}";
     double seen = -1;
     std::string body;
     for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline;) {
@@ -142,6 +185,79 @@ class AmqpIntake : public ::testing::Test {
     }
     EXPECT_EQ(test_support::PromtoolProblems(body), "");
     return seen;
+  }
+
+  // The i-th order of `tenant` under `key`, paid by a card that needs 3-D Secure: its saga
+  // parks waiting for payment_confirmed (or payment_failed).
+  static KeyRecord ThreeDSecureOrder(const std::string& tenant, const std::string& key, int i) {
+    auto body = nlohmann::json::parse(OrderBody(i, false));
+    body["payment_method"] = "pm_card_3ds";
+    return {tenant, key, body.dump()};
+  }
+
+  // A message the intake must refuse, and the problem code it must give.
+  struct Poison {
+    std::string name;
+    Message message;
+    std::string error;  // the problem code in the dead letter and the reply
+  };
+
+  // An Idempotency-Key header the routes refuse (i-th of four kinds): a control byte, too
+  // long, a list, a parameter.
+  static std::string GeneratedBadKey(int i, std::mt19937& rng) {
+    switch (i % 4) {
+      case 0:
+        return common::FormatIdempotencyKey("k" + std::string(1, static_cast<char>(rng() % 32)) +
+                                            std::to_string(i));
+      case 1:
+        return common::FormatIdempotencyKey(std::string(201, static_cast<char>('a' + i % 26)));
+      case 2:
+        return "\"a" + std::to_string(i) + "\", \"b\"";
+      default:
+        return "\"a" + std::to_string(i) + "\";p=1";
+    }
+  }
+
+  // Publishes `cases` to `queue` (correlation ids: their indexes) and checks that each is
+  // answered once on `replies` with its error and dead-lettered once to `queue`.dead with its
+  // reason, its body, and no tenant's API key; the queue is left empty. Returns how many were
+  // answered with a 5xx.
+  static int ExpectDeadLettered(Connection& c, const std::string& queue, const std::string& replies,
+                                std::vector<Poison>& cases) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      cases[i].message.correlation_id = std::to_string(i);
+      c.Publish(queue, cases[i].message);
+    }
+    auto answered = Collect(c, replies, cases.size());
+    int server_errors = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto& rs = answered[std::to_string(i)];
+      EXPECT_EQ(rs.size(), 1u) << cases[i].name;
+      if (rs.empty()) continue;
+      server_errors += rs[0].status >= 500 ? 1 : 0;
+      EXPECT_GE(rs[0].status, 400) << cases[i].name;
+      EXPECT_NE(rs[0].body.find("\"" + cases[i].error + "\""), std::string::npos)
+          << cases[i].name << ": " << rs[0].body;
+    }
+    std::map<std::string, Message> dead;
+    for (auto m = c.Get(queue + ".dead"); m; m = c.Get(queue + ".dead")) {
+      dead[m->correlation_id] = *m;
+    }
+    EXPECT_EQ(dead.size(), cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      auto it = dead.find(std::to_string(i));
+      if (it == dead.end()) {
+        ADD_FAILURE() << "not dead-lettered: " << cases[i].name;
+        continue;
+      }
+      const auto& m = it->second;
+      EXPECT_EQ(m.headers.at("x-idemsaga-error"), cases[i].error) << cases[i].name;
+      EXPECT_FALSE(m.headers.at("x-idemsaga-detail").empty()) << cases[i].name;
+      EXPECT_EQ(m.headers.count("Authorization"), 0u) << cases[i].name;
+      EXPECT_EQ(m.body, cases[i].message.body) << cases[i].name;
+    }
+    EXPECT_EQ(c.DeclareQueue(queue), 0u);
+    return server_errors;
   }
 
   static std::string broker_dir_;
@@ -301,12 +417,7 @@ TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNot
   c.Publish("orders_poison", Order(good, "replies_poison", "good"));
   ASSERT_EQ(Collect(c, "replies_poison", 1)["good"].size(), 1u);
 
-  struct Case {
-    std::string name;
-    Message message;
-    std::string error;  // the problem code in the dead letter and the reply
-  };
-  std::vector<Case> cases;
+  std::vector<Poison> cases;
   auto base = [&](const std::string& key) {
     return Order({"demo", key, OrderBody(2, false)}, "replies_poison", "");
   };
@@ -343,59 +454,18 @@ TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNot
   std::mt19937 rng(14);
   for (int i = 0; i < 200; ++i) {
     Message m = base("x");
-    std::string key;
-    switch (i % 4) {
-      case 0:
-        key = "k" + std::string(1, static_cast<char>(rng() % 32)) + std::to_string(i);
-        m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(key);
-        break;
-      case 1:
-        m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(std::string(201, 'a' + i % 26));
-        break;
-      case 2:
-        m.headers["Idempotency-Key"] = "\"a" + std::to_string(i) + "\", \"b\"";
-        break;
-      default:
-        m.headers["Idempotency-Key"] = "\"a" + std::to_string(i) + "\";p=1";
-    }
+    m.headers["Idempotency-Key"] = GeneratedBadKey(i, rng);
     cases.push_back({"generated key " + std::to_string(i), m, "idempotency_key_invalid"});
   }
-  for (size_t i = 0; i < cases.size(); ++i) {
-    cases[i].message.correlation_id = std::to_string(i);
-    c.Publish("orders_poison", cases[i].message);
-  }
-  auto replies = Collect(c, "replies_poison", cases.size());
-  int server_errors = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto& rs = replies[std::to_string(i)];
-    ASSERT_EQ(rs.size(), 1u) << cases[i].name;
-    server_errors += rs[0].status >= 500 ? 1 : 0;
-    EXPECT_GE(rs[0].status, 400) << cases[i].name;
-    EXPECT_NE(rs[0].body.find("\"" + cases[i].error + "\""), std::string::npos)
-        << cases[i].name << ": " << rs[0].body;
-  }
+  int server_errors = ExpectDeadLettered(c, "orders_poison", "replies_poison", cases);
   EXPECT_EQ(server_errors, 0);
-  // The dead letters: each message once, with its reason, and no tenant's API key.
-  std::map<std::string, Message> dead;
-  for (auto m = c.Get("orders_poison.dead"); m; m = c.Get("orders_poison.dead")) {
-    dead[m->correlation_id] = *m;
-  }
-  ASSERT_EQ(dead.size(), cases.size());
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto& m = dead[std::to_string(i)];
-    EXPECT_EQ(m.headers.at("x-idemsaga-error"), cases[i].error) << cases[i].name;
-    EXPECT_FALSE(m.headers.at("x-idemsaga-detail").empty()) << cases[i].name;
-    EXPECT_EQ(m.headers.count("Authorization"), 0u) << cases[i].name;
-    EXPECT_EQ(m.body, cases[i].message.body) << cases[i].name;
-  }
-  EXPECT_EQ(c.DeclareQueue("orders_poison"), 0u);
   EXPECT_EQ(Messages(stack, "dead_lettered", cases.size()), static_cast<double>(cases.size()));
   EXPECT_EQ(Messages(stack, "replied", 1), 1);
   // Nothing stored but the good order.
   EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM idempotency_keys"), 1);
   EXPECT_EQ(Count(stack.DatabaseUrl("inventory"), "SELECT count(*) FROM reservations"), 1);
   EXPECT_EQ(Count(stack.DatabaseUrl("payment"), "SELECT count(*) FROM charges"), 1);
-  std::cout << "amqp_poison: messages=" << cases.size() << " dead_lettered=" << dead.size()
+  std::cout << "amqp_poison: messages=" << cases.size() << " dead_lettered=" << cases.size()
             << " status_5xx=" << server_errors << std::endl;
 }
 
@@ -463,6 +533,245 @@ TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
   EXPECT_EQ(dead->correlation_id, "bad");
   EXPECT_EQ(dead->headers["x-idemsaga-error"], "invalid_json");
   ExpectClean(stack, records, "amqp_queues_deleted");
+}
+
+// A place_order run paid by a card that needs 3-D Secure, ordered over the queue under a key
+// with every awkward byte a path has (space, `/`, `%2F` as text, quotes), parks waiting for
+// payment_confirmed; the event comes over the events queue, 50 copies of one message.
+TEST_F(AmqpIntake, AnEventMessageCompletesAWaitingOrderAndFiftyCopiesAreStoredOnce) {
+  auto started = Started("events");
+  Stack& stack = *started;
+  auto publisher = Publisher("events");
+  Connection& c = *publisher;
+  const std::string key = R"(amqp events/1 %2F "q")";
+  std::vector<KeyRecord> records = {ThreeDSecureOrder("demo", key, 0)};
+  c.Publish("orders_events", Order(records[0], "replies_events", "order"));
+  ASSERT_TRUE(Parked(stack, key)) << "the order did not park on its confirmation";
+
+  constexpr int kCopies = 50;
+  const std::string event_key = "amqp-events-confirmed";
+  for (int i = 0; i < kCopies; ++i) {
+    c.Publish("orders_events.events", Event("demo", key, "payment_confirmed", event_key, "{}",
+                                            "replies_events", "event/" + std::to_string(i)));
+  }
+  // Every copy answered, and the order (whose message waited in hand) answered once it ended.
+  auto replies = Collect(c, "replies_events", kCopies + 1);
+  std::set<std::string> answers;
+  int copies = 0;
+  for (const auto& [id, rs] : replies) {
+    if (id == "order") continue;
+    ASSERT_EQ(rs.size(), 1u) << "one reply per message: " << id;
+    ++copies;
+    answers.insert(std::to_string(rs[0].status) + " " + rs[0].body);
+  }
+  EXPECT_EQ(copies, kCopies);
+  ASSERT_EQ(answers.size(), 1u) << "every copy is answered with the same bytes";
+  const Reply& event_reply = replies["event/0"][0];
+  EXPECT_EQ(event_reply.status, 202) << event_reply.body;
+  EXPECT_EQ(nlohmann::json::parse(event_reply.body)["event_idempotency_key"], event_key);
+  Record(records[0], replies["order"]);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+
+  // One delivery stored; the charge captured once, by one capture call.
+  const std::string orch = stack.DatabaseUrl("orchestrator");
+  EXPECT_EQ(Count(orch, "SELECT count(*) FROM saga_events"), 1);
+  EXPECT_EQ(Count(orch, "SELECT count(*) FROM saga_events WHERE idempotency_key = $1", key), 1);
+  EXPECT_EQ(Count(stack.DatabaseUrl("payment"),
+                  "SELECT count(*) FROM charges WHERE idempotency_key = $1 || '-payment' "
+                  "AND status = 'captured'",
+                  key),
+            1);
+  EXPECT_EQ(
+      Count(stack.DatabaseUrl("payment"),
+            "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1 || '-capture'", key),
+      1);
+  // The same event key over HTTP replays the queue's answer byte for byte.
+  httplib::Client http(stack.OrchestratorUrl(0));
+  auto replay =
+      http.Post("/v1/runs/place_order/" + common::PercentEncode(key) + "/events/payment_confirmed",
+                {{"Authorization", "Bearer dev-key-demo"},
+                 {"Idempotency-Key", common::FormatIdempotencyKey(event_key)}},
+                "{}", "application/json");
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->status, event_reply.status);
+  EXPECT_EQ(replay->body, event_reply.body);
+  // (httplib's client decodes a Location it reads: the reply's is compared with the path.)
+  EXPECT_EQ(event_reply.headers.at("Location"), "/v1/orders/" + common::PercentEncode(key));
+  EXPECT_EQ(c.DeclareQueue("orders_events.events"), 0u) << "every message acknowledged";
+  EXPECT_EQ(c.DeclareQueue("orders_events.events.dead"), 0u);
+  EXPECT_EQ(Messages(stack, "replied", kCopies, "idemsaga_amqp_event_messages_total"), kCopies);
+  ExpectClean(stack, records, "amqp_event_copies",
+              "event_messages=" + std::to_string(kCopies) +
+                  " distinct_replies=" + std::to_string(answers.size()));
+}
+
+TEST_F(AmqpIntake, EventMessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNothing) {
+  auto started = Started("bad_events");
+  Stack& stack = *started;
+  auto publisher = Publisher("bad_events");
+  Connection& c = *publisher;
+  const std::string queue = "orders_bad_events.events", replies = "replies_bad_events";
+  // Three runs: demo's and acme's waiting for a 3-D Secure confirmation, and demo's paid by a
+  // card that needs none (its wait was skipped; it has ended).
+  std::vector<KeyRecord> records = {ThreeDSecureOrder("demo", "bad-events-3ds", 0),
+                                    ThreeDSecureOrder("acme", "bad-events-acme", 1),
+                                    {"demo", "bad-events-visa", OrderBody(2, false)}};
+  chaos::Driver driver({stack.OrchestratorUrl(0)});
+  driver.UntilFinal(records[2], Clock::now() + kSettle);
+  ASSERT_EQ(records[2].final_status, 201);
+  for (int i = 0; i < 2; ++i) {
+    driver.Attempt(records[i], 0);
+    ASSERT_TRUE(Parked(stack, records[i].key)) << records[i].key;
+  }
+  // The one good delivery: acme confirms its own run.
+  c.Publish(queue, Event("acme", "bad-events-acme", "payment_confirmed", "acme-ok", "{}", replies,
+                         "good"));
+  ASSERT_EQ(Collect(c, replies, 1)["good"].at(0).status, 202);
+
+  std::vector<Poison> cases;
+  auto base = [&](const std::string& event_key) {
+    return Event("demo", "bad-events-3ds", "payment_confirmed", event_key, "{}", replies, "");
+  };
+  // One header set (added, when its name differs in case from the message's) or, without a
+  // value, removed.
+  struct HeaderCase {
+    std::string name, header;
+    std::optional<std::string> value;
+    std::string error;
+  };
+  std::vector<HeaderCase> header_cases = {
+      {"no key and no message id", "Idempotency-Key", std::nullopt, "idempotency_key_missing"},
+      {"two keys", "idempotency-key", common::FormatIdempotencyKey("other"),
+       "idempotency_key_invalid"},
+      {"unknown tenant", "Authorization", "Bearer not-a-tenant", "unauthorized"},
+      {"a run of another tenant", "run", "bad-events-acme", "not_found"},
+      {"no run under this key", "run", "bad-events-nobody/%2F", "not_found"},
+      {"an unknown saga", "saga", "no_such_saga", "not_found"},
+      {"the run under another saga's name", "saga", "ship_order", "not_found"},
+      {"an event the saga does not await", "event", "shipment_arrived", "event_not_expected"},
+      {"an event name with a slash", "event", "payment_confirmed/../x", "event_not_expected"},
+      {"a run that awaits nothing any more", "run", "bad-events-visa", "event_not_accepted"}};
+  for (std::string target : {"saga", "run", "event"}) {
+    std::string upper = target;
+    for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    header_cases.push_back({"no " + target + " header", target, std::nullopt, "invalid_request"});
+    header_cases.push_back({"an empty " + target + " header", target, "", "invalid_request"});
+    header_cases.push_back(
+        {"two " + target + " headers", upper, "bad-events-visa", "invalid_request"});
+  }
+  for (const auto& h : header_cases) {
+    Message m = base("event key for: " + h.name);
+    if (h.value) {
+      m.headers[h.header] = *h.value;
+    } else {
+      m.headers.erase(h.header);
+    }
+    cases.push_back({h.name, m, h.error});
+  }
+  // Payloads the route refuses, and a stored event's key sent with another payload.
+  for (auto [name, body, content_type, error] :
+       {std::tuple{"a payload the saga refuses", R"({"amount": 5})", "application/json",
+                   "invalid_request"},
+        std::tuple{"a payload that is no object", "[]", "application/json", "invalid_request"},
+        std::tuple{"a payload that is no JSON", "{\"reason\": ", "application/json",
+                   "invalid_json"},
+        std::tuple{"a payload of another content type", "{}", "text/plain",
+                   "unsupported_media_type"}}) {
+    Message m = base(std::string("event key for: ") + name);
+    m.body = body;
+    m.content_type = content_type;
+    cases.push_back({name, m, error});
+  }
+  cases.push_back({"a stored event's key with another payload",
+                   Event("acme", "bad-events-acme", "payment_confirmed", "acme-ok",
+                         R"({"reason":"x"})", replies, ""),
+                   "idempotency_key_reused"});
+  // Generated run keys the route refuses (control and non-ASCII bytes, too long), and
+  // event keys as the order test generates them.
+  std::mt19937 rng(15);
+  for (int i = 0; i < 120; ++i) {
+    Message m = base("x");
+    switch (i % 5) {
+      case 0:
+        m.headers["run"] = "k" + std::string(1, static_cast<char>(rng() % 32)) + std::to_string(i);
+        break;
+      case 1:
+        m.headers["run"] = "k" + std::string(1, static_cast<char>(0x80 + rng() % 128));
+        break;
+      case 2:
+        m.headers["run"] = std::string(201, static_cast<char>('a' + i % 26));
+        break;
+      default:
+        m.headers["Idempotency-Key"] = GeneratedBadKey(i, rng);
+    }
+    cases.push_back({"generated key " + std::to_string(i), m, "idempotency_key_invalid"});
+  }
+  int server_errors = ExpectDeadLettered(c, queue, replies, cases);
+  EXPECT_EQ(server_errors, 0);
+  EXPECT_EQ(Messages(stack, "dead_lettered", cases.size(), "idemsaga_amqp_event_messages_total"),
+            static_cast<double>(cases.size()));
+  // Nothing stored but acme's event; demo's run still waits, and takes its confirmation.
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM saga_events"), 1);
+  EXPECT_FALSE(stack.orchestrator(0).Exited(std::chrono::milliseconds(0)));
+  c.Publish(queue,
+            Event("demo", "bad-events-3ds", "payment_confirmed", "demo-ok", "{}", replies, "last"));
+  ASSERT_EQ(Collect(c, replies, 1)["last"].at(0).status, 202);
+  for (auto& r : records) driver.UntilFinal(r, Clock::now() + kSettle);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+  EXPECT_EQ(records[1].final_status, 201) << records[1].final_body;
+  ExpectClean(
+      stack, records, "amqp_bad_events",
+      "messages=" + std::to_string(cases.size()) + " status_5xx=" + std::to_string(server_errors));
+}
+
+// `idemsaga event` (the real binary) delivers the confirmation of a waiting order whose key
+// needs percent-encoding in the path, and the events queue's copy of it replays that answer.
+TEST_F(AmqpIntake, TheCliDeliversAnEventAndTheQueueReplaysItsAnswer) {
+  auto started = Started("cli");
+  Stack& stack = *started;
+  auto publisher = Publisher("cli");
+  Connection& c = *publisher;
+  const std::string key = "cli order/1 %25?#";
+  std::vector<KeyRecord> records = {ThreeDSecureOrder("demo", key, 0)};
+  c.Publish("orders_cli", Order(records[0], "replies_cli", "order"));
+  ASSERT_TRUE(Parked(stack, key));
+
+  std::string log = stack.log_dir() + "/cli_event.log";
+  int exit = common::RunProgram(
+      {IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key", "dev-key-demo",
+       "--run", key, "--name", "payment_confirmed", "--key", "cli-confirmed"},
+      log);
+  std::ifstream in(log);
+  std::string printed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(exit, 0) << printed;
+  EXPECT_EQ(printed.rfind("HTTP 202\n", 0), 0u) << printed;
+  EXPECT_NE(printed.find("Location: /v1/orders/"), std::string::npos) << printed;
+  // The stored event: the run's key as sent, under the CLI's event key.
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"),
+                  "SELECT count(*) FROM saga_events WHERE idempotency_key = $1 AND "
+                  "name = 'payment_confirmed' AND event_key = 'cli-confirmed'",
+                  key),
+            1);
+  auto order = Collect(c, "replies_cli", 1)["order"];
+  Record(records[0], order);
+  EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
+
+  // The same event key over the queue: the stored answer, which the CLI printed pretty.
+  c.Publish("orders_cli.events",
+            Event("demo", key, "payment_confirmed", "cli-confirmed", "{}", "replies_cli", "copy"));
+  auto copy = Collect(c, "replies_cli", 1)["copy"];
+  ASSERT_EQ(copy.size(), 1u);
+  EXPECT_EQ(copy[0].status, 202);
+  auto printed_body = nlohmann::json::parse(printed.substr(printed.find('{')));
+  EXPECT_EQ(nlohmann::json::parse(copy[0].body), printed_body);
+  // A refusal is a failure: exit 1 with the problem printed.
+  exit =
+      common::RunProgram({IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key",
+                          "dev-key-demo", "--run", key, "--name", "shipped", "--key", "cli-other"},
+                         log);
+  EXPECT_EQ(exit, 1);
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM saga_events"), 1);
+  ExpectClean(stack, records, "amqp_cli_event");
 }
 
 }  // namespace
