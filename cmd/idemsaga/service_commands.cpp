@@ -231,6 +231,19 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
                   "sagas of one tenant running at once in this process at most; more wait, "
                   "queued (0: no limit)")
       ->capture_default_str();
+  cmd->add_option("--http-threads", o.limits.threads,
+                  "HTTP workers: requests handled at once (a saga's wait holds none)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1024));
+  cmd->add_option("--saga-threads", o.sagas.threads,
+                  "sagas running at once on the saga pool (past --inline-limit, and resumed "
+                  "ones); more wait, queued")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--inline-limit", o.sagas.inline_limit,
+                  "sagas run on their requests' own HTTP workers at most (below "
+                  "--http-threads); the rest run on the saga pool")
+      ->capture_default_str();
   cmd->add_option("--park-after-ms", o.retry.park_after,
                   "a wait this long or longer holds no thread: the saga is parked and resumed "
                   "when due (0: never park)")
@@ -278,6 +291,10 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
                   "how long a message waits for its saga before going back to the queue")
       ->capture_default_str();
   cmd->callback([flags_ptr, &run] {
+    // A worker must stay free for reads, polls and health checks whatever the sagas do.
+    if (flags_ptr->options.sagas.inline_limit >= flags_ptr->options.limits.threads) {
+      throw CLI::ValidationError("--inline-limit", "must be below --http-threads");
+    }
     run = [flags_ptr] {
       auto& flags = *flags_ptr;
       if (flags.migrate) {
