@@ -59,14 +59,9 @@ KeyOutcome Deliver(const EventRoutes& d, const httplib::Request& req, httplib::R
   const saga::Definition* definition = d.registry.Find(row->saga_name, row->saga_version);
   const saga::StepDefinition* step = definition ? definition->Awaiting(name) : nullptr;
   if (step == nullptr) {
+    // A child's events included: they are addressed to this run.
     std::vector<std::string> awaited;
-    if (definition != nullptr) {
-      for (const auto& s : definition->steps()) {
-        if (s.kind == saga::StepKind::kEvent) {
-          awaited.insert(awaited.end(), s.wait->events.begin(), s.wait->events.end());
-        }
-      }
-    }
+    if (definition != nullptr) awaited = definition->Events();
     return Refuse(res, 409, "event_not_expected",
                   awaited.empty()
                       ? "this run awaits no events"

@@ -280,6 +280,12 @@ TEST_F(Delivery, AnOrderOverTheLimitWaitsForAnOperatorAndShipsOnlyWhenApproved) 
     EXPECT_EQ(r->status, 400) << bad << " " << r->body;
   }
   EXPECT_EQ(stack_.orch_db.Count("SELECT count(*) FROM saga_events"), 0);
+  // An event it does not await is refused naming every one it does, its child's included.
+  auto unknown = Decide("dlv-4", "order_shipped", "{}");
+  EXPECT_EQ(unknown->status, 409);
+  EXPECT_NE(unknown->body.find("payment_confirmed, payment_failed, order_approved, order_rejected"),
+            std::string::npos)
+      << unknown->body;
 
   auto approved = Decide("dlv-4", "order_approved", R"({"by":"ops@example.com"})");
   ASSERT_EQ(approved->status, 202) << approved->body;
