@@ -54,7 +54,7 @@ struct OrchestratorOptions {
   std::chrono::milliseconds participant_timeout{5000};
   // The bulkhead: calls in flight to each participant at most (0: no limit); a step past it
   // waits, parked, instead of holding a thread (ParticipantClient::Options::max_in_flight).
-  size_t participant_max_in_flight = 32;
+  size_t participant_max_in_flight = 64;
   saga::RetryPolicy retry;
   StoreOptions store;
   SagaServiceOptions sagas;

@@ -1,6 +1,7 @@
 #include "steps/client/participant_client.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/http/problem.hpp"
 #include "common/idempotency_key.hpp"
@@ -97,6 +98,19 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
   return StepResult::Blocked(x.status, status_text + (message.empty() ? "" : ": " + message));
 }
 
+bool ParticipantClient::EnterBulkhead() {
+  auto give_up = std::chrono::steady_clock::now() + options_.busy_wait;
+  size_t n = in_flight_.load();
+  for (;;) {
+    while (n < options_.max_in_flight) {
+      if (in_flight_.compare_exchange_weak(n, n + 1)) return true;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = in_flight_.load();
+  }
+}
+
 ParticipantClient::ParticipantClient(Options options) : options_(std::move(options)) {
   std::tie(host_, port_) = ParseHttpBaseUrl(options_.base_url);
   authority_ = host_ + ":" + std::to_string(port_);
@@ -171,8 +185,7 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
     return MapOutcome(x);
   }
   // The bulkhead: refused before anything is sent, so certainly not applied.
-  if (options_.max_in_flight > 0 && in_flight_.fetch_add(1) >= options_.max_in_flight) {
-    in_flight_.fetch_sub(1);
+  if (options_.max_in_flight > 0 && !EnterBulkhead()) {
     auto busy =
         saga::StepResult::Retryable("not sent: " + std::to_string(options_.max_in_flight) +
                                     " calls to " + options_.base_url + " are in flight already");

@@ -73,8 +73,11 @@ class ParticipantClient {
     // A bulkhead: at most this many calls in flight to this participant. A call past it is
     // not sent; the step is retried after `busy_retry_after` (a wait the runner parks for,
     // holding no thread), so a slow participant delays only the sagas that call it. 0: none.
-    size_t max_in_flight = 32;
+    size_t max_in_flight = 64;
     std::chrono::milliseconds busy_retry_after{1000};
+    // How long a call waits for a slot before it is turned away: a healthy participant frees
+    // one within milliseconds, so only a slow one turns calls away.
+    std::chrono::milliseconds busy_wait{20};
   };
 
   explicit ParticipantClient(Options options);
@@ -111,6 +114,8 @@ class ParticipantClient {
   };
   std::vector<Idle> idle_;  // most recently used last
   std::atomic<size_t> in_flight_{0};
+  // Takes a bulkhead slot, waiting up to Options::busy_wait; false when none came free.
+  bool EnterBulkhead();
 };
 
 }  // namespace steps::client
