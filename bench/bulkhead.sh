@@ -28,13 +28,7 @@ psql -XAtq "$DEV_DB" -c "CREATE DATABASE idemsaga_bulkhead"
 "$(dirname "$LOADGEN")/bench_orchestrator" --database-url "$DB" --listen "127.0.0.1:$B_PORT" \
   --participant "inventory=http://127.0.0.1:$I_PORT" --participant "payment=http://127.0.0.1:$P_PORT" \
   --api-key demo=dev-key-demo $ORCH_FLAGS >"$WORK/orch.log" 2>&1 &
-ORCH_PID=$!
-trap 'kill -INT $ORCH_PID 2>/dev/null; wait $ORCH_PID || true; cleanup' EXIT
-for _ in $(seq 60); do
-  grep -qs "ready on" "$WORK/orch.log" && break
-  sleep 0.5
-done
-grep -q "ready on" "$WORK/orch.log" || { cat "$WORK/orch.log"; exit 1; }
+adopt_orchestrator $!
 B=http://127.0.0.1:$B_PORT
 watch_cpu
 

@@ -31,6 +31,19 @@ for _ in $(seq 180); do
 done
 grep -q "dev ready" "$WORK/log" || { cat "$WORK/log"; exit 1; }
 O=http://127.0.0.1:$O_PORT
+# An orchestrator of the bench's own, started in the background with its log in
+# $WORK/orch.log: stopped (SIGINT) before the stack on exit; waits until it is ready.
+#   some_orchestrator ... >"$WORK/orch.log" 2>&1 & adopt_orchestrator $!
+adopt_orchestrator() {
+  ORCH_PID=$1
+  trap 'kill -INT $ORCH_PID 2>/dev/null; wait $ORCH_PID || true; cleanup' EXIT
+  for _ in $(seq 60); do
+    grep -qs "ready on" "$WORK/orch.log" && return
+    sleep 0.5
+  done
+  cat "$WORK/orch.log"
+  exit 1
+}
 watch_cpu() {
   local pm
   pm=$(sed -n 's/^starting PostgreSQL in //p' "$WORK/log" | head -1)/postmaster.pid

@@ -48,13 +48,8 @@ if [[ $ORCH != dev ]]; then
     "$(dirname "$LOADGEN")/bench_orchestrator" --database-url "$ODB" --listen "127.0.0.1:$W_PORT" \
       "${participants[@]}" --api-key demo=dev-key-demo $ORCH_FLAGS >"$WORK/orch.log" 2>&1 &
   fi
-  PID=$!
-  trap 'kill -INT $PID 2>/dev/null; wait $PID || true; cleanup' EXIT
-  for _ in $(seq 60); do
-    grep -qs "ready on" "$WORK/orch.log" && break
-    sleep 0.5
-  done
-  grep -q "ready on" "$WORK/orch.log" || { cat "$WORK/orch.log"; exit 1; }
+  adopt_orchestrator $!
+  PID=$ORCH_PID
   DB=$ODB
   O=http://127.0.0.1:$W_PORT
 fi
