@@ -41,7 +41,7 @@ struct OrchestratorOptions {
   // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`. An
   // entry without a URL is not configured: shipping by default, so ship_order is served only
   // where a shipping participant is named.
-  std::map<std::string, steps::client::ParticipantClient::Options> participants = {
+  std::map<std::string, steps::client::HttpParticipantClient::Options> participants = {
       {"inventory",
        {.base_url = common::defaults::LocalUrl(common::defaults::kInventoryPort),
         .business_errors = {"insufficient_stock"}}},

@@ -47,7 +47,7 @@ DeliverOrder ParseDeliverOrder(const nlohmann::json& body) {
 }
 
 // [child-saga]
-saga::Definition MakeDeliverOrderSaga(client::Participants& participants,
+saga::Definition MakeDeliverOrderSaga(idemsaga::Participants& participants,
                                       const DeliverOrderOptions& options) {
   auto& shipping = participants.Get("shipping");
   using Ctx = saga::StepContext;

@@ -38,7 +38,7 @@ struct DeliverOrderOptions {
 // Throws saga::InvalidInput naming the field.
 DeliverOrder ParseDeliverOrder(const nlohmann::json& body);
 
-saga::Definition MakeDeliverOrderSaga(client::Participants& participants,
+saga::Definition MakeDeliverOrderSaga(idemsaga::Participants& participants,
                                       const DeliverOrderOptions& options = {});
 
 }  // namespace steps

@@ -16,8 +16,8 @@ saga::Definition OrderSaga(std::string name, int version) {
 }
 
 // The two steps every version of place_order starts with.
-saga::Definition ReserveAndCharge(int version, client::ParticipantClient& inventory,
-                                  client::ParticipantClient& payment) {
+saga::Definition ReserveAndCharge(int version, idemsaga::ParticipantClient& inventory,
+                                  idemsaga::ParticipantClient& payment) {
   return std::move(OrderSaga("place_order", version)
                        .Step("inventory", ReserveItems(inventory), ReleaseItems(inventory))
                        .Step("payment", ChargeOrder(payment, version >= 2), RefundOrder(payment)));
@@ -52,19 +52,19 @@ void ValidateConfirmation(const std::string&, const nlohmann::json& payload) {
 
 }  // namespace
 
-saga::StepFn ReserveItems(client::ParticipantClient& inventory) {
+saga::StepFn ReserveItems(idemsaga::ParticipantClient& inventory) {
   return [&inventory](saga::StepContext& ctx) {
     return inventory.Post("/v1/reservations", ctx, {{"items", (*ctx.request)["items"]}});
   };
 }
 
-saga::StepFn ReleaseItems(client::ParticipantClient& inventory) {
+saga::StepFn ReleaseItems(idemsaga::ParticipantClient& inventory) {
   return [&inventory](saga::StepContext& ctx) {
     return inventory.Compensate("/v1/reservations/release", ctx);
   };
 }
 
-saga::StepFn ChargeOrder(client::ParticipantClient& payment, bool three_d_secure) {
+saga::StepFn ChargeOrder(idemsaga::ParticipantClient& payment, bool three_d_secure) {
   return [&payment, three_d_secure](saga::StepContext& ctx) {
     const auto& r = *ctx.request;
     nlohmann::json charge = {{"amount_cents", r["amount_cents"]},
@@ -76,12 +76,12 @@ saga::StepFn ChargeOrder(client::ParticipantClient& payment, bool three_d_secure
   };
 }
 
-saga::StepFn RefundOrder(client::ParticipantClient& payment) {
+saga::StepFn RefundOrder(idemsaga::ParticipantClient& payment) {
   return [&payment](saga::StepContext& ctx) { return payment.Compensate("/v1/refunds", ctx); };
 }
 
-saga::Definition MakePlaceOrderSagaV1(client::ParticipantClient& inventory,
-                                      client::ParticipantClient& payment) {
+saga::Definition MakePlaceOrderSagaV1(idemsaga::ParticipantClient& inventory,
+                                      idemsaga::ParticipantClient& payment) {
   return ReserveAndCharge(1, inventory, payment);
 }
 
@@ -89,7 +89,7 @@ namespace {
 
 // After the charge: the card holder's 3-D Secure confirmation when the charge asked for one,
 // then the capture.
-saga::Definition& ConfirmAndCapture(saga::Definition& d, client::ParticipantClient& payment,
+saga::Definition& ConfirmAndCapture(saga::Definition& d, idemsaga::ParticipantClient& payment,
                                     const PlaceOrderOptions& options) {
   return d
       .Await("confirmation",
@@ -116,15 +116,15 @@ saga::Definition& ConfirmAndCapture(saga::Definition& d, client::ParticipantClie
 
 }  // namespace
 
-saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
-                                    client::ParticipantClient& payment,
+saga::Definition MakePlaceOrderSaga(idemsaga::ParticipantClient& inventory,
+                                    idemsaga::ParticipantClient& payment,
                                     const PlaceOrderOptions& options) {
   saga::Definition d = ReserveAndCharge(2, inventory, payment);
   return std::move(ConfirmAndCapture(d, payment, options));
 }
 
-saga::Definition MakePlaceOrderParallelSaga(client::ParticipantClient& inventory,
-                                            client::ParticipantClient& payment,
+saga::Definition MakePlaceOrderParallelSaga(idemsaga::ParticipantClient& inventory,
+                                            idemsaga::ParticipantClient& payment,
                                             const PlaceOrderOptions& options) {
   // [parallel-steps]
   saga::Definition d = OrderSaga("place_order_parallel", /*version=*/1);

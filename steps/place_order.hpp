@@ -32,24 +32,24 @@ struct PlaceOrderOptions {
 // `three_d_secure`: the saga waits for a card holder's confirmation when the charge answers
 // `requires_action`; without it, a card that needs 3-D Secure is refused (402
 // authentication_required), never left authorised.
-saga::StepFn ReserveItems(client::ParticipantClient& inventory);
-saga::StepFn ReleaseItems(client::ParticipantClient& inventory);
-saga::StepFn ChargeOrder(client::ParticipantClient& payment, bool three_d_secure = false);
-saga::StepFn RefundOrder(client::ParticipantClient& payment);
+saga::StepFn ReserveItems(idemsaga::ParticipantClient& inventory);
+saga::StepFn ReleaseItems(idemsaga::ParticipantClient& inventory);
+saga::StepFn ChargeOrder(idemsaga::ParticipantClient& payment, bool three_d_secure = false);
+saga::StepFn RefundOrder(idemsaga::ParticipantClient& payment);
 
 // The latest version (2).
-saga::Definition MakePlaceOrderSaga(client::ParticipantClient& inventory,
-                                    client::ParticipantClient& payment,
+saga::Definition MakePlaceOrderSaga(idemsaga::ParticipantClient& inventory,
+                                    idemsaga::ParticipantClient& payment,
                                     const PlaceOrderOptions& options = {});
 // place_order_parallel (version 1): version 2 with the stock reserved and the card charged side
 // by side (POST /v1/runs/place_order_parallel takes the same order). An order refused by one
 // of them may have been applied by the other, which is then undone: a refused card releases
 // the stock, an item out of stock refunds the charge.
-saga::Definition MakePlaceOrderParallelSaga(client::ParticipantClient& inventory,
-                                            client::ParticipantClient& payment,
+saga::Definition MakePlaceOrderParallelSaga(idemsaga::ParticipantClient& inventory,
+                                            idemsaga::ParticipantClient& payment,
                                             const PlaceOrderOptions& options = {});
 // Version 1: inventory, payment.
-saga::Definition MakePlaceOrderSagaV1(client::ParticipantClient& inventory,
-                                      client::ParticipantClient& payment);
+saga::Definition MakePlaceOrderSagaV1(idemsaga::ParticipantClient& inventory,
+                                      idemsaga::ParticipantClient& payment);
 
 }  // namespace steps

@@ -10,9 +10,9 @@ namespace {
 
 // A saga that ships: served only when a shipping participant is configured.
 SagaFactory NeedsShipping(const char* name,
-                          std::function<saga::Definition(client::Participants&)> make) {
+                          std::function<saga::Definition(idemsaga::Participants&)> make) {
   return
-      [name, make = std::move(make)](client::Participants& p) -> std::optional<saga::Definition> {
+      [name, make = std::move(make)](idemsaga::Participants& p) -> std::optional<saga::Definition> {
         if (!p.Has("shipping")) {
           common::Log("saga_not_served", {{"saga", name}, {"needs", "--participant shipping=URL"}});
           return std::nullopt;
@@ -24,17 +24,17 @@ SagaFactory NeedsShipping(const char* name,
 }  // namespace
 
 std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
-  return {[](client::Participants& p) {
+  return {[](idemsaga::Participants& p) {
             return MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment"));
           },
-          [place_order](client::Participants& p) {
+          [place_order](idemsaga::Participants& p) {
             return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"), place_order);
           },
-          [place_order](client::Participants& p) {
+          [place_order](idemsaga::Participants& p) {
             return MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"), place_order);
           },
           NeedsShipping("ship_order", MakeShipOrderSaga),
-          NeedsShipping("deliver_order", [place_order](client::Participants& p) {
+          NeedsShipping("deliver_order", [place_order](idemsaga::Participants& p) {
             return MakeDeliverOrderSaga(p, {.place_order = place_order});
           })};
 }

@@ -18,7 +18,7 @@ namespace steps {
 // orchestrator (an optional participant it needs is not configured). A factory that simply
 // returns its saga::Definition fits, and one that calls an unconfigured participant throws
 // std::out_of_range from Participants::Get.
-using SagaFactory = std::function<std::optional<saga::Definition>(client::Participants&)>;
+using SagaFactory = idemsaga::SagaFactory;
 
 // place_order (inventory, payment; versions 1 and 2, see place_order.hpp), its variant
 // place_order_parallel (the two side by side), and, when a shipping participant is

@@ -24,7 +24,7 @@ ShipOrder ParseShipOrder(const nlohmann::json& body) {
 }
 
 // [define-your-own-saga]
-saga::Definition MakeShipOrderSaga(client::Participants& participants) {
+saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants) {
   auto& inventory = participants.Get("inventory");
   auto& payment = participants.Get("payment");
   auto& shipping = participants.Get("shipping");

@@ -23,6 +23,6 @@ struct ShipOrder {
 // Throws saga::InvalidInput naming the field.
 ShipOrder ParseShipOrder(const nlohmann::json& body);
 
-saga::Definition MakeShipOrderSaga(client::Participants& participants);
+saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants);
 
 }  // namespace steps

@@ -1,10 +1,10 @@
 // One kept-alive HTTP/1.1 connection to a participant, blocking, with deadlines: what
-// ParticipantClient sends each call over. A request goes out in one write (request line,
+// HttpParticipantClient sends each call over. A request goes out in one write (request line,
 // header and body together): cpp-httplib wrote the header and the body apart, two segments
 // and two system calls for every call, which were a few percent of a busy stack's CPU. The
 // answer is read with Boost.Beast's parser.
 //
-// Not thread-safe: one caller at a time (ParticipantClient lends each connection to one call).
+// Not thread-safe: one caller at a time (HttpParticipantClient lends each connection to one call).
 //   HttpConnection c("127.0.0.1", 8081);
 //   HttpConnection::Answer answer;
 //   auto failure = c.Exchange(request_bytes, 1s, 5s, answer);

@@ -98,7 +98,7 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
   return StepResult::Blocked(x.status, status_text + (message.empty() ? "" : ": " + message));
 }
 
-bool ParticipantClient::EnterBulkhead() {
+bool HttpParticipantClient::EnterBulkhead() {
   auto give_up = std::chrono::steady_clock::now() + options_.busy_wait;
   size_t n = in_flight_.load();
   for (;;) {
@@ -111,14 +111,14 @@ bool ParticipantClient::EnterBulkhead() {
   }
 }
 
-ParticipantClient::ParticipantClient(Options options) : options_(std::move(options)) {
+HttpParticipantClient::HttpParticipantClient(Options options) : options_(std::move(options)) {
   std::tie(host_, port_) = ParseHttpBaseUrl(options_.base_url);
   authority_ = host_ + ":" + std::to_string(port_);
 }
 
-ParticipantClient::~ParticipantClient() = default;
+HttpParticipantClient::~HttpParticipantClient() = default;
 
-std::unique_ptr<HttpConnection> ParticipantClient::Acquire() {
+std::unique_ptr<HttpConnection> HttpParticipantClient::Acquire() {
   {
     std::lock_guard lock(mutex_);
     auto now = std::chrono::steady_clock::now();
@@ -131,7 +131,7 @@ std::unique_ptr<HttpConnection> ParticipantClient::Acquire() {
   return std::make_unique<HttpConnection>(host_, port_);
 }
 
-void ParticipantClient::Release(std::unique_ptr<HttpConnection> connection) {
+void HttpParticipantClient::Release(std::unique_ptr<HttpConnection> connection) {
   if (!connection->reusable()) return;
   std::lock_guard lock(mutex_);
   if (idle_.size() < options_.max_idle_connections) {
@@ -139,7 +139,7 @@ void ParticipantClient::Release(std::unique_ptr<HttpConnection> connection) {
   }
 }
 
-HttpExchange ParticipantClient::Send(const std::string& request,
+HttpExchange HttpParticipantClient::Send(const std::string& request,
                                      std::chrono::milliseconds read_timeout) {
   auto connection = Acquire();
   HttpConnection::Answer answer;
@@ -163,7 +163,7 @@ HttpExchange ParticipantClient::Send(const std::string& request,
   return x;
 }
 
-saga::StepResult ParticipantClient::Post(const std::string& path, const saga::StepContext& ctx,
+saga::StepResult HttpParticipantClient::Post(const std::string& path, const saga::StepContext& ctx,
                                          const nlohmann::json& body) {
   // Never wait past the step's deadline, but give a call at least 100 ms.
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -224,14 +224,14 @@ saga::StepResult ParticipantClient::Post(const std::string& path, const saga::St
   return result;
 }
 
-saga::StepResult ParticipantClient::Compensate(const std::string& path,
+saga::StepResult HttpParticipantClient::Compensate(const std::string& path,
                                                const saga::StepContext& ctx) {
   // action_applied: the participant must not take a missing record for "never arrived".
   return Post(path, ctx,
               {{"action_key", ctx.action_key}, {"action_applied", ctx.action_confirmed}});
 }
 
-std::optional<nlohmann::json> ParticipantClient::GetJson(const std::string& path,
+std::optional<nlohmann::json> HttpParticipantClient::GetJson(const std::string& path,
                                                          std::string& error, int& status) {
   status = 0;
   const std::string token = "Bearer " + options_.service_token;

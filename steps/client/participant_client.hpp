@@ -3,7 +3,7 @@
 // and maps every answer (or its absence) to a saga::StepResult in one place (MapOutcome).
 //
 // Thread-safe: each call borrows its own connection from a small free list.
-//   ParticipantClient inventory({.base_url = "http://127.0.0.1:8081", .service_token = t});
+//   HttpParticipantClient inventory({.base_url = "http://127.0.0.1:8081", .service_token = t});
 //   saga::StepResult r = inventory.Post("/v1/reservations", ctx, body);
 #pragma once
 
@@ -52,7 +52,7 @@ inline const std::set<std::string> kGuardRefusals = {"cancelled", "compensated"}
 saga::StepResult MapOutcome(const HttpExchange& exchange,
                             const std::set<std::string>& business_errors = {});
 
-class ParticipantClient {
+class HttpParticipantClient final : public idemsaga::ParticipantClient {
  public:
   struct Options {
     std::string base_url;  // http://host:port
@@ -80,16 +80,16 @@ class ParticipantClient {
     std::chrono::milliseconds busy_wait{20};
   };
 
-  explicit ParticipantClient(Options options);
-  ~ParticipantClient();
+  explicit HttpParticipantClient(Options options);
+  ~HttpParticipantClient();
 
   // POSTs `body` to `path` under the context's derived key.
   saga::StepResult Post(const std::string& path, const saga::StepContext& ctx,
-                        const nlohmann::json& body);
+                        const nlohmann::json& body) override;
 
   // POSTs the compensation of the context's action to `path`: {"action_key", "action_applied"},
   // what every guarded compensation route takes (steps/guard).
-  saga::StepResult Compensate(const std::string& path, const saga::StepContext& ctx);
+  saga::StepResult Compensate(const std::string& path, const saga::StepContext& ctx) override;
 
   // GETs `path` with the service token: the JSON body of a 200, else nullopt with `error`;
   // `status` is the HTTP status, 0 when no answer came.

@@ -4,13 +4,13 @@
 
 namespace steps::client {
 
-ParticipantClient& Participants::Add(const std::string& name, ParticipantClient::Options options) {
+HttpParticipantClient& Participants::Add(const std::string& name, HttpParticipantClient::Options options) {
   auto& slot = clients_[name];
-  slot = std::make_unique<ParticipantClient>(std::move(options));
+  slot = std::make_unique<HttpParticipantClient>(std::move(options));
   return *slot;
 }
 
-ParticipantClient& Participants::Get(const std::string& name) const {
+HttpParticipantClient& Participants::Get(const std::string& name) const {
   auto it = clients_.find(name);
   if (it == clients_.end()) {
     throw std::out_of_range("no participant named '" + name + "' is configured (--participant " +
@@ -19,8 +19,8 @@ ParticipantClient& Participants::Get(const std::string& name) const {
   return *it->second;
 }
 
-std::vector<std::pair<std::string, ParticipantClient*>> Participants::All() const {
-  std::vector<std::pair<std::string, ParticipantClient*>> out;
+std::vector<std::pair<std::string, HttpParticipantClient*>> Participants::All() const {
+  std::vector<std::pair<std::string, HttpParticipantClient*>> out;
   for (const auto& [name, client] : clients_) out.emplace_back(name, client.get());
   return out;
 }

@@ -1,4 +1,4 @@
-// The participants sagas call, by name ("inventory", "shipping"): one ParticipantClient each,
+// The participants sagas call, by name ("inventory", "shipping"): one HttpParticipantClient each,
 // with its own kept-alive connections and its declared business refusals.
 //
 // Fill it before the sagas are built; then thread-safe (the clients are, and the set is fixed).
@@ -16,19 +16,19 @@
 
 namespace steps::client {
 
-class Participants {
+class Participants final : public idemsaga::Participants {
  public:
   // Replaces a client of the same name.
-  ParticipantClient& Add(const std::string& name, ParticipantClient::Options options);
+  HttpParticipantClient& Add(const std::string& name, HttpParticipantClient::Options options);
   // Throws std::out_of_range naming the participant when none has that name: a saga that
   // calls an unconfigured participant fails at start-up, not at its first order.
-  ParticipantClient& Get(const std::string& name) const;
-  bool Has(const std::string& name) const { return clients_.count(name) != 0; }
+  HttpParticipantClient& Get(const std::string& name) const override;
+  bool Has(const std::string& name) const override { return clients_.count(name) != 0; }
   // Every client, by name.
-  std::vector<std::pair<std::string, ParticipantClient*>> All() const;
+  std::vector<std::pair<std::string, HttpParticipantClient*>> All() const;
 
  private:
-  std::map<std::string, std::unique_ptr<ParticipantClient>> clients_;
+  std::map<std::string, std::unique_ptr<HttpParticipantClient>> clients_;
 };
 
 }  // namespace steps::client

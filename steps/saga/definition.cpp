@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace saga {
+namespace idemsaga {
 
 bool IsValidStepName(std::string_view name) {
   if (name.empty() || name.size() > 32 || name == "compensate") return false;
@@ -208,4 +208,4 @@ std::vector<std::string> Definition::Events() const {
   return out;
 }
 
-}  // namespace saga
+}  // namespace idemsaga

@@ -1,6 +1,6 @@
 #include "steps/saga/fields.hpp"
 
-namespace saga {
+namespace idemsaga {
 
 Fields::Fields(const nlohmann::json& object, std::string at) : object_(object), at_(std::move(at)) {
   if (!object_.is_object()) {
@@ -58,4 +58,4 @@ void Fields::Done() const {
   }
 }
 
-}  // namespace saga
+}  // namespace idemsaga

@@ -4,7 +4,7 @@
 
 #include "steps/saga/definition.hpp"
 
-namespace saga {
+namespace idemsaga {
 
 const char* ToString(Outcome o) {
   switch (o) {
@@ -91,4 +91,4 @@ std::string TraceContext::Traceparent() const {
   return "00-" + trace_id + "-" + parent_span_id + "-01";
 }
 
-}  // namespace saga
+}  // namespace idemsaga

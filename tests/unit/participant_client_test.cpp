@@ -374,7 +374,7 @@ TEST(ParticipantClient, ACallPastTheBulkheadIsNotSentAndAsksForARetryLater) {
       Write(fd, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}");
     }
   });
-  steps::client::ParticipantClient client(
+  steps::client::HttpParticipantClient client(
       {.base_url = "http://127.0.0.1:" + std::to_string(peer.port()), .max_in_flight = 1});
   auto context = [](const std::string& key) {
     saga::StepContext ctx;
