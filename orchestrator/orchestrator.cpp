@@ -216,11 +216,8 @@ void Orchestrator::Serve() {
   server_.Serve();
 }
 
-KeyOutcome Orchestrator::SubmitOrder(const httplib::Request& req, httplib::Response& res) {
-  const auto* order = registry_.Latest(kOrderSaga);
-  if (order == nullptr) throw std::logic_error("this orchestrator serves no place_order saga");
-  return http::StartRun({sagas_, registry_, store_, tracer_, auth_, options_.limits}, req, res,
-                        *order, "/v1/orders");
+KeyOutcome Orchestrator::StartRun(const httplib::Request& req, httplib::Response& res) {
+  return http::StartRunAt({sagas_, registry_, store_, tracer_, auth_, options_.limits}, req, res);
 }
 
 KeyOutcome Orchestrator::DeliverEvent(const httplib::Request& req, httplib::Response& res) {

@@ -103,10 +103,10 @@ class Orchestrator {
   // This orchestrator's retention plus its longest saga.
   std::chrono::seconds RequiredParticipantRetention() const;
 
-  // Places an order that came by another way than the server (the AMQP intake): the same
-  // checks, claim and answer as POST /v1/orders, under the same fingerprint, so one key sent
-  // both ways is one order. See http::StartRun.
-  KeyOutcome SubmitOrder(const httplib::Request& req, httplib::Response& res);
+  // Starts a run that came by another way than the server (the AMQP intake): the same checks,
+  // claim and answer as POST /v1/orders or /v1/runs/{saga}, whichever `req.path` is, under the
+  // same fingerprint, so one key sent both ways is one run. See http::StartRunAt.
+  KeyOutcome StartRun(const httplib::Request& req, httplib::Response& res);
   // Delivers an external event that came by another way (the AMQP intake): the same checks,
   // store and answer as POST /v1/runs/{saga}/{key}/events/{name}, whose path `req` carries,
   // under the same fingerprint. See http::DeliverEvent.

@@ -3,8 +3,8 @@
 #include <memory>
 #include <thread>
 
-#include "cmd/idemsaga/commands.hpp"
-#include "cmd/idemsaga/signals.hpp"
+#include "app/commands.hpp"
+#include "app/signals.hpp"
 #include "common/crypto.hpp"
 #include "common/defaults.hpp"
 #include "common/pg/cluster.hpp"
@@ -13,7 +13,7 @@
 #include "orchestrator/orchestrator.hpp"
 #include "services_mock/service.hpp"
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 namespace {
 
 using services_mock::ParticipantKind;
@@ -124,7 +124,7 @@ void AddDevCommand(CLI::App& app, Run& run) {
                 << " (Ctrl-C stops everything)" << std::endl;
       // A Ctrl-C that reaches only the cluster (it leads a process group of its own) must not
       // leave the stack running without its database.
-      if (idemsaga_cmd::WaitForStopSignal(std::chrono::seconds(1),
+      if (idemsaga::app::WaitForStopSignal(std::chrono::seconds(1),
                                           [&] { return cluster->ServerRunning(); }) == 0) {
         std::cerr << "the dev PostgreSQL cluster has stopped: stopping everything" << std::endl;
       }
@@ -135,4 +135,4 @@ void AddDevCommand(CLI::App& app, Run& run) {
   });
 }
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

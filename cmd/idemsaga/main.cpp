@@ -1,46 +1,46 @@
-// idemsaga: one binary for every service and tool.
+// idemsaga: the stock binary, an idemsaga::App with the product's sagas and participants, and
+// the demo's own commands. Nothing in it is special: a team's binary is the same App with its
+// own sagas.
 //   idemsaga dev                      the whole stack on a private PostgreSQL (.idemsaga/)
 //   idemsaga orchestrator ...         the coordinator service
 //   idemsaga inventory|payment|shipping ...  one demo participant
 //   idemsaga migrate ...              apply the embedded SQL migrations
 //   idemsaga tenant create NAME       a tenant and its API key (printed once)
 //   idemsaga order ... / orders get K submit an order, read a saga
-#include <CLI/CLI.hpp>
-#include <iostream>
+#include <chrono>
+#include <string>
 
-#include "cmd/idemsaga/client_commands.hpp"
-#include "cmd/idemsaga/commands.hpp"
-#include "cmd/idemsaga/signals.hpp"
-#include "common/memory.hpp"
-#include "common/periodic.hpp"
+#include "app/app.hpp"
+#include "cmd/idemsaga/stock.hpp"
+#include "common/defaults.hpp"
+#include "steps/sagas.hpp"
 
 int main(int argc, char** argv) {
-  common::TuneAllocator();
-  idemsaga_cmd::BlockStopSignals();
-  CLI::App app{"idemsaga: a saga orchestrator with idempotency keys end to end"};
-  app.require_subcommand(1);
-  // Options of the app (--log-format) may also follow the subcommand.
-  app.fallthrough();
-  idemsaga_cmd::AddLogFormatOption(app);
-  idemsaga_cmd::Run run;
-  idemsaga_cmd::ClientFlags client_flags;
-  idemsaga_cmd::AddDevCommand(app, run);
-  idemsaga_cmd::AddOrchestratorCommand(app, run);
-  idemsaga_cmd::AddParticipantCommands(app, run);
-  idemsaga_cmd::AddAdminCommands(app, run);
-  idemsaga_cmd::AddClientCommands(app, client_flags, run);
-  idemsaga_cmd::ReadFlagsFromEnvironment(app);
-  try {
-    app.parse(argc, argv);
-    // Servers give memory back after a burst; a client command ends before the first run.
-    common::Periodic trim("return_free_memory", std::chrono::seconds(2), common::ReturnFreeMemory);
-    trim.Start();
-    if (run) run();
-    return idemsaga_cmd::ExitCode();
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const std::exception& e) {
-    std::cerr << "idemsaga: " << e.what() << std::endl;
-    return 1;
+  namespace defaults = common::defaults;
+  idemsaga::App app;
+  app.Participant("inventory", {.url = defaults::LocalUrl(defaults::kInventoryPort),
+                                .business_errors = {"insufficient_stock"}})
+      .Participant("payment", {.url = defaults::LocalUrl(defaults::kPaymentPort),
+                               .business_errors = {"card_declined", "authentication_required",
+                                                   "charge_not_capturable"}})
+      .Participant("shipping", {.business_errors = {"address_unserviceable"}});
+  // The sagas are built once the flags are read: this option reaches them.
+  auto place_order = std::make_shared<steps::PlaceOrderOptions>();
+  app.Option("--payment-confirmation-timeout-ms",
+             "how long an order paid by a card that needs 3-D Secure waits for "
+             "payment_confirmed before it releases the stock and voids the charge (default "
+             "900000)",
+             [place_order](const std::string& value) {
+               place_order->confirmation_timeout = std::chrono::milliseconds(std::stoll(value));
+             });
+  for (size_t i = 0; i < steps::ShippedSagas().size(); ++i) {
+    app.Saga([place_order, i](idemsaga::Participants& p) {
+      return steps::ShippedSagas(*place_order)[i](p);
+    });
   }
+  auto& stock = idemsaga::AppImpl(app);
+  stock.default_service_token = defaults::kServiceToken;
+  stock.default_listen = defaults::LocalListen(defaults::kOrchestratorPort);
+  stock.commands = {idemsaga::app::AddDevCommand, idemsaga::app::AddParticipantCommands};
+  return app.Run(argc, argv);
 }

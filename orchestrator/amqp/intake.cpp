@@ -53,12 +53,23 @@ std::string Segment(const std::string& value) {
   return out;
 }
 
-// The path of the route the message stands for: POST /v1/orders, or an event's
+// The path of the route the message stands for: POST /v1/orders, a run's /v1/runs/{saga}
+// (the header `saga`), or an event's
 // /v1/runs/{saga}/{run}/events/{event} from its headers (the run's key as its raw bytes).
 // nullopt after answering `refusal` when an event's message does not name its target.
 std::optional<std::string> RoutePath(const Message& m, Carries carries,
                                      httplib::Response& refusal) {
-  if (carries == Carries::kOrders) return "/v1/orders";
+  if (carries == Carries::kOrders) {
+    // A run of any served saga names it in the header `saga`; without one, an order.
+    bool named = std::any_of(m.headers.begin(), m.headers.end(),
+                             [](const auto& h) { return IEquals(h.first, "saga"); }) ||
+                 std::any_of(m.other_headers.begin(), m.other_headers.end(),
+                             [](const auto& h) { return IEquals(h.first, "saga"); });
+    if (!named) return "/v1/orders";
+    auto saga = TargetHeader(m, "saga", refusal);
+    if (!saga) return std::nullopt;
+    return "/v1/runs/" + Segment(*saga);
+  }
   auto saga = TargetHeader(m, "saga", refusal);
   if (!saga) return std::nullopt;
   auto run = TargetHeader(m, "run", refusal);

@@ -1,7 +1,8 @@
 // Orders, or external events, from a RabbitMQ queue, each message standing for one HTTP
 // request and going through that route's own function (the same checks, key and answer):
-// - orders (Carries::kOrders): a message is an order as POST /v1/orders takes it (the body;
-//   `Idempotency-Key` and `Authorization: Bearer <API key>` as headers);
+// - runs (Carries::kOrders): a message is an order as POST /v1/orders takes it (the body;
+//   `Idempotency-Key` and `Authorization: Bearer <API key>` as headers), or, with the string
+//   header `saga`, a run of that saga as POST /v1/runs/{saga} takes it;
 // - events (Carries::kEvents): a message is an event as POST
 //   /v1/runs/{saga}/{key}/events/{name} takes it (the body is the payload; the same two
 //   headers, the key being the event's own), with its target in the string headers `saga`,
@@ -27,7 +28,7 @@
 //
 // Thread-safe: Start() once, Stop() from any thread.
 //   amqp::Intake intake({.url = url, .queue = "orders"},
-//                       [&](auto& req, auto& res) { return orch.SubmitOrder(req, res); });
+//                       [&](auto& req, auto& res) { return orch.StartRun(req, res); });
 //   intake.Start(); ...; intake.Stop();
 #pragma once
 
@@ -67,7 +68,7 @@ struct IntakeOptions {
 
 class Intake {
  public:
-  // Places one order (Orchestrator::SubmitOrder) or delivers one event
+  // Places one order (Orchestrator::StartRun) or delivers one event
   // (Orchestrator::DeliverEvent): answers `res`, returns what the key said.
   using Submit = std::function<KeyOutcome(const httplib::Request&, httplib::Response&)>;
 

@@ -73,6 +73,10 @@ struct RunRoutes {
 // when the database fails (then nothing is answered, and a retry with the key is safe).
 KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
                     const saga::Definition& definition, const std::string& route);
+// The same for the saga the path names, as the routes answer it: POST /v1/orders starts
+// place_order, POST /v1/runs/{saga} the latest version of {saga}, after the API key is checked
+// (401), or 404 saga_not_found.
+KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res);
 
 // POST /v1/orders (place_order), POST /v1/runs/{saga}, GET /v1/runs, GET /v1/runs/{saga}/{key},
 // GET /v1/orders/{key}.

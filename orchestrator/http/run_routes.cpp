@@ -247,6 +247,31 @@ void View(const SagaRow& row, const std::string& saga, httplib::Response& res) {
 
 }  // namespace
 
+KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res) {
+  constexpr std::string_view kRuns = "/v1/runs/";
+  if (req.path == "/v1/orders") {
+    if (const auto* order = d.registry.Latest(kOrderSaga)) {
+      return StartRun(d, req, res, *order, "/v1/orders");
+    }
+  }
+  // Who asks first: which sagas are served is not for anyone without a key.
+  if (!d.auth(req)) {
+    SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+    res.set_header("WWW-Authenticate", "Bearer");
+    return KeyOutcome::kNone;
+  }
+  const saga::Definition* definition = nullptr;
+  if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
+    definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
+  }
+  if (definition == nullptr) {
+    SetError(res, 404, "saga_not_found",
+             "no saga of this name is served here (GET /v1/runs lists them)");
+    return KeyOutcome::kNone;
+  }
+  return StartRun(d, req, res, *definition, "/v1/runs/" + definition->name());
+}
+
 void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
   if (const auto* order = d.registry.Latest(kOrderSaga)) {
@@ -258,18 +283,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Idempotency-Key, /v1/runs/{saga}/{key} reads it. Saga names are [a-z0-9_]: no clash with
   // a key, and none with /v1/sagas (the admin listing of every saga).
   server.Post(R"(/v1/runs/([^/]+))", [d](const httplib::Request& req, httplib::Response& res) {
-    // Who asks first: which sagas are served is not for anyone without a key.
-    if (!d.auth(req)) {
-      SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
-      res.set_header("WWW-Authenticate", "Bearer");
-      return;
-    }
-    const auto* definition = d.registry.Latest(req.matches[1].str());
-    if (definition == nullptr) {
-      return SetError(res, 404, "saga_not_found",
-                      "no saga of this name is served here (GET /v1/runs lists them)");
-    }
-    StartRun(d, req, res, *definition, "/v1/runs/" + definition->name());
+    StartRunAt(d, req, res);
   });
   server.Get(R"(/v1/runs/([^/]+)/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
     if (auto row = PathSaga(req, res, d.auth, d.store, 2)) View(*row, req.matches[1].str(), res);

@@ -8,18 +8,16 @@
 #include <string>
 #include <vector>
 
-namespace idemsaga_cmd {
+#include "idemsaga/app.hpp"
+
+namespace idemsaga::app {
 
 using Run = std::function<void()>;
 
-// idemsaga inventory|payment|shipping: one demo participant (service_commands.cpp).
-void AddParticipantCommands(CLI::App& app, Run& run);
-// idemsaga orchestrator: the coordinator service (service_commands.cpp).
-void AddOrchestratorCommand(CLI::App& app, Run& run);
-// idemsaga migrate, idemsaga tenant create and idemsaga reconcile (admin_commands.cpp).
-void AddAdminCommands(CLI::App& app, Run& run);
-// idemsaga dev: the whole stack on a private PostgreSQL cluster (dev_command.cpp).
-void AddDevCommand(CLI::App& app, Run& run);
+// orchestrator: the coordinator service, serving `setup`'s sagas (orchestrator_command.cpp).
+void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& setup);
+// migrate, tenant create and reconcile (admin_commands.cpp).
+void AddAdminCommands(CLI::App& app, Run& run, const idemsaga::App::Impl& setup);
 
 // --otlp-header "Name: value", repeatable: exactly what a service's exporter sends to the
 // collector, and ParseHeaders of what was given.
@@ -44,4 +42,4 @@ void ReadFlagsFromEnvironment(CLI::App& app);
 // --log-format text|json on `app` (and, by fallthrough, after any subcommand).
 void AddLogFormatOption(CLI::App& app);
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

@@ -1,11 +1,11 @@
-#include "cmd/idemsaga/signals.hpp"
+#include "app/signals.hpp"
 
 #include <signal.h>
 
 #include <csignal>
 #include <ctime>
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 namespace {
 
 sigset_t StopSignals() {
@@ -43,4 +43,4 @@ int WaitForStopSignal(std::chrono::milliseconds poll, const std::function<bool()
   }
 }
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <functional>
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 
 void BlockStopSignals();
 // Returns the signal number received.
@@ -13,4 +13,4 @@ int WaitForStopSignal();
 // The same, but asks `keep_waiting` every `poll` and returns 0 once it says no.
 int WaitForStopSignal(std::chrono::milliseconds poll, const std::function<bool()>& keep_waiting);
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

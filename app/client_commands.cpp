@@ -1,4 +1,4 @@
-#include "cmd/idemsaga/client_commands.hpp"
+#include "app/client_commands.hpp"
 
 #include <httplib.h>
 
@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "cmd/idemsaga/commands.hpp"
+#include "app/commands.hpp"
 #include "common/percent_encode.hpp"
 #include "orchestrator/http/trace_view.hpp"
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 namespace {
 
 void AddConnectionFlags(CLI::App* cmd, ClientFlags& f) {
@@ -184,4 +184,4 @@ void AddClientCommands(CLI::App& app, ClientFlags& f, std::function<void()>& run
   });
 }
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

@@ -1,7 +1,8 @@
 #include <iostream>
 #include <memory>
 
-#include "cmd/idemsaga/commands.hpp"
+#include "app/app.hpp"
+#include "app/commands.hpp"
 #include "common/crypto.hpp"
 #include "common/defaults.hpp"
 #include "common/idempotency_key.hpp"
@@ -12,7 +13,7 @@
 #include "orchestrator/reconcile.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 namespace {
 
 struct MigrateFlags {
@@ -98,7 +99,7 @@ struct ReconcileFlags {
 };
 
 // Exit codes: 0 all agree, 1 a discrepancy, 2 a participant or row could not be read.
-void AddReconcileCommand(CLI::App& app, Run& run) {
+void AddReconcileCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& setup) {
   auto flags_ptr = std::make_shared<ReconcileFlags>();
   auto& flags = *flags_ptr;
   auto* cmd = app.add_subcommand(
@@ -108,8 +109,8 @@ void AddReconcileCommand(CLI::App& app, Run& run) {
       ->envname("IDEMSAGA_DATABASE_URL")
       ->required();
   cmd->add_option("--participant", flags.participants,
-                  "NAME=URL of a participant to ask (repeatable; default: the demo inventory, "
-                  "payment and shipping on 127.0.0.1:8081-8083)")
+                  "NAME=URL of a participant to ask (repeatable; default: every declared "
+                  "participant with a URL)")
       ->envname("IDEMSAGA_PARTICIPANTS")
       ->delimiter(',')
       ->check(CheckParticipantFlag);
@@ -125,15 +126,14 @@ void AddReconcileCommand(CLI::App& app, Run& run) {
                   "the orchestrator's key retention (the window is clamped to it)")
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
-  cmd->callback([flags_ptr, &run] {
-    run = [flags_ptr] {
+  flags.service_token = setup.default_service_token;
+  cmd->callback([flags_ptr, &run, &setup] {
+    run = [flags_ptr, &setup] {
       auto& flags = *flags_ptr;
       std::map<std::string, orchestrator::ReconcileParticipant> participants;
       if (flags.participants.empty()) {
-        for (auto [name, port] : {std::pair{"inventory", common::defaults::kInventoryPort},
-                                  {"payment", common::defaults::kPaymentPort},
-                                  {"shipping", common::defaults::kShippingPort}}) {
-          participants[name] = {common::defaults::LocalUrl(port), flags.service_token};
+        for (const auto& [name, p] : setup.participants) {
+          if (!p.url.empty()) participants[name] = {p.url, flags.service_token};
         }
       }
       for (const auto& p : flags.participants) {
@@ -154,10 +154,10 @@ void AddReconcileCommand(CLI::App& app, Run& run) {
 
 }  // namespace
 
-void AddAdminCommands(CLI::App& app, Run& run) {
+void AddAdminCommands(CLI::App& app, Run& run, const idemsaga::App::Impl& setup) {
   AddMigrateCommand(app, run);
   AddTenantCommand(app, run);
-  AddReconcileCommand(app, run);
+  AddReconcileCommand(app, run, setup);
 }
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

@@ -7,7 +7,7 @@
 
 #include "common/defaults.hpp"
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 
 struct ClientFlags {
   std::string url = common::defaults::LocalUrl(common::defaults::kOrchestratorPort);
@@ -36,4 +36,4 @@ struct ClientFlags {
 
 void AddClientCommands(CLI::App& app, ClientFlags& flags, std::function<void()>& run);
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

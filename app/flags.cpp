@@ -1,12 +1,12 @@
 #include <cctype>
 #include <string>
 
-#include "cmd/idemsaga/commands.hpp"
+#include "app/commands.hpp"
 #include "common/log.hpp"
 #include "orchestrator/reconcile.hpp"
 #include "steps/saga/definition.hpp"
 
-namespace idemsaga_cmd {
+namespace idemsaga::app {
 
 void AddOtlpHeaderOption(CLI::App* cmd, std::vector<std::string>& headers) {
   cmd->add_option("--otlp-header", headers,
@@ -74,4 +74,4 @@ void AddLogFormatOption(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json"}));
 }
 
-}  // namespace idemsaga_cmd
+}  // namespace idemsaga::app

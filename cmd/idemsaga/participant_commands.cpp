@@ -1,0 +1,164 @@
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "app/commands.hpp"
+#include "cmd/idemsaga/stock.hpp"
+#include "app/signals.hpp"
+#include "common/defaults.hpp"
+#include "common/log.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "services_mock/service.hpp"
+
+namespace idemsaga::app {
+namespace {
+
+using services_mock::ParticipantKind;
+using services_mock::ParticipantService;
+
+struct ParticipantFlags {
+  std::string listen;
+  std::string database_url;
+  std::string service_token = common::defaults::kServiceToken;
+  std::string otlp_endpoint;
+  std::vector<std::string> otlp_headers;
+  bool migrate = false;
+  int retention_hours = 24 * 7;
+  std::string duplicates = "wait";
+  std::string store = "postgres";
+  std::string redis_url = "redis://127.0.0.1:6379";
+  std::string redis_fsync = "everysec";
+  services_mock::FaultSettings faults;
+};
+
+// Where `idemsaga <participant>` listens unless told: the ports `idemsaga dev` uses too.
+std::string DefaultListen(ParticipantKind kind) {
+  switch (kind) {
+    case ParticipantKind::kInventory:
+      return common::defaults::LocalListen(common::defaults::kInventoryPort);
+    case ParticipantKind::kPayment:
+      return common::defaults::LocalListen(common::defaults::kPaymentPort);
+    case ParticipantKind::kShipping:
+      return common::defaults::LocalListen(common::defaults::kShippingPort);
+  }
+  throw std::invalid_argument("unknown participant kind");
+}
+
+void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
+  auto flags_ptr = std::make_shared<ParticipantFlags>();
+  auto& flags = *flags_ptr;
+  const std::string name = services_mock::NameOf(kind);
+  auto* cmd = app.add_subcommand(name, "Run the demo " + name + " participant");
+  flags.listen = DefaultListen(kind);
+  std::string upper_name = name;
+  for (char& c : upper_name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
+  cmd->add_option("--database-url", flags.database_url,
+                  "postgresql:// URL of its database (required unless --store redis)")
+      ->envname("IDEMSAGA_" + upper_name + "_DATABASE_URL");
+  if (kind == ParticipantKind::kInventory) {
+    cmd->add_option("--store", flags.store,
+                    "where stock, reservations and keys live: postgres (--database-url) or "
+                    "redis (--redis-url)")
+        ->check(CLI::IsMember({"postgres", "redis"}))
+        ->envname("IDEMSAGA_INVENTORY_STORE")
+        ->capture_default_str();
+    cmd->add_option("--redis-url", flags.redis_url, "redis://HOST:PORT[/DB] with --store redis")
+        ->envname("IDEMSAGA_INVENTORY_REDIS_URL")
+        ->capture_default_str();
+    cmd->add_option("--redis-fsync", flags.redis_fsync,
+                    "the persistence Redis must have at start-up: everysec (appendonly yes; a "
+                    "crash may lose ~1 s of keys), always (appendfsync always), or unchecked")
+        ->check(CLI::IsMember({"everysec", "always", "unchecked"}))
+        ->envname("IDEMSAGA_INVENTORY_REDIS_FSYNC")
+        ->capture_default_str();
+  } else {
+    // Only the inventory has a Redis store: say so rather than "unknown option".
+    cmd->add_option_function<std::string>(
+           "--store",
+           [name](const std::string& store) {
+             if (store != "postgres") {
+               throw CLI::ValidationError("--store", name +
+                                                         " keeps its store in PostgreSQL only; "
+                                                         "--store redis is for the inventory");
+             }
+           },
+           "postgres (the only store of the " + name + ")")
+        ->envname("IDEMSAGA_" + upper_name + "_STORE");
+  }
+  cmd->add_option("--service-token", flags.service_token,
+                  "bearer token callers must present (dev default: dev-service-token)")
+      ->envname("IDEMSAGA_SERVICE_TOKEN");
+  cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
+  cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
+                  "where spans go (OTLP/HTTP JSON), e.g. the orchestrator's "
+                  "http://127.0.0.1:8080/v1/traces; none by default");
+  AddOtlpHeaderOption(cmd, flags.otlp_headers);
+  cmd->add_option("--retention-hours", flags.retention_hours,
+                  "how long step keys are kept (must exceed the orchestrator's retention plus "
+                  "its longest saga; it checks at start-up)")
+      ->check(CLI::Range(1, 24 * 365))
+      ->capture_default_str();
+  cmd->add_option("--duplicates", flags.duplicates,
+                  "a request whose key a concurrent duplicate holds: wait for it and replay its "
+                  "answer, or fail-fast with 409 + Retry-After (an advisory lock)")
+      ->check(CLI::IsMember({"wait", "fail-fast"}))
+      ->capture_default_str();
+  cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
+                  "share of requests committed, then dropped without an answer")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--fault-latency-ms", flags.faults.latency_ms, "delay added to every answer")
+      ->check(CLI::Range(0, 600000));
+  cmd->callback([flags_ptr, kind, &run] {
+    auto& flags = *flags_ptr;
+    const bool redis = flags.store == "redis";
+    if (!redis && flags.database_url.empty()) {
+      throw CLI::RequiredError("--database-url");
+    }
+    if (redis && flags.migrate) {
+      throw CLI::ValidationError("--migrate", "there is nothing to migrate with --store redis");
+    }
+    run = [flags_ptr, kind, redis] {
+      auto& flags = *flags_ptr;
+      if (flags.migrate) {
+        pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
+        common::pg::Migrate(conn, services_mock::NameOf(kind));
+      }
+      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      ParticipantService svc(
+          kind, flags.database_url,
+          {.service_token = flags.service_token,
+           .otlp_endpoint = flags.otlp_endpoint,
+           .otlp_headers = ParseHeaders(flags.otlp_headers),
+           .guard = {.retention = std::chrono::hours(flags.retention_hours),
+                     .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)},
+           .redis_url = redis ? flags.redis_url : "",
+           .redis_fsync = flags.redis_fsync},
+          flags.faults);
+      int bound = svc.Bind(host, port);
+      std::thread server([&] { svc.Serve(); });
+      std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
+                << std::endl;
+      int sig = idemsaga::app::WaitForStopSignal();
+      common::Log("shutdown",
+                  {{"service", services_mock::NameOf(kind)}, {"signal", std::to_string(sig)}});
+      svc.Stop();
+      server.join();
+    };
+  });
+}
+
+}  // namespace
+
+void AddParticipantCommands(CLI::App& app, Run& run) {
+  for (auto kind :
+       {ParticipantKind::kInventory, ParticipantKind::kPayment, ParticipantKind::kShipping}) {
+    AddParticipantCommand(app, kind, run);
+  }
+}
+
+}  // namespace idemsaga::app

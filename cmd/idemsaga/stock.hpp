@@ -1,0 +1,16 @@
+// The stock binary's own commands, beside what every idemsaga::App has: the demo participants
+// and `idemsaga dev`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "app/commands.hpp"
+
+namespace idemsaga::app {
+
+// idemsaga inventory|payment|shipping: one demo participant (participant_commands.cpp).
+void AddParticipantCommands(CLI::App& app, Run& run);
+// idemsaga dev: the whole stack on a private PostgreSQL cluster (dev_command.cpp).
+void AddDevCommand(CLI::App& app, Run& run);
+
+}  // namespace idemsaga::app
