@@ -36,7 +36,7 @@ namespace services_mock {
 // The persistence the inventory requires of its Redis at start-up.
 enum class RedisFsync {
   // appendonly yes and appendfsync everysec (or always): a crash of Redis' host may lose up
-  // to about a second of acknowledged writes (README "Inventory on Redis").
+  // to about a second of acknowledged writes (docs/participants.md, "Inventory on Redis").
   kEverysec,
   // appendfsync always: every acknowledged write is on disk.
   kAlways,

@@ -23,7 +23,7 @@ enum class ParticipantKind { kInventory, kPayment, kShipping };
 // "inventory", "payment" or "shipping": the service name and the database kind it migrates.
 const char* NameOf(ParticipantKind kind);
 
-// Routes of each demo participant (see README "Participants").
+// Routes of each demo participant (see docs/participants.md).
 void RegisterInventoryRoutes(common::http::Server& server, Participant& participant);
 void RegisterPaymentRoutes(common::http::Server& server, Participant& participant);
 void RegisterShippingRoutes(common::http::Server& server, Participant& participant);

@@ -1,6 +1,6 @@
 // The shipping saga: reserve stock, charge, then create a shipment of the reservation to the
 // customer's address; a refused address (422 address_unserviceable) refunds and releases, in
-// that order. It is also the README's "Define your own saga" example, compiled as written.
+// that order. It is also docs/sagas.md's "Define your own saga" example, compiled as written.
 //
 // The participants must outlive the definition. Thread-safe to run concurrently.
 //   registry.Add(steps::MakeShipOrderSaga(participants));

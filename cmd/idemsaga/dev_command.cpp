@@ -28,7 +28,8 @@ struct DevFlags {
   int shipping_port = common::defaults::kShippingPort;
 };
 
-// Fixed, dev-only API keys so the README's examples work as written. Never use them elsewhere.
+// Fixed, dev-only API keys so the examples of the README and docs/ work as written. Never use
+// them elsewhere.
 constexpr std::pair<const char*, const char*> kDevTenants[] = {{"demo", "dev-key-demo"},
                                                                {"acme", "dev-key-acme"}};
 

@@ -28,7 +28,7 @@
 
 namespace saga {
 
-// Defaults are documented in the README ("Retries"). They ride out a participant restart:
+// Defaults are documented in docs/orders.md ("Retries"). They ride out a participant restart:
 // the deadline, not the attempt count, ends a step's retries (past the response budget the
 // client already holds a 202, so a long deadline costs it nothing).
 struct RetryPolicy {
