@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -67,24 +68,62 @@ void AddTenantCommand(CLI::App& app, Run& run) {
   auto flags_ptr = std::make_shared<TenantFlags>();
   auto& flags = *flags_ptr;
   auto* tenant = app.add_subcommand("tenant", "Manage tenants");
-  auto* create = tenant->add_subcommand("create", "Create a tenant (or give it a new API key)");
   tenant->require_subcommand(1);
-  create->add_option("name", flags.name, "tenant id: 1-64 of [A-Za-z0-9_-]")->required();
-  create->add_option("--database-url", flags.database_url, "the orchestrator's database")
-      ->envname("IDEMSAGA_DATABASE_URL")
-      ->required();
-  create->callback([flags_ptr, &run] {
-    run = [flags_ptr] {
+  auto* create = tenant->add_subcommand("create", "Create a tenant (or give it a new API key)");
+  auto* list = tenant->add_subcommand("list", "List the tenants");
+  auto* revoke = tenant->add_subcommand(
+      "revoke",
+      "Revoke a tenant's API key: its runs stay readable to operators, no request of "
+      "it is taken (within the orchestrators' tenant cache, 30 s)");
+  for (auto* cmd : {create, list, revoke}) {
+    cmd->add_option("--database-url", flags.database_url, "the orchestrator's database")
+        ->envname("IDEMSAGA_DATABASE_URL")
+        ->required();
+  }
+  for (auto* cmd : {create, revoke}) {
+    cmd->add_option("name", flags.name, "tenant id: 1-64 of [A-Za-z0-9_-]")->required();
+  }
+  // The tenant store of `flags`, for one command.
+  auto with_store = [flags_ptr](const std::function<void(orchestrator::ParentStore&)>& f) {
+    common::pg::Pool pool({.url = flags_ptr->database_url, .size = 1});
+    orchestrator::ParentStore store(pool, {});
+    f(store);
+  };
+  create->callback([flags_ptr, with_store, &run] {
+    run = [flags_ptr, with_store] {
       auto& flags = *flags_ptr;
       if (!common::IsValidTenantId(flags.name)) {
         throw CLI::ValidationError("name", "must be 1-64 of [A-Za-z0-9_-]");
       }
-      common::pg::Pool pool({.url = flags.database_url, .size = 1});
-      orchestrator::ParentStore store(pool, {});
-      std::string api_key = "isk_" + common::RandomHex(32);
-      store.UpsertTenant(flags.name, common::Sha256Hex(api_key));
-      std::cout << "tenant " << flags.name << " API key (shown once, store it now):\n"
-                << api_key << std::endl;
+      with_store([&](orchestrator::ParentStore& store) {
+        std::string api_key = "isk_" + common::RandomHex(32);
+        store.UpsertTenant(flags.name, common::Sha256Hex(api_key));
+        std::cout << "tenant " << flags.name << " API key (shown once, store it now):\n"
+                  << api_key << std::endl;
+      });
+    };
+  });
+  list->callback([with_store, &run] {
+    run = [with_store] {
+      with_store([](orchestrator::ParentStore& store) {
+        for (const auto& id : store.TenantIds()) std::cout << id << "\n";
+      });
+    };
+  });
+  revoke->callback([flags_ptr, with_store, &run] {
+    run = [flags_ptr, with_store] {
+      with_store([&](orchestrator::ParentStore& store) {
+        auto ids = store.TenantIds();
+        if (std::find(ids.begin(), ids.end(), flags_ptr->name) == ids.end()) {
+          std::cerr << "no tenant " << flags_ptr->name << std::endl;
+          SetExitCode(1);
+          return;
+        }
+        // The rows stay (every key and saga refers to its tenant); the key becomes one nobody
+        // holds. `tenant create` gives it a new one.
+        store.UpsertTenant(flags_ptr->name, common::Sha256Hex(common::RandomHex(32)));
+        std::cout << "tenant " << flags_ptr->name << ": API key revoked" << std::endl;
+      });
     };
   });
 }

@@ -3,6 +3,7 @@
 #include <optional>
 #include <thread>
 
+#include "app/app.hpp"
 #include "app/commands.hpp"
 #include "app/signals.hpp"
 #include "common/defaults.hpp"
@@ -11,7 +12,6 @@
 #include "common/pg/url.hpp"
 #include "orchestrator/amqp/intake.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "app/app.hpp"
 
 namespace idemsaga::app {
 namespace {

@@ -11,7 +11,10 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
-#include <idemsaga/orchestrator.hpp>
+#include "common/crypto.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include <iostream>
 #include <thread>
 
@@ -20,7 +23,7 @@
 
 namespace {
 
-saga::Definition MakeReserveStockSaga(steps::client::Participants& participants) {
+saga::Definition MakeReserveStockSaga(idemsaga::Participants& participants) {
   auto& inventory = participants.Get("inventory");
   return std::move(saga::Definition("reserve_stock", /*version=*/1)
                        .Input<nlohmann::json>([](const nlohmann::json& body) {

@@ -1,20 +1,29 @@
 # `cmake --install`: the libraries, the `idemsaga` binary, the public headers and a CMake
 # package, so that another project says find_package(idemsaga CONFIG REQUIRED) and links
-# idemsaga::saga, idemsaga::guard or idemsaga::orchestrator.
+# idemsaga::app (an orchestrator binary of its own), idemsaga::participant (a participant
+# service), idemsaga::saga (definitions only) or idemsaga::testing (the test kit); and a
+# pkg-config file, idemsaga.pc. `cpack -G DEB` in the build directory makes a Debian package of
+# the same files.
 #
-# Headers: include/idemsaga/{saga,guard,orchestrator}.hpp are the public entry points. What
-# they include, and nothing else, is installed under include/idemsaga/ with its includes
-# rewritten to "idemsaga/..." (cmake/install_headers.cmake), so the one include directory a
-# user gets is <prefix>/include and no name of ours ("common/...") can shadow one of theirs.
+# Headers: include/idemsaga/ and nothing else. They include no header of ours outside it, and
+# no httplib, Boost or libpq header (tests/install/check_headers.py), so the internals behind
+# them can change without a user noticing.
 include(CMakePackageConfigHelpers)
 
 set(IDEMSAGA_EXPORTED idemsaga_common idemsaga_saga idemsaga_guard idemsaga_steps
-    idemsaga_orchestrator)
+    idemsaga_orchestrator idemsaga_amqp idemsaga_participant idemsaga_app)
 set_target_properties(idemsaga_common PROPERTIES EXPORT_NAME common)
 set_target_properties(idemsaga_saga PROPERTIES EXPORT_NAME saga)
 set_target_properties(idemsaga_guard PROPERTIES EXPORT_NAME guard)
 set_target_properties(idemsaga_steps PROPERTIES EXPORT_NAME steps)
 set_target_properties(idemsaga_orchestrator PROPERTIES EXPORT_NAME orchestrator)
+set_target_properties(idemsaga_amqp PROPERTIES EXPORT_NAME amqp)
+set_target_properties(idemsaga_participant PROPERTIES EXPORT_NAME participant)
+set_target_properties(idemsaga_app PROPERTIES EXPORT_NAME app)
+if(TARGET idemsaga_testing)
+  list(APPEND IDEMSAGA_EXPORTED idemsaga_testing)
+  set_target_properties(idemsaga_testing PROPERTIES EXPORT_NAME testing)
+endif()
 
 # The headers need C++20 wherever they are compiled.
 target_compile_features(idemsaga_common PUBLIC cxx_std_20)
@@ -37,8 +46,22 @@ install(FILES ${PROJECT_BINARY_DIR}/idemsagaConfig.cmake
               ${PROJECT_BINARY_DIR}/idemsagaConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/idemsaga)
 
-install(CODE "
-  set(IDEMSAGA_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
-  set(IDEMSAGA_INCLUDE_DEST \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}\")
-  include(\"${PROJECT_SOURCE_DIR}/cmake/install_headers.cmake\")
-")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/idemsaga
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
+install(FILES ${PROJECT_SOURCE_DIR}/CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/idemsaga.pc.in ${PROJECT_BINARY_DIR}/idemsaga.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/idemsaga.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# cpack -G DEB: the same files as a Debian package, depending on Debian's packages of what
+# the libraries link.
+set(CPACK_PACKAGE_NAME idemsaga)
+set(CPACK_PACKAGE_VENDOR idemsaga)
+set(CPACK_PACKAGE_CONTACT "idemsaga developers <dev@idemsaga.dev>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Saga orchestrator with idempotency keys end to end")
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS
+    "libpqxx-dev, libcpp-httplib-dev, libssl-dev, nlohmann-json3-dev, libboost-dev, librabbitmq-dev, libcli11-dev, libjemalloc2")
+include(CPack)

@@ -100,7 +100,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
   http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});
   http::AddEventRoutes(server_, {events_, registry_, store_, auth_, options_.limits});
   http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_, options_.limits});
-  http::AddPageRoutes(server_);
+  http::AddPageRoutes(server_, registry_);
   AddMetrics();
 }
 

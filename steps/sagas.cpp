@@ -21,22 +21,39 @@ SagaFactory NeedsShipping(const char* name,
       };
 }
 
+// The inputs' schemas, as docs/openapi/orchestrator.json defines them.
+nlohmann::json Ref(const char* schema) {
+  return {{"$ref", std::string("#/components/schemas/") + schema}};
+}
+const nlohmann::json kDeliverOrderSchema = {
+    {"type", "object"},
+    {"required", {"order", "address"}},
+    {"additionalProperties", false},
+    {"properties", {{"order", Ref("Order")}, {"address", Ref("Address")}}}};
+
 }  // namespace
 
 std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
-  return {[](idemsaga::Participants& p) {
-            return MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment"));
-          },
-          [place_order](idemsaga::Participants& p) {
-            return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"), place_order);
-          },
-          [place_order](idemsaga::Participants& p) {
-            return MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"), place_order);
-          },
-          NeedsShipping("ship_order", MakeShipOrderSaga),
-          NeedsShipping("deliver_order", [place_order](idemsaga::Participants& p) {
-            return MakeDeliverOrderSaga(p, {.place_order = place_order});
-          })};
+  return {
+      [](idemsaga::Participants& p) {
+        return MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment")).InputSchema(Ref("Order"));
+      },
+      [place_order](idemsaga::Participants& p) {
+        return MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"), place_order)
+            .InputSchema(Ref("Order"));
+      },
+      [place_order](idemsaga::Participants& p) {
+        return MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"), place_order)
+            .InputSchema(Ref("Order"));
+      },
+      NeedsShipping("ship_order",
+                    [](idemsaga::Participants& p) {
+                      return MakeShipOrderSaga(p).InputSchema(Ref("ShipOrder"));
+                    }),
+      NeedsShipping("deliver_order", [place_order](idemsaga::Participants& p) {
+        return MakeDeliverOrderSaga(p, {.place_order = place_order})
+            .InputSchema(kDeliverOrderSchema);
+      })};
 }
 
 }  // namespace steps

@@ -126,7 +126,7 @@ void AddDevCommand(CLI::App& app, Run& run) {
       // A Ctrl-C that reaches only the cluster (it leads a process group of its own) must not
       // leave the stack running without its database.
       if (idemsaga::app::WaitForStopSignal(std::chrono::seconds(1),
-                                          [&] { return cluster->ServerRunning(); }) == 0) {
+                                           [&] { return cluster->ServerRunning(); }) == 0) {
         std::cerr << "the dev PostgreSQL cluster has stopped: stopping everything" << std::endl;
       }
       stop_all();

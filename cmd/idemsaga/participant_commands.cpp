@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "app/commands.hpp"
-#include "cmd/idemsaga/stock.hpp"
 #include "app/signals.hpp"
+#include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
 #include "common/log.hpp"
 #include "common/pg/migrate.hpp"

@@ -1,10 +1,8 @@
-// The trip saga: book a hotel, then rent a car; if the car cannot be had, the hotel booking is
-// cancelled. Idempotency keys, retries, compensation bookkeeping and recovery come from
-// idemsaga.
+// The trip saga: book a hotel, then rent a car; when no car can be had, the hotel booking is
+// cancelled. Keys, retries, compensation and recovery come from idemsaga.
 #pragma once
 
 #include <idemsaga/saga.hpp>
-#include <string>
 
 namespace trip {
 
@@ -12,6 +10,6 @@ struct Trip {
   std::string city;
 };
 
-saga::Definition MakeTripSaga(steps::client::Participants& participants);
+idemsaga::Definition MakeTripSaga(idemsaga::Participants& participants);
 
 }  // namespace trip

@@ -253,6 +253,14 @@ class Definition {
     return *this;
   }
 
+  // The JSON Schema of the input Input's parser reads, for the served /openapi.json (which
+  // documents POST /v1/runs/{name} with it). Unset: {"type": "object"}. The parser, not the
+  // schema, decides what is accepted.
+  Definition& InputSchema(nlohmann::json schema) {
+    input_schema_ = std::move(schema);
+    return *this;
+  }
+
   // The step added last (a call) answers a T: `parse` turns its output into one, or throws
   // naming the field. Later steps and every compensation read it as ctx.Output<T>(step). It
   // is parsed when the step succeeds: an answer that does not parse stops the saga, visibly
@@ -324,6 +332,7 @@ class Definition {
   int version() const { return version_; }
   const std::vector<StepDefinition>& steps() const { return steps_; }
   const AnswerFn& answer() const { return answer_; }
+  const nlohmann::json& input_schema() const { return input_schema_; }
 
  private:
   std::string name_;
@@ -331,6 +340,7 @@ class Definition {
   std::function<std::shared_ptr<const std::any>(const nlohmann::json&)> parse_;
   std::vector<StepDefinition> steps_;
   AnswerFn answer_;
+  nlohmann::json input_schema_ = {{"type", "object"}};
 
   Definition& Add(StepDefinition step);
   Definition& TypeOutput(OutputParser parse);

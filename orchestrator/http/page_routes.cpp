@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/http/openapi.hpp"
 #include "orchestrator/http/pages.hpp"
 #include "orchestrator/http/trace_view.hpp"
+#include "orchestrator/saga_service.hpp"
 
 namespace orchestrator::http {
 
@@ -31,7 +33,38 @@ void SendPage(httplib::Response& res, const std::string& html) {
 
 }  // namespace
 
-void AddPageRoutes(common::http::Server& server) {
+nlohmann::json OpenApiDocument(const saga::Registry& registry) {
+  auto doc = nlohmann::json::parse(OpenApiTexts().at("orchestrator"));
+  nlohmann::json names = nlohmann::json::array(), inputs = nlohmann::json::array();
+  bool orders = false;
+  for (const auto* def : registry.All()) {
+    if (registry.Latest(def->name()) != def) continue;  // what a new run starts
+    names.push_back(def->name());
+    orders |= def->name() == kOrderSaga;
+    if (std::find(inputs.begin(), inputs.end(), def->input_schema()) == inputs.end()) {
+      inputs.push_back(def->input_schema());
+    }
+  }
+  auto& start = doc["paths"]["/v1/runs/{saga}"]["post"];
+  auto& saga = start["parameters"][0];
+  if (!names.empty()) {
+    saga["schema"]["enum"] = names;
+    saga["schema"]["examples"] = names;
+    saga["example"] = orders ? nlohmann::json(kOrderSaga) : names[0];
+  }
+  saga["description"] =
+      "The saga to start: one this orchestrator serves (GET /v1/runs lists them).";
+  auto& body = start["requestBody"]["content"]["application/json"];
+  body["schema"] = inputs.size() == 1 ? inputs[0] : nlohmann::json{{"anyOf", inputs}};
+  if (!orders) {
+    body.erase("example");  // an order
+    doc["paths"]["/v1/orders"].erase("post");
+    if (doc["paths"]["/v1/orders"].empty()) doc["paths"].erase("/v1/orders");
+  }
+  return doc;
+}
+
+void AddPageRoutes(common::http::Server& server, const saga::Registry& registry) {
   server.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
     res.status = 301;
     res.set_header("Location", "/ui/");
@@ -42,7 +75,7 @@ void AddPageRoutes(common::http::Server& server) {
   server.Get("/ui/sagas", [](const httplib::Request&, httplib::Response& res) {
     SendPage(res, SagasPageHtml());
   });
-  common::http::AddOpenApiRoute(server, nlohmann::json::parse(OpenApiTexts().at("orchestrator")));
+  common::http::AddOpenApiRoute(server, OpenApiDocument(registry));
 }
 
 }  // namespace orchestrator::http

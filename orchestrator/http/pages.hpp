@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/http/server.hpp"
+#include "steps/saga/registry.hpp"
 
 namespace orchestrator::http {
 
@@ -19,7 +20,12 @@ const std::string& SagasPageHtml();
 // docs/openapi/*.json of the orchestrator by name ("orchestrator"), embedded at build time.
 const std::map<std::string, std::string>& OpenApiTexts();
 
-// GET /ui, /ui/ (traces), /ui/sagas and /openapi.json.
-void AddPageRoutes(common::http::Server& server);
+// docs/openapi/orchestrator.json for the sagas `registry` serves: POST /v1/runs/{saga} names
+// them and takes their inputs' schemas (Definition::InputSchema); POST /v1/orders is there only
+// when place_order is served.
+nlohmann::json OpenApiDocument(const saga::Registry& registry);
+
+// GET /ui, /ui/ (traces), /ui/sagas and /openapi.json (OpenApiDocument).
+void AddPageRoutes(common::http::Server& server, const saga::Registry& registry);
 
 }  // namespace orchestrator::http

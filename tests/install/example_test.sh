@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# What a team adopting idemsaga does: install this build into a fresh prefix, build
-# examples/trip_booking as a project of its own against it (find_package(idemsaga)), and run
-# it: two trips end to end on the run's PostgreSQL, effects counted in its own databases.
+# What a team adopting idemsaga does: install this build into a fresh prefix (and, where cpack
+# is at hand, unpack the Debian package cpack makes), build examples/trip_booking as a project
+# of its own against it (find_package(idemsaga)), run its saga test (no database), then its
+# three binaries: the two participants and the orchestrator, an idemsaga::App. Two trips end to
+# end on the run's PostgreSQL, effects counted in the participants' own databases; the
+# orchestrator drains on SIGTERM and exits 0.
 #   example_test.sh BUILD_DIR SOURCE_DIR CLUSTER_URL_FILE
 set -euo pipefail
 build_dir=$1 source_dir=$2 url_file=$3
@@ -10,22 +13,110 @@ server_url=$(head -n1 "$url_file")
 # Databases of its own, dropped at the end: a cluster that outlives the run never replays an
 # earlier run's keys to this one.
 prefix="trip_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+pids=()
 cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   for db in orchestrator hotel car; do
     psql -q "$server_url" -c "DROP DATABASE IF EXISTS ${prefix}_${db} WITH (FORCE)" >/dev/null 2>&1 || true
   done
   rm -rf "$work"
 }
 trap cleanup EXIT
+fail() { echo "FAIL $*" >&2; exit 1; }
+ok() { echo "ok   $*"; }
+
 cmake --install "$build_dir" --prefix "$work/prefix" >"$work/install.log"
-# Only the public entry headers and what they reach are installed, under include/idemsaga/.
-test -f "$work/prefix/include/idemsaga/saga.hpp"
-test -f "$work/prefix/include/idemsaga/steps/guard/http_guard.hpp"
-test ! -e "$work/prefix/include/idemsaga/common/http/request_parser.hpp"
-test ! -e "$work/prefix/include/common"
+python3 "$source_dir/tests/install/check_headers.py" "$work/prefix" "$source_dir"
+test -f "$work/prefix/lib/pkgconfig/idemsaga.pc" || fail "no idemsaga.pc"
+ok "installed headers are exactly include/idemsaga/, with a pkg-config file"
+
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "$source_dir/examples/trip_booking" -B "$work/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$work/prefix" "${launcher[@]}" >/dev/null
-cmake --build "$work/build"
-"$work/build/trip_booking" --server-url "$server_url" --db-prefix "$prefix"
+cmake --build "$work/build" >"$work/build.log" || { cat "$work/build.log"; fail "example build"; }
+ok "examples/trip_booking builds against the install"
+# Lines of the team's own code (the file, comments and blank lines out).
+count() { grep -cvE '^\s*(//.*)?$' "$source_dir/examples/trip_booking/$1"; }
+echo "lines: saga $(($(count trip_saga.cpp) + $(count trip_saga.hpp))) + orchestrator main" \
+  "$(count orchestrator.cpp); hotel $(count hotel.cpp); car $(count car.cpp)"
+test $(($(count trip_saga.cpp) + $(count trip_saga.hpp) + $(count orchestrator.cpp))) -le 40 ||
+  fail "the saga and the orchestrator's main are over 40 lines"
+test "$(count hotel.cpp)" -le 60 && test "$(count car.cpp)" -le 60 || fail "a participant over 60 lines"
+if [ -x "$work/build/trip_saga_test" ]; then
+  "$work/build/trip_saga_test" && ok "the saga's own test passes with no database"
+fi
+
+bin=$work/build
+"$bin/trip_orchestrator" orchestrator --help >"$work/help.txt"
+for flag in --database-url --participant --hotel-url --service-token --migrate --lease-seconds \
+  --response-budget-ms --amqp-url --shutdown-grace-ms --reconcile-interval-ms --http-threads; do
+  grep -q -- "$flag" "$work/help.txt" || fail "trip_orchestrator orchestrator --help lacks $flag"
+done
+ok "the team's binary has the stock orchestrator's flags"
+
+for db in orchestrator hotel car; do
+  psql -q "$server_url" -c "CREATE DATABASE ${prefix}_${db}" >/dev/null
+done
+url() { python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/"+sys.argv[2])))' "$server_url" "${prefix}_$1"; }
+token=trip-service-token
+ready() {  # LOG PID: the URL on the process's "ready on" line, once it is there
+  for _ in $(seq 100); do
+    if grep -q "ready on" "$work/$1"; then grep -o 'http://[^ ]*' "$work/$1" | head -n1; return; fi
+    kill -0 "$2" 2>/dev/null || { cat "$work/$1" >&2; fail "$1: the process exited"; }
+    sleep 0.1
+  done
+  cat "$work/$1" >&2; fail "$1: not ready"
+}
+"$bin/hotel" --database-url "$(url hotel)" --service-token $token >"$work/hotel.log" 2>&1 &
+pids+=($!)
+hotel=$(ready hotel.log $!)
+"$bin/car" --database-url "$(url car)" --service-token $token >"$work/car.log" 2>&1 &
+pids+=($!)
+car=$(ready car.log $!)
+"$bin/trip_orchestrator" migrate --database-url "$(url orchestrator)" --kind orchestrator >/dev/null
+api_key=$("$bin/trip_orchestrator" tenant create demo --database-url "$(url orchestrator)" | tail -n1)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$bin/trip_orchestrator" orchestrator --database-url "$(url orchestrator)" \
+  --listen 127.0.0.1:$port --service-token $token \
+  --participant hotel=$hotel --participant car=$car >"$work/orchestrator.log" 2>&1 &
+orch_pid=$!
+pids+=($orch_pid)
+orch=$(ready orchestrator.log $orch_pid)
+
+book() {  # KEY CITY: prints "<status> <body>" and the headers to $work/headers
+  curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' -X POST "$orch/v1/runs/trip" \
+    -H "Authorization: Bearer $api_key" -H "Idempotency-Key: $1" \
+    -H 'Content-Type: application/json' -d "{\"city\":\"$2\"}"
+  echo " $(cat "$work/body")"
+}
+count_rows() { psql -tAq "$(url "$1")" -c "$2"; }
+paris=$(book "$prefix-paris" Paris)
+echo "Paris:    $paris"
+[[ $paris == 201\ * ]] || fail "Paris is not booked: $paris"
+again=$(book "$prefix-paris" Paris)
+[ "$again" = "$paris" ] && grep -qi '^Idempotent-Replayed: true' "$work/headers" ||
+  fail "the retry did not replay the same bytes: $again"
+ok "Paris is booked (201), and its retry replays the same bytes"
+[ "$(count_rows hotel "SELECT count(*) FROM bookings WHERE idempotency_key = '$prefix-paris-hotel' AND NOT cancelled")" = 1 ] ||
+  fail "not one hotel booking for Paris"
+[ "$(count_rows car "SELECT count(*) FROM rentals WHERE idempotency_key = '$prefix-paris-car'")" = 1 ] ||
+  fail "not one rental for Paris"
+ok "one booking and one rental for Paris, in the participants' own databases"
+atlantis=$(book "$prefix-atlantis" Atlantis)
+echo "Atlantis: $atlantis"
+[[ $atlantis == 422\ *no_cars* ]] || fail "Atlantis did not fail with the car desk's 422: $atlantis"
+[ "$(count_rows hotel "SELECT count(*) FROM bookings WHERE idempotency_key = '$prefix-atlantis-hotel' AND cancelled")" = 1 ] ||
+  fail "the Atlantis hotel booking was not cancelled"
+[ "$(count_rows car "SELECT count(*) FROM rentals WHERE idempotency_key = '$prefix-atlantis-car'")" = 0 ] ||
+  fail "a car was rented in Atlantis"
+ok "Atlantis fails with 422 no_cars, its hotel booking cancelled, no car rented"
+curl -s "$orch/openapi.json" | grep -q '/v1/runs/{saga}' || fail "no OpenAPI document"
+
+kill -TERM "$orch_pid"
+status=0
+wait "$orch_pid" || status=$?
+[ "$status" = 0 ] || fail "the orchestrator exited $status on SIGTERM"
+ok "the orchestrator drains on SIGTERM and exits 0"
+echo "example_test: all checks passed"

@@ -11,7 +11,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // {"first": order, "second": order}: both placed, or neither kept.
-std::optional<saga::Definition> TwoOrders(steps::client::Participants& p) {
+std::optional<saga::Definition> TwoOrders(idemsaga::Participants& p) {
   auto order = [&p] { return steps::MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment")); };
   auto part = [](const char* which) {
     return [which](const saga::StepContext& ctx) { return (*ctx.request)[which]; };

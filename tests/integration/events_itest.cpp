@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 
 constexpr auto kApprovalTimeout = 6s;
 
-std::optional<saga::Definition> ApproveOrder(steps::client::Participants& p) {
+std::optional<saga::Definition> ApproveOrder(idemsaga::Participants& p) {
   auto& inventory = p.Get("inventory");
   auto& payment = p.Get("payment");
   saga::Definition d("approve_order");

@@ -69,11 +69,11 @@ saga::Definition Wrapped(const saga::Definition& real, const std::string& step, 
 }
 
 // `factory` replaces the order saga (wrapped steps, a step more); the shipped sagas otherwise.
-using OrderSagaFactory = std::function<saga::Definition(steps::client::HttpParticipantClient&,
-                                                        steps::client::HttpParticipantClient&)>;
+using OrderSagaFactory = std::function<saga::Definition(idemsaga::ParticipantClient&,
+                                                        idemsaga::ParticipantClient&)>;
 std::vector<steps::SagaFactory> OrderSagas(const OrderSagaFactory& factory) {
   if (!factory) return steps::ShippedSagas();
-  return {[factory](steps::client::Participants& p) {
+  return {[factory](idemsaga::Participants& p) {
     return factory(p.Get("inventory"), p.Get("payment"));
   }};
 }
@@ -139,8 +139,8 @@ class OrdersTest : public ::testing::Test {
   // payment participant's GC collected the charge's key (past its retention): the charge's
   // compensation then finds no record of an action that certainly happened, and goes stuck.
   OrderSagaFactory ShippingThatLosesTheCharge() {
-    return [this](steps::client::HttpParticipantClient& inventory,
-                  steps::client::HttpParticipantClient& payment) {
+    return [this](idemsaga::ParticipantClient& inventory,
+                  idemsaga::ParticipantClient& payment) {
       auto d = steps::MakePlaceOrderSagaV1(inventory, payment);
       d.Step(
           "shipping",
@@ -367,8 +367,8 @@ TEST_F(OrdersTest, MetricsCountKeysStepsCompensationsAndDurationsAndPassPromtool
 TEST_F(OrdersTest, ACancelledSagaStopsAtItsNextStepBoundaryAndCompensatesWhatRan) {
   std::promise<void> entered, release;
   auto released = release.get_future().share();
-  auto factory = [&](steps::client::HttpParticipantClient& inventory,
-                     steps::client::HttpParticipantClient& payment) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory,
+                     idemsaga::ParticipantClient& payment) {
     return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "inventory",
                    [&](saga::StepFn inner) -> saga::StepFn {
                      return [&, inner](saga::StepContext& ctx) {
@@ -760,8 +760,8 @@ TEST_F(OrdersTest, TransientParticipantErrorsAreRetriedWithTheSameKey) {
   // Every attempt the runner makes goes through this wrapper, which notes the key it sends.
   std::vector<std::string> payment_keys;
   std::mutex mutex;
-  auto factory = [&](steps::client::HttpParticipantClient& inventory,
-                     steps::client::HttpParticipantClient& payment) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory,
+                     idemsaga::ParticipantClient& payment) {
     return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
                    [&](saga::StepFn inner) {
                      return [&, inner](saga::StepContext& ctx) {
@@ -923,8 +923,8 @@ TEST_F(OrdersTest, AWrongParticipantUrlIsAConfigurationFaultNotTheCustomersAnswe
 // key collected) the client retries the same key. It must not be told "completed".
 TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
   std::atomic<bool> lose_answers{true};
-  auto factory = [&](steps::client::HttpParticipantClient& inventory,
-                     steps::client::HttpParticipantClient& payment) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory,
+                     idemsaga::ParticipantClient& payment) {
     return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
                    [&](saga::StepFn inner) {
                      return [&, inner](saga::StepContext& ctx) {
@@ -1078,8 +1078,8 @@ TEST_F(OrdersTest, ACompensationResumedByAnotherOwnerSeesTheOutputsOfTheStepsItU
   std::atomic<int> factory_calls{0};
   std::atomic<bool> first_owner_parked{false};
   std::atomic<bool> release_first_owner{false};
-  auto factory = [&](steps::client::HttpParticipantClient& inventory,
-                     steps::client::HttpParticipantClient& payment) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory,
+                     idemsaga::ParticipantClient& payment) {
     const bool first_owner = factory_calls++ == 0;
     auto payment_seen = Wrapped(
         steps::MakePlaceOrderSagaV1(inventory, payment), "payment", {}, [&](saga::StepFn inner) {

@@ -138,7 +138,7 @@ Charge ParseCharge(const nlohmann::json& output) {
   return {output["charge_id"].get<std::string>()};
 }
 
-saga::Definition MakeGiftBoxSaga(steps::client::Participants& p) {
+saga::Definition MakeGiftBoxSaga(idemsaga::Participants& p) {
   auto& inventory = p.Get("inventory");
   auto& payment = p.Get("payment");
   auto& loyalty = p.Get("loyalty");

@@ -97,7 +97,7 @@ TEST(Waiting, AParticipantOutageParksItsSagasAndHoldsUpNothingElse) {
 // bulkhead parks at once), so a saga that never calls payment is served all along: every one
 // answers 201, and nothing anywhere is a 503.
 TEST(Waiting, ASlowParticipantDelaysOnlyTheSagasThatCallIt) {
-  auto reserve_only = [](steps::client::Participants& p) -> std::optional<saga::Definition> {
+  auto reserve_only = [](idemsaga::Participants& p) -> std::optional<saga::Definition> {
     saga::Definition d("reserve_only");
     d.Step("inventory", steps::ReserveItems(p.Get("inventory")),
            steps::ReleaseItems(p.Get("inventory")));

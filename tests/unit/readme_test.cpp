@@ -81,23 +81,25 @@ TEST(Readme, TheChildSagaExampleIsTheShippedSagasCode) {
 
 TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
   const std::string page = "docs/library.md";
-  const std::string section = "# Use idemsaga in your own project";
   auto cmake = Marked("examples/trip_booking/CMakeLists.txt", "# [cmake]");
-  auto route = Marked("examples/trip_booking/participants.cpp", "// [guard-on-a-route]");
   auto saga = Marked("examples/trip_booking/trip_saga.cpp", "// [trip-saga]");
+  auto main = Marked("examples/trip_booking/orchestrator.cpp", "// [trip-orchestrator]");
+  auto hotel = Marked("examples/trip_booking/hotel.cpp", "// [hotel]");
   EXPECT_NE(cmake.find("find_package(idemsaga"), std::string::npos);
-  EXPECT_NE(route.find("http.ExternalAction"), std::string::npos);
-  EXPECT_NE(saga.find("saga::Definition(\"trip\""), std::string::npos);
-  EXPECT_EQ(Block(page, section, "cmake", 1), cmake);
-  EXPECT_EQ(Block(page, section, "cpp", 1), route);
-  EXPECT_EQ(Block(page, section, "cpp", 2), saga);
+  EXPECT_NE(saga.find("idemsaga::Definition(\"trip\""), std::string::npos);
+  EXPECT_NE(main.find("idemsaga::App app"), std::string::npos);
+  EXPECT_NE(hotel.find("idemsaga::Participant hotel"), std::string::npos);
+  EXPECT_EQ(Block(page, "## Install", "cmake", 1), cmake);
+  EXPECT_EQ(Block(page, "## The saga", "cpp", 1), saga);
+  EXPECT_EQ(Block(page, "## The orchestrator", "cpp", 1), main);
+  EXPECT_EQ(Block(page, "## A participant", "cpp", 1), hotel);
 }
 
 // The README's short saga is the trip saga's definition, as examples/trip_booking has it.
 TEST(Readme, TheReadmesSagaIsTheExamplesCode) {
   auto block = Block("README.md", "## A saga", "cpp", 1);
   auto saga = Marked("examples/trip_booking/trip_saga.cpp", "// [trip-saga]");
-  EXPECT_NE(block.find("saga::Definition MakeTripSaga("), std::string::npos) << block;
+  EXPECT_NE(block.find("idemsaga::Definition MakeTripSaga("), std::string::npos) << block;
   EXPECT_NE(saga.find(block), std::string::npos)
       << "the README's saga is not examples/trip_booking/trip_saga.cpp's code:\n" << block;
 }

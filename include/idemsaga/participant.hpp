@@ -1,0 +1,130 @@
+// A participant service of a team's own: the routes a saga's steps call, each guarded by an
+// idempotency key in the participant's own PostgreSQL database. For each request the guard
+// checks the caller's service token (401), the tenant (X-Tenant-ID) and the key
+// (Idempotency-Key; 400), the JSON body (400/413/415) and `validate` (400 naming the field),
+// then runs the effect at most once per (tenant, key) and stores its answer: every retry gets
+// it again byte for byte (`Idempotent-Replayed: true`), the same key with another body 422, a
+// duplicate in flight 409 with Retry-After. A compensation undoes its action once, or, arriving
+// first, refuses the late action. The service also serves GET /v1/idempotency (the key
+// retention the orchestrator checks at start-up), the keys listing reconciliation reads,
+// /metrics, /healthz and /readyz.
+//
+// An effect in the database (Action) runs inside the guard's transaction and acts only
+// through `tx`: it may run, be rolled back and run again, so it must not call out. An effect
+// outside the database (ExternalAction: a card network, a partner's API) runs with no
+// transaction open, under a lease; it is told when an earlier attempt may have reached the
+// third party. A business refusal is a Problem(4xx, code, ...) the effect returns: stored and
+// replayed like a success, so such an effect must change nothing.
+//
+// Add routes, then Start (or Run); Stop once. Handlers run on the server's threads.
+//   idemsaga::Participant hotel({.name = "hotel", .database_url = url, .service_token = t});
+//   hotel.Schema("CREATE TABLE IF NOT EXISTS bookings (...)")
+//       .Action("/v1/bookings", ValidateCity, Book)
+//       .Compensation("/v1/bookings/cancel", CancelBooking);
+//   int port = hotel.Start("127.0.0.1", 0);
+//
+// Part of idemsaga's public API (CHANGELOG.md says what may change between versions).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+#include <string>
+
+namespace idemsaga {
+
+// A guarded request, admitted and validated.
+struct Request {
+  std::string tenant_id;
+  std::string key;      // the step's derived key, e.g. "A-hotel"
+  nlohmann::json body;  // the JSON body, as validated
+};
+
+// An effect's answer: stored with the key and replayed to every retry.
+struct Response {
+  int status = 200;
+  std::string body;                            // JSON
+  std::map<std::string, std::string> headers;  // further headers (Location ...), stored too
+};
+
+// A business refusal as a problem (application/problem+json), e.g. 422 no_cars.
+Response Problem(int status, const std::string& code, const std::string& detail);
+
+// The stored answer of the action a compensation undoes. status 0 (body null): an external
+// call was cut off mid-way and its outcome is unknown: undo it by its key at the third party.
+struct ActionRecord {
+  std::string key;
+  int status = 0;
+  nlohmann::json body;
+};
+
+// An effect outside the database, called with no transaction open.
+struct ExternalCall {
+  const Request& request;
+  // An earlier attempt under this key died mid-call: the third party may have done it
+  // already. Look the effect up by the key first, or pass the key on.
+  bool earlier_attempt = false;
+  // When the call must be over: set the third party's client timeouts by it.
+  std::chrono::steady_clock::time_point deadline;
+};
+
+// "" when the body is acceptable, else a message naming the field.
+using Validate = std::function<std::string(const nlohmann::json& body)>;
+using Effect = std::function<Response(pqxx::work& tx, const Request& request)>;
+using Undo = std::function<nlohmann::json(pqxx::work& tx, const Request& request,
+                                          const ActionRecord& action)>;
+using ExternalEffect = std::function<Response(const ExternalCall& call)>;
+using ExternalUndo =
+    std::function<nlohmann::json(const ExternalCall& call, const ActionRecord& action)>;
+
+struct ParticipantServiceOptions {
+  std::string name;           // in logs and metrics; 1..32 of [a-z0-9_]
+  std::string database_url;   // postgresql://...: its keys and its own tables
+  std::string service_token;  // what callers present as `Authorization: Bearer ...`
+  // How long step keys are kept: longer than the orchestrator's retention plus its longest
+  // saga (the orchestrator checks at start-up).
+  std::chrono::hours retention{24 * 7};
+  size_t pool_size = 8;  // database connections
+  size_t threads = 16;   // requests handled at once
+};
+
+class Participant {
+ public:
+  // Throws std::invalid_argument for a bad name.
+  explicit Participant(ParticipantServiceOptions options);
+  ~Participant();
+  Participant(const Participant&) = delete;
+  Participant& operator=(const Participant&) = delete;
+
+  // SQL run at Start, after the guard's own migrations (its key table): the participant's
+  // tables, written to be run again (CREATE TABLE IF NOT EXISTS ...).
+  Participant& Schema(std::string sql);
+  // POST `path`: an effect in the database, at most once per (tenant, key).
+  Participant& Action(const std::string& path, Validate validate, Effect effect);
+  // POST `path` with {"action_key", "action_applied"}: undoes that action once.
+  Participant& Compensation(const std::string& path, Undo undo);
+  // The same for effects outside the database (no transaction open during the call).
+  Participant& ExternalAction(const std::string& path, Validate validate, ExternalEffect effect);
+  Participant& ExternalCompensation(const std::string& path, ExternalUndo undo);
+
+  // Migrates, binds `host:port` (0: any free port) and serves on threads of its own;
+  // returns the port. Throws std::invalid_argument without a database URL or service token,
+  // std::runtime_error when the database or the port cannot be had.
+  int Start(const std::string& host, int port);
+  // A participant binary's main: --listen HOST:PORT, --database-url (IDEMSAGA_DATABASE_URL),
+  // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours; prints "<name> ready on
+  // <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
+  int Run(int argc, char** argv);
+  std::string Url() const;  // http://host:port once started
+  // Stops serving (the requests in hand finish). Idempotent; also on destruction.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idemsaga
