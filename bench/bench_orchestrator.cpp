@@ -15,6 +15,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/net.hpp"
 #include "steps/order_schema.hpp"
 #include "steps/place_order.hpp"
 
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
       auto [tenant, key] = SplitPair("--api-key", k);
       o.store().UpsertTenant(tenant, common::Sha256Hex(key));
     }
-    auto [host, port] = common::http::SplitHostPort(listen);
+    auto [host, port] = common::SplitHostPort(listen);
     int bound = o.Bind(host, port);
     std::thread server([&] { o.Serve(); });
     std::cout << "bench orchestrator ready on http://" << host << ":" << bound << std::endl;

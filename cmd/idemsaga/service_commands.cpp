@@ -7,6 +7,7 @@
 #include "cmd/idemsaga/signals.hpp"
 #include "common/defaults.hpp"
 #include "common/log.hpp"
+#include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "orchestrator/amqp/intake.hpp"
@@ -129,7 +130,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
         pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
         common::pg::Migrate(conn, services_mock::NameOf(kind));
       }
-      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      auto [host, port] = common::SplitHostPort(flags.listen);
       ParticipantService svc(
           kind, flags.database_url,
           {.service_token = flags.service_token,
@@ -301,7 +302,7 @@ void AddOrchestratorCommand(CLI::App& app, Run& run) {
         pqxx::connection conn(common::pg::WithSessionTimeouts(flags.options.database_url));
         common::pg::Migrate(conn, "orchestrator");
       }
-      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      auto [host, port] = common::SplitHostPort(flags.listen);
       flags.options.store.retention = std::chrono::hours(flags.retention_hours);
       flags.options.otlp_headers = ParseHeaders(flags.otlp_headers);
       for (const auto& p : flags.participants) {

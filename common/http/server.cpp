@@ -982,16 +982,6 @@ std::string BearerToken(const httplib::Request& req) {
   return token == std::string::npos ? "" : value.substr(token);
 }
 
-std::pair<std::string, int> SplitHostPort(const std::string& listen) {
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    throw std::invalid_argument("expected HOST:PORT, got '" + listen + "'");
-  }
-  int port = std::stoi(listen.substr(colon + 1));
-  if (port < 0 || port > 65535) throw std::invalid_argument("port out of range: " + listen);
-  return {listen.substr(0, colon), port};
-}
-
 std::string DecodeCapture(std::string_view capture) {
   // The route path holds no escape but %2F and %25 (FindRoute): a plain decode is exact.
   std::string out;

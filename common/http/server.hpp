@@ -204,7 +204,4 @@ void AddHealthRoutes(Server& server, pg::Pool& pool);
 // §11.1), or "" when absent or malformed.
 std::string BearerToken(const httplib::Request& req);
 
-// Splits "host:port"; throws std::invalid_argument on a malformed value.
-std::pair<std::string, int> SplitHostPort(const std::string& listen);
-
 }  // namespace common::http
