@@ -836,20 +836,8 @@ Server& Server::Put(const std::string& pattern, Handler handler) {
   impl_->AddRoute("PUT", pattern, std::move(handler));
   return *this;
 }
-Server& Server::Delete(const std::string& pattern, Handler handler) {
-  impl_->AddRoute("DELETE", pattern, std::move(handler));
-  return *this;
-}
-Server& Server::Patch(const std::string& pattern, Handler handler) {
-  impl_->AddRoute("PATCH", pattern, std::move(handler));
-  return *this;
-}
 
 const Limits& Server::limits() const { return impl_->limits; }
-
-size_t Server::BodyLimit(const std::string& path) const {
-  return BodyLimitFor(impl_->limits, path);
-}
 
 int Server::Bind(const std::string& host, int port) { return impl_->Bind(host, port); }
 

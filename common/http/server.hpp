@@ -116,8 +116,6 @@ class Server {
   Server& Get(const std::string& pattern, Handler handler);
   Server& Post(const std::string& pattern, Handler handler);
   Server& Put(const std::string& pattern, Handler handler);
-  Server& Delete(const std::string& pattern, Handler handler);
-  Server& Patch(const std::string& pattern, Handler handler);
 
   // The routes registered, in matching order (for a contract test: every route documented).
   struct RouteInfo {
@@ -127,8 +125,6 @@ class Server {
   std::vector<RouteInfo> Routes() const;
 
   const Limits& limits() const;
-  // The body limit of `path`.
-  size_t BodyLimit(const std::string& path) const;
   // Binds and listens (clients may connect at once) and returns the port (0 picks a free
   // one); -1 on failure.
   int Bind(const std::string& host, int port);
