@@ -8,6 +8,7 @@
 #include "app/signals.hpp"
 #include "common/defaults.hpp"
 #include "common/log.hpp"
+#include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "orchestrator/amqp/intake.hpp"
@@ -178,7 +179,7 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
         pqxx::connection conn(common::pg::WithSessionTimeouts(flags.options.database_url));
         common::pg::Migrate(conn, "orchestrator");
       }
-      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      auto [host, port] = common::SplitHostPort(flags.listen);
       flags.options.store.retention = std::chrono::hours(flags.retention_hours);
       flags.options.otlp_headers = ParseHeaders(flags.otlp_headers);
       for (const auto& p : flags.participants) {

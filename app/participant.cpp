@@ -11,6 +11,7 @@
 #include "app/signals.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
+#include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/pool.hpp"
 #include "common/pg/url.hpp"
@@ -55,7 +56,7 @@ struct Participant::Impl {
         : pool({.url = o.database_url, .size = o.pool_size}),
           guard(pool, nullptr, {.retention = o.retention}),
           http(guard, {.service_token = o.service_token, .metrics = &metrics, .service = o.name}),
-          server(common::http::Limits{.threads = o.threads}) {}
+          server(common::http::Limits{.threads = o.threads}, common::pg::Classify) {}
     common::metrics::Registry metrics;
     common::pg::Pool pool;
     guard::Guard guard;
@@ -150,7 +151,7 @@ int Participant::Start(const std::string& host, int port) {
   for (const auto& add : i.routes) add(i);
   s.server.Get(guard::kPolicyPath, s.http.Policy());
   s.server.Get(guard::kKeysPath, s.http.Keys());
-  common::http::AddHealthRoutes(s.server, s.pool);
+  common::http::AddHealthRoutes(s.server, [&s] { return common::pg::Reachable(s.pool); });
   s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.metrics.Render(), common::metrics::kContentType);
   });

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/net.hpp"
 #include "steps/order_schema.hpp"
 #include "steps/place_order.hpp"
 
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
       auto [tenant, key] = SplitPair("--api-key", k);
       o.store().UpsertTenant(tenant, common::Sha256Hex(key));
     }
-    auto [host, port] = common::http::SplitHostPort(listen);
+    auto [host, port] = common::SplitHostPort(listen);
     int bound = o.Bind(host, port);
     std::thread server([&] { o.Serve(); });
     std::cout << "bench orchestrator ready on http://" << host << ":" << bound << std::endl;

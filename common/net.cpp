@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace common {
 
@@ -23,6 +24,16 @@ int FreeLoopbackPort() {
   }
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+std::pair<std::string, int> SplitHostPort(const std::string& listen) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw std::invalid_argument("expected HOST:PORT, got '" + listen + "'");
+  }
+  int port = std::stoi(listen.substr(colon + 1));
+  if (port < 0 || port > 65535) throw std::invalid_argument("port out of range: " + listen);
+  return {listen.substr(0, colon), port};
 }
 
 }  // namespace common

@@ -6,6 +6,7 @@
 
 #include "common/crypto.hpp"
 #include "common/log.hpp"
+#include "common/pg/errors.hpp"
 #include "common/trace/otlp.hpp"
 #include "orchestrator/http/pages.hpp"
 #include "steps/guard/guard.hpp"
@@ -68,11 +69,13 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
           &tracer_, &metrics_),
       recovery_(store_, sagas_, options_.recovery),
       auth_(store_, options_.tenant_cache_ttl),
-      server_([this] {
-        auto limits = options_.limits;
-        limits.large_bodies["/v1/traces"] = common::trace::kMaxOtlpBody;
-        return limits;
-      }()),
+      server_(
+          [this] {
+            auto limits = options_.limits;
+            limits.large_bodies["/v1/traces"] = common::trace::kMaxOtlpBody;
+            return limits;
+          }(),
+          common::pg::Classify),
       reconcile_discrepancies_(
           metrics_
               .Gauge("idemsaga_reconcile_discrepancies",
@@ -94,7 +97,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
                                    {"report", report.ToJson().dump()}});
                     }
                   }) {
-  common::http::AddHealthRoutes(server_, pool_);
+  common::http::AddHealthRoutes(server_, [this] { return common::pg::Reachable(pool_); });
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
   http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});

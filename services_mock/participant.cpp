@@ -95,7 +95,7 @@ void Participant::GuardedCompensation(common::http::Server& server, const std::s
 
 void Participant::AdminRoutes(common::http::Server& server) {
   if (pool_ != nullptr) {
-    common::http::AddHealthRoutes(server, *pool_);
+    common::http::AddHealthRoutes(server, [this] { return common::pg::Reachable(*pool_); });
   } else {
     server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status":"ok"})", "application/json");

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "common/http/openapi.hpp"
+#include "common/pg/errors.hpp"
 
 namespace services_mock {
 
@@ -29,7 +30,7 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
                     common::trace::Exporter::OtlpHttp(options.otlp_endpoint, options.otlp_headers),
                     common::trace::Exporter::Options{})),
       tracer_(NameOf(kind), exporter_.get()),
-      server_(options.limits),
+      server_(options.limits, common::pg::Classify),
       gc_("participant_gc", std::chrono::minutes(1), [this] {
         // Redis expires its keys itself (and its scripts trim the key index).
         if (!pool_) return;

@@ -8,6 +8,7 @@
 #include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
 #include "common/log.hpp"
+#include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "services_mock/service.hpp"
@@ -128,7 +129,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
         pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
         common::pg::Migrate(conn, services_mock::NameOf(kind));
       }
-      auto [host, port] = common::http::SplitHostPort(flags.listen);
+      auto [host, port] = common::SplitHostPort(flags.listen);
       ParticipantService svc(
           kind, flags.database_url,
           {.service_token = flags.service_token,

@@ -60,9 +60,6 @@ std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
   if (body.contains("code") && body["code"].is_string()) {
     return {text(body, "code"), text(body, "detail")};
   }
-  if (body.contains("error") && body["error"].is_object()) {
-    return {text(body["error"], "code"), text(body["error"], "message")};
-  }
   return {"", ""};
 }
 

@@ -26,9 +26,8 @@ std::string ProblemBody(int status, std::string_view code, std::string_view deta
 // have one.
 std::string ProblemTitle(std::string_view code);
 
-// The code and detail of an error body: a problem (`code`, `detail`), or the body every
-// service answered before problem details ({"error":{"code","message"}}), which stored
-// answers replay byte for byte. {"", ""} for anything else.
+// The code and detail of an error body, a problem (`code`, `detail`); {"", ""} for anything
+// else.
 std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body);
 
 }  // namespace common::http

@@ -29,14 +29,21 @@
 //   - `body`: the body, within the path's limit; `Content-Encoding` other than identity is 415.
 // HEAD runs the GET route and sends no body; a path served under other methods only is 405
 // (with Allow), an unknown path 404. Every 4xx/5xx without a body gets the JSON error body.
-// A handler exception is answered by SetFailure: 503 `unavailable` + Retry-After only for an
-// outage a retry can cure, else 500. Responses carry Content-Length; keep-alive as the client
-// asks, up to `keep_alive_max_count` requests.
+// A handler exception is answered by what the server's common::FailureClassifier says it means
+// (common/failure.hpp; the server knows no store, its builder gives it the store's classifier,
+// e.g. common::pg::Classify): 503 `unavailable` + Retry-After only for an outage a retry can
+// cure, else 500. Responses carry Content-Length; keep-alive as the client asks, up to
+// `keep_alive_max_count` requests.
+//
+// The pieces, internal to common/http: the connection state machine (connection.*: reads,
+// deadlines, keep-alive, early and deferred answers), the workers (worker_pool.hpp), the routes
+// (router.*), the wire format of answers (wire.*), the exception policy (exception_policy.*),
+// and the loop, the acceptor and Stop() (server_core.hpp, server.cpp).
 //
 // Thread-safety: register routes before Serve() (adding one while serving is safe too); call
 // Serve() once. Handlers run on the worker threads, concurrently. Stop() is safe from any
 // thread at any time.
-//   common::http::Server server({.threads = 32});
+//   common::http::Server server({.threads = 32}, common::pg::Classify);
 //   server.Get("/healthz", handler); int port = server.Bind("127.0.0.1", 0); server.Serve();
 #pragma once
 
@@ -52,12 +59,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/failure.hpp"
 #include "common/http/problem.hpp"
-#include "common/pg/errors.hpp"
-
-namespace common::pg {
-class Pool;
-}
 
 namespace common::http {
 
@@ -107,7 +110,9 @@ class Server {
  public:
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
-  explicit Server(Limits limits = {});
+  // `classify` says what a handler's exception means; empty: the process's
+  // (common::ClassifyFailure).
+  explicit Server(Limits limits = {}, FailureClassifier classify = {});
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -116,8 +121,6 @@ class Server {
   Server& Get(const std::string& pattern, Handler handler);
   Server& Post(const std::string& pattern, Handler handler);
   Server& Put(const std::string& pattern, Handler handler);
-  Server& Delete(const std::string& pattern, Handler handler);
-  Server& Patch(const std::string& pattern, Handler handler);
 
   // The routes registered, in matching order (for a contract test: every route documented).
   struct RouteInfo {
@@ -127,8 +130,6 @@ class Server {
   std::vector<RouteInfo> Routes() const;
 
   const Limits& limits() const;
-  // The body limit of `path`.
-  size_t BodyLimit(const std::string& path) const;
   // Binds and listens (clients may connect at once) and returns the port (0 picks a free
   // one); -1 on failure.
   int Bind(const std::string& host, int port);
@@ -189,22 +190,21 @@ std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib
                                             const Limits& limits,
                                             NulInJson nul = NulInJson::kRefuse);
 
-// Answers a failure by what it means (common/pg/errors.hpp): an outage (the database down,
+// Answers a failure by what the process's classifier says it means (common::ClassifyFailure;
+// PostgreSQL's in a process with a common::pg::Pool): an outage (the database down,
 // restarting, failing over, unsure of a commit) is 503 `unavailable` + Retry-After; a value
 // the database refused is a 500 that says a retry fails the same way; anything else a 500.
-pg::ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep);
+ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep);
 
 // 503 `unavailable` with Retry-After: an outage, after which a retry with the same key is safe.
 void SetUnavailable(httplib::Response& res, const std::string& what);
 
-// GET /healthz (the process answers) and GET /readyz (its database answers too).
-void AddHealthRoutes(Server& server, pg::Pool& pool);
+// GET /healthz (the process answers) and GET /readyz (its database answers too:
+// `database_ready`, e.g. common::pg::Reachable).
+void AddHealthRoutes(Server& server, std::function<bool()> database_ready);
 
 // The token of an `Authorization: Bearer <token>` header (the scheme in any case, RFC 9110
 // §11.1), or "" when absent or malformed.
 std::string BearerToken(const httplib::Request& req);
-
-// Splits "host:port"; throws std::invalid_argument on a malformed value.
-std::pair<std::string, int> SplitHostPort(const std::string& listen);
 
 }  // namespace common::http

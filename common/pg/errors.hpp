@@ -9,21 +9,21 @@
 //                  ever, so it must never be answered "retry". An input that gets here
 //                  slipped past the edge's validation, which is a defect to fix there.
 //   kDefect        anything else (an undefined table, a syntax error, a bug).
-//   switch (pg::Classify(ep)) { case pg::Failure::kUnavailable: ...; }
+//   switch (pg::Classify(ep).kind) { case pg::Failure::kUnavailable: ...; }
+// Classify is PostgreSQL's common::FailureClassifier (common/failure.hpp): what an edge (the
+// HTTP server, the guard) is given to answer a failure by what it means. A Pool installs it
+// as the process's when it is built.
 #pragma once
 
 #include <exception>
 #include <string>
 
+#include "common/failure.hpp"
+
 namespace common::pg {
 
-enum class Failure { kUnavailable, kRejectedValue, kDefect };
-
-struct ClassifiedFailure {
-  Failure kind = Failure::kDefect;
-  std::string sqlstate;  // "" when the failure carried none
-  std::string what;
-};
+using Failure = common::Failure;
+using ClassifiedFailure = common::ClassifiedFailure;
 
 // Never throws; `ep` may hold any exception (or none).
 ClassifiedFailure Classify(const std::exception_ptr& ep);

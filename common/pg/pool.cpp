@@ -18,8 +18,9 @@ Pool::Lease::~Lease() {
   if (pool_ != nullptr) pool_->Return(std::move(conn_), discard_);
 }
 
-Pool::Pool(Options options)
-    : url_(WithSessionTimeouts(options.url)), options_(std::move(options)) {}
+Pool::Pool(Options options) : url_(WithSessionTimeouts(options.url)), options_(std::move(options)) {
+  common::InstallFailureClassifier(&Classify);
+}
 
 Pool::~Pool() = default;
 
@@ -51,6 +52,18 @@ Pool::Lease Pool::Borrow() {
     --open_;
     available_.notify_one();
     throw PoolUnavailable(std::string("cannot connect to the database: ") + e.what());
+  }
+}
+
+bool Reachable(Pool& pool) {
+  try {
+    pool.With([](pqxx::connection& conn) {
+      pqxx::nontransaction tx(conn);
+      tx.exec("SELECT 1");
+    });
+    return true;
+  } catch (const std::exception&) {
+    return false;
   }
 }
 

@@ -3,7 +3,8 @@
 // Borrow() hands a connection to one thread at a time and waits up to `borrow_timeout` for a
 // free one. A lease whose user saw the connection break (or that is found closed) is dropped
 // and its slot refilled by the next borrower, so a database restart heals without a process
-// restart. Thread-safe.
+// restart. What a failure met through a pool means is errors.hpp's: building a Pool makes
+// pg::Classify the process's failure classifier (common/failure.hpp). Thread-safe.
 //   auto lease = pool.Borrow();
 //   pqxx::work tx(*lease); ...; tx.commit();
 #pragma once
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "common/metrics.hpp"
+#include "common/pg/errors.hpp"
 #include "common/unavailable.hpp"
 
 namespace common::pg {
@@ -96,6 +98,9 @@ class Pool {
   size_t open_ = 0;  // idle plus borrowed
   Waits waits_;      // under mutex_
 };
+
+// Whether `pool` hands out a connection that answers a query (for a readiness probe).
+bool Reachable(Pool& pool);
 
 // Publishes `pool`'s waits: idemsaga_db_pool_waits_total, idemsaga_db_pool_wait_seconds_total,
 // idemsaga_db_pool_timeouts_total. `pool` must outlive the registry's scrapes.

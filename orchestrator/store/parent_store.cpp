@@ -322,7 +322,7 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
       outcome.emplace(true, std::move(*claimed));
       break;
     }
-    if (options_.after_conflict_for_test) options_.after_conflict_for_test();
+    OnClaimConflict();
     if (auto found = Get(req.tenant_id, req.key)) outcome.emplace(false, std::move(*found));
   }
   auto [claimed, row] = *outcome;

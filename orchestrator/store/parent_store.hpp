@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -109,13 +108,12 @@ struct StoreOptions {
   std::chrono::seconds lease{30};  // how long an owner may go without renewing
   // Finished keys are kept this long after they finish.
   std::chrono::seconds retention{std::chrono::hours(24)};
-  // Tests only: runs when a claim found the key taken, before it reads the key.
-  std::function<void()> after_conflict_for_test;
 };
 
 class ParentStore {
  public:
   ParentStore(common::pg::Pool& pool, StoreOptions options) : pool_(pool), options_(options) {}
+  virtual ~ParentStore() = default;
 
   Claim ClaimKey(const ClaimRequest& req);
 
@@ -201,6 +199,11 @@ class ParentStore {
   long long fenced_writes() const { return fenced_writes_; }
 
   const StoreOptions& options() const { return options_; }
+
+ protected:
+  // A seam for tests (a race made to happen): runs when a claim found the key taken, before
+  // it reads the key. Does nothing here.
+  virtual void OnClaimConflict() {}
 
  private:
   bool Fenced(const Lease& lease, const char* what, bool applied);

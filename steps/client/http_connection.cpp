@@ -15,7 +15,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "common/http/server.hpp"
+#include "common/net.hpp"
 
 namespace steps::client {
 namespace {
@@ -60,7 +60,7 @@ std::pair<std::string, int> ParseHttpBaseUrl(const std::string& base_url) {
     throw std::invalid_argument("a participant URL is http://host[:port]: " + base_url);
   }
   if (rest.find(':') == std::string::npos) return {rest, 80};
-  return common::http::SplitHostPort(rest);
+  return common::SplitHostPort(rest);
 }
 
 HttpConnection::HttpConnection(std::string host, int port) : host_(std::move(host)), port_(port) {}

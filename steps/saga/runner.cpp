@@ -560,10 +560,6 @@ const char* ToString(SagaEnd end) {
   return "unknown";
 }
 
-std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps) {
-  return policy.step_deadline * static_cast<long long>(steps);
-}
-
 std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition) {
   std::chrono::milliseconds total{0};
   std::chrono::milliseconds group_longest{0};  // a parallel group lasts as its longest branch

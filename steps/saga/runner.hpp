@@ -47,11 +47,9 @@ struct RetryPolicy {
   RetryPolicy For(const StepPolicy& step) const;
 };
 
-// The longest a saga is expected to run before it ends or shows as stuck: every step's
-// deadline end to end (participants must keep their keys longer than the orchestrator's
-// retention plus this).
-std::chrono::milliseconds LongestRun(const RetryPolicy& policy, size_t steps);
-// The same for one definition, with its steps' own deadlines.
+// The longest a run of `definition` is expected to last before it ends or shows as stuck: its
+// steps' own deadlines (and waits, and children) end to end, a parallel group as its longest
+// branch (participants must keep their keys longer than the orchestrator's retention plus this).
 std::chrono::milliseconds LongestRun(const RetryPolicy& policy, const Definition& definition);
 
 // Where one step stands. Stored by name (ToString) in the saga's row and shown by the API.

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/http/server.hpp"
+#include "common/pg/errors.hpp"
 
 namespace edge {
 
@@ -35,7 +36,8 @@ inline std::string Hex(std::string_view bytes) {
 
 class EdgeServer {
  public:
-  explicit EdgeServer(common::http::Limits limits = {}) : server(std::move(limits)) {
+  explicit EdgeServer(common::http::Limits limits = {})
+      : server(std::move(limits), common::pg::Classify) {
     auto echo = [](const httplib::Request& req, httplib::Response& res) {
       nlohmann::json headers = nlohmann::json::array();
       for (const auto& [name, value] : req.headers) headers.push_back({name, Hex(value)});

@@ -80,7 +80,7 @@ class FailureAnswer : public ::testing::Test {
 
   test_support::ScratchDatabase db_;
   common::pg::Pool pool_;
-  common::http::Server server_;
+  common::http::Server server_{{}, common::pg::Classify};
   int port_ = 0;
   std::thread thread_;
 };

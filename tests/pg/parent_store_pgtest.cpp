@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <thread>
@@ -23,6 +24,20 @@ std::string SpanJson(const std::string& name) {
          "\",\"kind\":1,\"start_unix_nano\":0,\"end_unix_nano\":1,\"status\":\"ok\","
          "\"status_message\":\"\",\"attributes\":{}}]'::json";
 }
+
+// A store that runs `on_conflict` when a claim finds its key taken, before it reads the key:
+// the window another claim (or garbage collection) can race.
+class RacingStore : public ParentStore {
+ public:
+  RacingStore(common::pg::Pool& pool, std::function<void()> on_conflict)
+      : ParentStore(pool, {}), on_conflict_(std::move(on_conflict)) {}
+
+ protected:
+  void OnClaimConflict() override { on_conflict_(); }
+
+ private:
+  std::function<void()> on_conflict_;
+};
 
 class ParentStoreTest : public ::testing::Test {
  protected:
@@ -240,7 +255,7 @@ TEST_F(ParentStoreTest, AClaimThatLosesARaceAnswersFromTheWinnersRow) {
         "'winner', 1, now() + interval '1 minute', $4, now() + interval '1 day')",
         key, common::Sha256Hex("1"), "ord_" + key, common::Sha256Hex("demo" + key).substr(0, 32));
     int raced = 0;
-    ParentStore loser(pool_, {.after_conflict_for_test = [&] { ++raced; }});
+    RacingStore loser(pool_, [&] { ++raced; });
     std::optional<Claim> claim;
     std::thread t([&] { claim = loser.ClaimKey(Req(key)); });  // waits on the uncommitted row
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -270,9 +285,9 @@ TEST_F(ParentStoreTest, AClaimThatLosesARaceAnswersFromTheWinnersRow) {
 TEST_F(ParentStoreTest, AKeyGoneBetweenTheClaimAndItsReadIsClaimedAgain) {
   store_.ClaimKey(Req("gone"));
   int conflicts = 0;
-  ParentStore again(pool_, {.after_conflict_for_test = [&] {
-                      if (++conflicts == 1) db_.Exec("DELETE FROM idempotency_keys");
-                    }});
+  RacingStore again(pool_, [&] {
+    if (++conflicts == 1) db_.Exec("DELETE FROM idempotency_keys");
+  });
   auto claim = again.ClaimKey(Req("gone", "owner-b"));
   EXPECT_EQ(conflicts, 1);
   EXPECT_EQ(claim.kind, Claim::kClaimed);

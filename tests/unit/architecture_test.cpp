@@ -59,11 +59,6 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
 
 // "file -> header": why it is allowed for now.
 const std::map<std::string, std::string> kKnownExceptions = {
-    {"common/http/server.hpp -> common/pg/errors.hpp",
-     "the server answers a database failure (503 + Retry-After) itself; the policy belongs to "
-     "the routes"},
-    {"common/http/server.cpp -> common/pg/errors.hpp", "the same"},
-    {"common/http/server.cpp -> common/pg/pool.hpp", "the same (a pool that is exhausted)"},
     {"orchestrator/orchestrator.cpp -> steps/guard/guard.hpp",
      "the retention check reads the participant's key policy from the guard's contract"},
     {"orchestrator/reconcile.cpp -> steps/guard/guard.hpp",
