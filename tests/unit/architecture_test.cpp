@@ -16,8 +16,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The layer a path is in: "common/pg" for common/pg/pool.cpp, "steps" for steps/sagas.cpp.
+// The layer a path is in: "common/pg" for common/pg/pool.cpp, "steps" for steps/sagas.cpp,
+// "include/idemsaga" for a public header as it is included ("idemsaga/saga.hpp").
 std::string LayerOf(const std::string& path) {
+  if (path.rfind("idemsaga/", 0) == 0) return "include/idemsaga";
   auto first = path.find('/');
   if (first == std::string::npos) return "";
   auto top = path.substr(0, first);
@@ -32,7 +34,7 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"common/trace", {"common"}},
     {"common/pg", {"common"}},
     {"common/http", {"common", "common/trace"}},
-    {"steps/saga", {"common", "common/trace"}},
+    {"steps/saga", {"common", "common/trace", "include/idemsaga"}},
     {"steps/guard", {"common", "common/trace", "common/pg", "common/http"}},
     {"steps/client", {"common", "common/trace", "common/http", "steps/saga"}},
     {"steps", {"common", "steps/saga", "steps/client"}},
