@@ -68,6 +68,12 @@ TEST(Readme, TheChildSagaExampleIsTheShippedSagasCode) {
   EXPECT_EQ(ReadmeBlock("- **Child sagas.**", "cpp", 1), code);
 }
 
+TEST(Readme, TheTestYourSagasExampleIsTheKitTestsCode) {
+  auto code = Marked("tests/unit/testing_kit_test.cpp", "// [test-your-sagas]");
+  EXPECT_NE(code.find("kit::CheckCrashes("), std::string::npos);
+  EXPECT_EQ(ReadmeBlock("### Test your sagas", "cpp", 1), code);
+}
+
 TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
   const std::string section = "## Use idemsaga in your own project";
   auto cmake = Marked("examples/trip_booking/CMakeLists.txt", "# [cmake]");

@@ -441,6 +441,65 @@ TEST(TestingKit, APlaceOrderRefusedByThePaymentReleasesTheStock) {
   EXPECT_EQ(r.CallsOf("A-inventory-compensate")[0].path, "/v1/reservations/release");
 }
 
+// The README's "Test your sagas" example: the trip saga of examples/trip_booking (a hotel,
+// then a car), tested as a team would test it.
+struct TripInput {
+  std::string city;
+};
+
+Definition MakeTripSaga(idemsaga::Participants& participants) {
+  auto& hotel = participants.Get("hotel");
+  auto& car = participants.Get("car");
+  return std::move(
+      Definition("trip", 1)
+          .Input<TripInput>([](const nlohmann::json& body) {
+            idemsaga::Fields f(body);
+            TripInput trip{f.Text("city", 64)};
+            f.Done();
+            return trip;
+          })
+          .Step(
+              "hotel",
+              [&](StepContext& ctx) {
+                return hotel.Post("/v1/bookings", ctx, {{"city", ctx.Input<TripInput>().city}});
+              },
+              [&](StepContext& ctx) { return hotel.Compensate("/v1/bookings/cancel", ctx); })
+          .Step(
+              "car",
+              [&](StepContext& ctx) {
+                return car.Post("/v1/rentals", ctx, {{"city", ctx.Input<TripInput>().city}});
+              },
+              [&](StepContext& ctx) { return car.Compensate("/v1/rentals/cancel", ctx); }));
+}
+
+// [test-your-sagas]
+TEST(TripSaga, ACarThatCannotBeHadCancelsTheHotel) {
+  namespace kit = idemsaga::testing;
+  kit::Environment env;
+  env.participants().Add("hotel");
+  env.participants().Add("car").Script("A-car", {kit::Reply::Refusal(409, "sold_out")});
+  idemsaga::Definition trip = MakeTripSaga(env.participants());
+  kit::Result r = env.Run(trip, {{"city", "Oslo"}});
+  EXPECT_EQ(r.end, kit::End::kFailed);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(r.CallKeys(), (std::vector<std::string>{"A-hotel", "A-car", "A-hotel-compensate"}));
+}
+
+TEST(TripSaga, EndsTheSameAfterACrashAnywhereAndSendsTheSameRequestsEveryTime) {
+  namespace kit = idemsaga::testing;
+  kit::CheckOptions options;
+  options.setup = [](kit::Environment& env) {
+    env.participants().Add("hotel").Script(
+        "A-hotel", {kit::Reply::Retryable(std::chrono::seconds(30)), kit::Reply::Success()});
+    env.participants().Add("car");
+  };
+  nlohmann::json oslo = {{"city", "Oslo"}};
+  kit::CrashReport crashes = kit::CheckCrashes(MakeTripSaga, oslo, options);
+  for (const auto& d : crashes.differences) ADD_FAILURE() << d.where << ": " << d.difference;
+  EXPECT_TRUE(kit::CheckDeterministic(MakeTripSaga, oslo, options).empty());
+}
+// [test-your-sagas]
+
 TEST(TestingKit, AnInputThatDoesNotParseThrowsAsTheRouteWouldRefuseIt) {
   kit::Environment env;
   env.participants().Add("inventory");
