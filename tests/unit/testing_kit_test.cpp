@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "idemsaga/testing.hpp"
+#include "steps/deliver_order.hpp"
 #include "steps/place_order.hpp"
 
 namespace {
@@ -439,6 +440,49 @@ TEST(TestingKit, APlaceOrderRefusedByThePaymentReleasesTheStock) {
   EXPECT_EQ(r.body.value("code", ""), "card_declined");
   EXPECT_EQ(r.CallKeys(), (Keys{"A-inventory", "A-payment", "A-inventory-compensate"}));
   EXPECT_EQ(r.CallsOf("A-inventory-compensate")[0].path, "/v1/reservations/release");
+}
+
+// deliver_order: place_order as a child (its 3-D Secure wait parks the parent), then an
+// operator's approval that refuses: the child is compensated, its steps in reverse.
+TEST(TestingKit, RunsTheShippedDeliverOrderSagaWithAChildAndTwoWaitsAndSurvivesCrashes) {
+  auto deliver = [](idemsaga::Participants& p) -> std::optional<Definition> {
+    return steps::MakeDeliverOrderSaga(p);
+  };
+  kit::CheckOptions o;
+  o.setup = [](kit::Environment& env) {
+    env.participants()
+        .Add("inventory")
+        .DefaultOutput({{"reservation_id", "res_0123456789abcdef0123456789abcdef"}});
+    env.participants().Add("payment").Script(
+        "A-order-payment", {Reply::Success({{"charge_id", "ch_0123456789abcdef0123456789abcdef"},
+                                            {"status", "requires_action"}})});
+    env.participants().Add("shipping");
+    env.SendAfter(2min, "payment_confirmed");
+    env.SendAfter(3h, "order_rejected", {{"by", "ops"}, {"reason", "too large"}});
+  };
+  nlohmann::json input = {{"order", kOrder},
+                          {"address",
+                           {{"name", "Ada Lovelace"},
+                            {"line1", "12 St James's Square"},
+                            {"city", "London"},
+                            {"postal_code", "SW1Y 4JH"},
+                            {"country", "GB"}}}};
+  input["order"]["amount_cents"] = 600000;  // over the approval limit
+  auto r = kit::Run(deliver, input, o);
+  EXPECT_EQ(r.end, kit::End::kFailed);
+  EXPECT_EQ(r.status, 422);
+  EXPECT_EQ(r.body.value("code", ""), "order_rejected");
+  EXPECT_EQ(r.CallKeys(), (Keys{"A-order-inventory", "A-order-payment", "A-order-capture",
+                                "A-order-capture-compensate", "A-order-payment-compensate",
+                                "A-order-inventory-compensate"}));
+  EXPECT_EQ(r.compensated, (Keys{"order"}));
+  EXPECT_GE(r.CallsOf("A-order-capture-compensate")[0].at, 3h);
+
+  auto crashes = kit::CheckCrashes(deliver, input, o);
+  EXPECT_GT(crashes.points, 8);
+  for (const auto& d : crashes.differences) {
+    ADD_FAILURE() << "point " << d.point << " (" << d.where << "): " << d.difference;
+  }
 }
 
 // The README's "Test your sagas" example: the trip saga of examples/trip_booking (a hotel,
