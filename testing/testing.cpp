@@ -669,6 +669,11 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
           out.stuck_detail += (out.stuck_detail.empty() ? "" : "; ") + s.name + ": " + s.detail;
         }
       }
+      if (out.stuck_detail.empty()) {
+        // Deferred with no step to blame: the input, a condition or the answer did not compute
+        // (the engine's saga_stuck log line says which).
+        out.stuck_detail = "stuck before or after its steps: see the saga_stuck log line";
+      }
       out.failed_step = env.row.failed_step;
     } else {
       Answer(r, o, out);

@@ -171,6 +171,30 @@ TEST(TestingKit, ABlockedStepLeavesTheSagaStuck) {
   EXPECT_EQ(r.runs, 4);  // stuck_retries (3) resumes, then reported
 }
 
+TEST(TestingKit, TheAnswerIsTheOneTheDefinitionDeclaresAndOneThatCannotBeGivenIsStuck) {
+  kit::Environment env;
+  AddTripParticipants(env);
+  Definition d = Trip(env.participants());
+  d.Answer([](const StepContext& ctx) {
+    return idemsaga::SuccessAnswer{200, {{"hotel", ctx.Output("hotel").at("hotel_id")}}};
+  });
+  auto r = env.Run(d, kOslo);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, (nlohmann::json{{"hotel", "A-hotel"}}));
+  ASSERT_TRUE(r.answer.has_value());
+
+  kit::Environment other;
+  AddTripParticipants(other);
+  Definition broken = Trip(other.participants());
+  broken.Answer([](const StepContext&) { return idemsaga::SuccessAnswer{500, {}}; });
+  auto s = other.Run(broken, kOslo);
+  EXPECT_EQ(s.end, kit::End::kStuck);
+  EXPECT_NE(s.stuck_detail.find("saga_stuck"), std::string::npos) << s.stuck_detail;
+  // Resumed stuck_retries times from its checkpoint: every step done, none sent again.
+  EXPECT_EQ(s.runs, 4);
+  EXPECT_EQ(s.CallKeys(), (Keys{"A-hotel", "A-flight", "A-car"}));
+}
+
 TEST(TestingKit, ADelayedAnswerTakesVirtualTimeAndPastTheCallTimeoutIsInDoubt) {
   kit::Environment env;
   env.participants().Add("slow").Script("A-slow", {Reply::Success({{"ok", true}}).After(3s)});
