@@ -393,6 +393,7 @@ class KitJournal : public saga::Journal {
     row_.steps = StepsJson(steps);
     row_.failure = cause;
     row_.failed_step = failed_step;
+    shared_.PointLocked("after the decision to compensate (" + failed_step + ") was stored");
     return true;
   }
   bool CancelRequested() override {

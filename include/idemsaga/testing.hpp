@@ -18,10 +18,10 @@
 // - The journal keeps what the orchestrator's row would: the steps a park or a deferral
 //   checkpoints, the decision to compensate, the events delivered and the one a wait took.
 //   Records go through their JSON form, as they do through the database.
-// - CheckCrashes kills the run at every crash point (each step boundary, and each participant
-//   call after the participant applied it and before its answer came back) and resumes it as
-//   a new owner would; CheckDeterministic sends every request twice. Both report differences,
-//   and are empty when the saga is right.
+// - CheckCrashes kills the run at every crash point (each step boundary, each participant
+//   call after the participant applied it and before its answer came back, and the moment the
+//   decision to compensate is stored) and resumes it as a new owner would; CheckDeterministic sends
+//   every request twice. Both report differences, and are empty when the saga is right.
 // - Concurrent branches (Definition::Parallel) run on threads, as in production, and share
 //   the clock: their waits add up, so times in a parallel group are an upper bound. Which
 //   branch is sent first, ends first (the order they are undone in) or is still unsent when a

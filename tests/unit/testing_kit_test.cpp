@@ -308,8 +308,9 @@ TEST(TestingKit, ACorrectSagaEndsTheSameAfterACrashAtEveryPoint) {
   };
   auto report = kit::CheckCrashes(Trip, kOslo, o);
   EXPECT_EQ(report.reference.end, kit::End::kFailed);
-  // Boundaries before each of three steps, and each call (4 actions, 2 compensations).
-  EXPECT_EQ(report.points, 9);
+  // Boundaries before each of three steps, each call (4 actions, 2 compensations), and the
+  // decision to compensate.
+  EXPECT_EQ(report.points, 10);
   for (const auto& d : report.differences) {
     ADD_FAILURE() << "point " << d.point << " (" << d.where << "): " << d.difference;
   }
