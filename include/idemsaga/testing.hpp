@@ -86,7 +86,7 @@ struct Reply {
   static Reply Success(nlohmann::json output = nullptr);
   // A business refusal (4xx with an error code): terminal, the saga compensates. Replayed.
   static Reply Refusal(int status, std::string code, std::string detail = "");
-  // Certainly not applied (5xx, 429, busy): the engine retries, after `retry_after` at least.
+  // Certainly not applied (a 5xx, a 429): the engine retries, after `retry_after` at least.
   static Reply Retryable(std::chrono::milliseconds retry_after = std::chrono::milliseconds(0),
                          int status = 503);
   // Sent and no answer came: it may have been applied (`applied` says whether it was).
