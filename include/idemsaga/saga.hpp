@@ -9,7 +9,8 @@
 // after a crash or a takeover every unfinished step is sent again under the same key, and a
 // participant answers a key sent with another body with 422 idempotency_key_reused, which
 // stops the saga (stuck) for an operator. No timestamps, random ids or clock reads in a body;
-// idemsaga::testing::CheckDeterministic checks it.
+// idemsaga::testing::CheckDeterministic (idemsaga/testing.hpp) checks it by building every
+// request twice, and idemsaga::testing::CheckCrashes shows what a crash at each step then does.
 //
 //   #include <idemsaga/saga.hpp>
 //   idemsaga::Definition MakeTripSaga(idemsaga::Participants& participants) {

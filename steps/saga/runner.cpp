@@ -15,12 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-long long NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::chrono::system_clock::time_point FromUnixMs(long long ms) {
   return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
 }
@@ -159,14 +153,27 @@ RunnerMetrics::RunnerMetrics(common::metrics::Registry& registry)
 
 Runner::Runner(const Definition& definition, RetryPolicy policy, Sleep sleep,
                ShouldStop should_stop, const common::trace::Tracer* tracer,
-               const RunnerMetrics* metrics)
+               const RunnerMetrics* metrics, Now now)
     : definition_(definition),
       policy_(policy),
       sleep_(sleep ? std::move(sleep)
                    : [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }),
       should_stop_(should_stop ? std::move(should_stop) : [] { return false; }),
+      now_(std::move(now)),
       tracer_(tracer),
       metrics_(metrics) {}
+
+std::chrono::system_clock::time_point Runner::SystemNow() const {
+  return now_ ? now_() : std::chrono::system_clock::now();
+}
+
+long long Runner::NowUnixMs() const { return ToUnixMs(SystemNow()); }
+
+Clock::time_point Runner::SteadyNow() const {
+  return now_ ? Clock::time_point(
+                    std::chrono::duration_cast<Clock::duration>(now_().time_since_epoch()))
+              : Clock::now();
+}
 
 void Runner::CountAttempt(const std::string& step, const char* kind, Outcome outcome) const {
   if (metrics_ != nullptr) {
@@ -303,7 +310,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
   // (a parked or taken-over step goes on where it stood).
   const long long now_ms = NowUnixMs();
   if (record.first_attempt_unix_ms == 0) record.first_attempt_unix_ms = now_ms;
-  auto deadline = Clock::now() + policy.step_deadline -
+  auto deadline = SteadyNow() + policy.step_deadline -
                   std::chrono::milliseconds(now_ms - record.first_attempt_unix_ms);
   StepContext ctx = Context(step, input, outputs, record.action_key);
   auto step_span = StartSpan("step " + step.name, saga_span, input);
@@ -359,8 +366,9 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
       interrupted = SagaEnd::kAbandoned;
       return last;
     }
-    if (attempt == policy.max_attempts || Clock::now() >= deadline) break;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto now = SteadyNow();
+    if (attempt == policy.max_attempts || now >= deadline) break;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     record.maybe_applied = in_doubt;
     record.detail = last.detail;
     if (auto stop = Backoff(policy, attempt, std::min(last.retry_after, left), input, all, journal,
@@ -396,8 +404,7 @@ StepResult Runner::Timer(const StepDefinition& step, const SagaInput& input,
     return StepResult::Blocked(0, why);
   }
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        wake - std::chrono::system_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - SystemNow());
     if (left.count() <= 0) {
       record.detail.clear();
       return StepResult::Succeeded({{"woke_at_unix_ms", ToUnixMs(wake)}});
@@ -453,8 +460,7 @@ StepResult Runner::AwaitEvent(const StepDefinition& step, const SagaInput& input
       interrupted = Defer(input, step.name, why, all, journal);
       return StepResult::Blocked(0, why);
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::system_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SystemNow());
     if (left.count() <= 0) {
       if (wait.on_timeout) return *wait.on_timeout;
       return StepResult::Terminal(409, "event_timeout",
@@ -504,7 +510,7 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
     if (!journal.KeepLease()) return SagaEnd::kFenced;
     ctx.attempt = ++record.compensation_attempts;
     ctx.trace.parent_span_id = common::trace::NewSpanId();
-    ctx.deadline = Clock::now() + policy.step_deadline;
+    ctx.deadline = SteadyNow() + policy.step_deadline;
     auto attempt_span =
         StartAttemptSpan(step.name + " compensation attempt", step_span.context(), ctx);
     attempt_span.Set("compensation", true);

@@ -214,11 +214,15 @@ class Runner {
  public:
   using Sleep = std::function<void(std::chrono::milliseconds)>;
   using ShouldStop = std::function<bool()>;
+  // The wall clock the runner reads (timers, event-wait timeouts, a step's deadline across
+  // parks). Unset: std::chrono::system_clock::now(). A virtual clock that `sleep` advances
+  // runs a saga's waits in no real time (idemsaga/testing.hpp).
+  using Now = std::function<std::chrono::system_clock::time_point()>;
 
   // `tracer` may be null (no spans), and `metrics` (nothing counted).
   Runner(const Definition& definition, RetryPolicy policy, Sleep sleep = {},
          ShouldStop should_stop = {}, const common::trace::Tracer* tracer = nullptr,
-         const RunnerMetrics* metrics = nullptr);
+         const RunnerMetrics* metrics = nullptr, Now now = {});
 
   // Parses `input.request` into the definition's typed input when `input.typed` is null; a
   // stored request that no longer parses is deferred (stuck), never run.
@@ -296,10 +300,17 @@ class Runner {
                                        const common::trace::SpanContext& parent,
                                        const StepContext& ctx) const;
 
+  // The wall clock (now_, or the system's), in Unix ms; and the steady clock a step's
+  // deadline is counted on: the system's, or now_'s when it is set (one timeline).
+  std::chrono::system_clock::time_point SystemNow() const;
+  long long NowUnixMs() const;
+  std::chrono::steady_clock::time_point SteadyNow() const;
+
   const Definition& definition_;
   RetryPolicy policy_;
   Sleep sleep_;
   ShouldStop should_stop_;
+  Now now_;
   void CountAttempt(const std::string& step, const char* kind, Outcome outcome) const;
   void CountCompensation(const std::string& step, const char* outcome) const;
 

@@ -51,6 +51,7 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
      {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/guard",
       "steps/client", "steps", "orchestrator/store", "orchestrator", "orchestrator/amqp",
       "include/idemsaga"}},
+    {"testing", {"common", "common/trace", "steps/saga", "include/idemsaga"}},
     {"cmd/idemsaga",
      {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/guard",
       "steps/client", "steps", "orchestrator/store", "orchestrator", "orchestrator/amqp",
@@ -80,6 +81,7 @@ std::vector<Include> ProductIncludes(const fs::path& root) {
   const std::regex include(R"(^\s*#\s*include\s+"([^"]+/[^"]+)\")");
   std::vector<Include> out;
   for (const char* top : {"common", "steps", "orchestrator", "services_mock", "app", "cmd"}) {
+  for (const char* top : {"common", "steps", "orchestrator", "services_mock", "testing", "cmd"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
       auto ext = entry.path().extension();
       if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
@@ -132,6 +134,12 @@ TEST(Architecture, APlantedWrongWayIncludeIsCaught) {
             std::set<std::string>{"steps/saga/runner.cpp -> common/pg/pool.hpp"});
   EXPECT_EQ(WrongWay({{"common/log.cpp", "orchestrator/store/parent_store.hpp"}}).size(), 1U);
   EXPECT_TRUE(WrongWay({{"steps/saga/runner.cpp", "common/trace/span.hpp"}}).empty());
+  // The test kit is built on the engine alone: no database, no HTTP, no orchestrator.
+  EXPECT_EQ(WrongWay({{"testing/testing.cpp", "orchestrator/response.hpp"}}).size(), 1U);
+  EXPECT_EQ(WrongWay({{"testing/testing.cpp", "common/pg/pool.hpp"}}).size(), 1U);
+  EXPECT_TRUE(WrongWay({{"testing/testing.cpp", "idemsaga/testing.hpp"},
+                        {"testing/testing.cpp", "steps/saga/runner.hpp"}})
+                  .empty());
 }
 
 }  // namespace

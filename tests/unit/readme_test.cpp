@@ -79,6 +79,12 @@ TEST(Readme, TheChildSagaExampleIsTheShippedSagasCode) {
   EXPECT_EQ(Block("docs/sagas.md", "- **Child sagas.**", "cpp", 1), code);
 }
 
+TEST(Readme, TheTestYourSagasExampleIsTheExamplesOwnTest) {
+  auto code = Marked("examples/trip_booking/trip_saga_test.cpp", "// [test-your-sagas]");
+  EXPECT_NE(code.find("kit::CheckCrashes("), std::string::npos);
+  EXPECT_EQ(Block("docs/library.md", "## Test the saga", "cpp", 1), code);
+}
+
 TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
   const std::string page = "docs/library.md";
   auto cmake = Marked("examples/trip_booking/CMakeLists.txt", "# [cmake]");

@@ -354,6 +354,60 @@ TEST_F(WaitsTest, ADecisionThatIsNeitherSuccessNorFailureLeavesTheSagaStuck) {
   EXPECT_EQ(Run(d).end, SagaEnd::kDeferred);
 }
 
+// The clock seam: a runner given a clock of its own (which its sleep advances) counts timers,
+// event timeouts and a step's deadline on it, and never reads the system's.
+TEST(WaitClock, ARunnerWithAClockOfItsOwnWaitsOnThatClockAlone) {
+  auto now = std::chrono::system_clock::time_point(std::chrono::hours(24 * 365 * 60));
+  std::chrono::milliseconds slept{0};
+  test_support::FakeParticipants fake;
+  test_support::FakeJournal journal;  // cannot park: every wait is slept
+  fake.Script("A-payment", {StepResult::Retryable("503")});
+  Definition d("clocked");
+  d.Sleep("pause", 1h)
+      .Await("approval", {.events = {"ok"}, .timeout = 2h})
+      .Step("payment", fake.Step(), fake.Step());
+  saga::RetryPolicy policy{.max_attempts = 1000, .park_after = 0ms};
+  saga::SagaInput input;
+  input.parent_key = "A";
+  saga::Runner runner(
+      d, policy,
+      [&](std::chrono::milliseconds ms) {
+        slept += ms;
+        now += ms;
+      },
+      {}, nullptr, nullptr, [&] { return now; });
+  auto started = std::chrono::steady_clock::now();
+  auto r = runner.Run(input, journal);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  // The timer, then the wait's whole timeout: the saga fails at the wait (409 event_timeout).
+  EXPECT_EQ(r.end, SagaEnd::kFailed);
+  EXPECT_EQ(r.failure.error_code, "event_timeout");
+  EXPECT_GE(slept, 3h);
+  EXPECT_LT(slept, 3h + 1s);
+  EXPECT_EQ(test_support::StepNamed(r.steps, "pause").output["woke_at_unix_ms"],
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                (std::chrono::system_clock::time_point(std::chrono::hours(24 * 365 * 60)) + 1h)
+                    .time_since_epoch())
+                .count());
+  // A step's deadline is counted on it too: retried until 10 virtual minutes have passed.
+  Definition p("deadline");
+  p.Step("payment", fake.Step(), fake.Step(), {.step_deadline = 10min});
+  saga::Runner deadline_runner(
+      p, policy,
+      [&](std::chrono::milliseconds ms) {
+        slept += ms;
+        now += ms;
+      },
+      {}, nullptr, nullptr, [&] { return now; });
+  slept = 0ms;
+  fake.calls.clear();
+  auto f = deadline_runner.Run(input, journal);
+  EXPECT_EQ(f.end, SagaEnd::kFailed);
+  EXPECT_GE(slept, 9min);
+  EXPECT_LT(slept, 11min);
+  EXPECT_LT(fake.calls.size(), 1000U);
+}
+
 TEST(WaitDefinitions, RefuseWaitsThatCouldNotEndOrCouldMixUpTheirEvents) {
   auto noop = [](StepContext&) { return StepResult::Succeeded({}); };
   Definition d("waits");
