@@ -80,8 +80,7 @@ struct Include {
 std::vector<Include> ProductIncludes(const fs::path& root) {
   const std::regex include(R"(^\s*#\s*include\s+"([^"]+/[^"]+)\")");
   std::vector<Include> out;
-  for (const char* top : {"common", "steps", "orchestrator", "services_mock", "app", "cmd"}) {
-  for (const char* top : {"common", "steps", "orchestrator", "services_mock", "testing", "cmd"}) {
+  for (const char* top : {"common", "steps", "orchestrator", "services_mock", "testing", "app", "cmd"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
       auto ext = entry.path().extension();
       if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
