@@ -8,7 +8,7 @@
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
 #include "orchestrator/http/pages.hpp"
-#include "steps/guard/guard.hpp"
+#include "steps/protocol/participant_protocol.hpp"
 
 namespace orchestrator {
 namespace {

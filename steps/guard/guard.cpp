@@ -18,6 +18,14 @@ Response Problem(int status, const std::string& code, const std::string& detail)
                   common::http::kProblemContentType};
 }
 
+Response Refuse(Refusal refusal) {
+  const RefusalEntry& r = Describe(refusal);
+  Response res = Problem(HttpStatus(r.code), ToString(r.code), r.detail);
+  res.outcome = r.outcome;
+  if (RetriesLater(r.code)) res.headers["Retry-After"] = kRetryAfterSeconds;
+  return res;
+}
+
 namespace {
 
 using common::pg::Exec;
@@ -156,13 +164,6 @@ struct ActionPending {};
 // nothing. Anything else (including an in-doubt commit) goes to the caller.
 constexpr int kRaceAttempts = 3;
 
-Response Json(int status, const std::string& code, const std::string& message,
-              const char* outcome) {
-  Response res = Problem(status, code, message);
-  res.outcome = outcome;
-  return res;
-}
-
 // What an earlier request left under the key: a replay, a refusal, or nothing (not claimed).
 // `retention_s` <= 0: read only (the key's expiry is not moved).
 std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::string& hash,
@@ -171,30 +172,22 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   auto rows = Exec(tx, kLoad, req.tenant_id, req.key);
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
   const auto& row = rows[0];
-  auto status = row[0].as<std::string>();
+  auto status = ParseKeyStatus(row[0].as<std::string>());
   Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
-                  "cancelled"};
-  if (status == "tombstone") return stored;  // compensated before it arrived: refuse
+                  Outcome::kCancelled};
+  if (status == KeyStatus::kTombstone) return stored;  // compensated before it arrived: refuse
   const auto headers = nlohmann::json::parse(row[6].as<std::string>());  // outlives items()
   for (const auto& [name, value] : headers.items()) {
     if (value.is_string()) stored.headers[name] = value.get<std::string>();
   }
-  if (row[1].as<std::string>() != hash) {
-    return Json(kKeyReusedStatus, "idempotency_key_reused",
-                "this Idempotency-Key was used with a different request", "reused");
-  }
-  if (status == "pending") {  // an external call under a live lease
-    return Json(kInProgressStatus, "idempotency_key_in_progress",
-                "a request with this Idempotency-Key is still running; retry later", "in_progress");
-  }
+  if (row[1].as<std::string>() != hash) return Refuse(Refusal::kKeyReused);
+  // An external call under a live lease.
+  if (status == KeyStatus::kPending) return Refuse(Refusal::kKeyPending);
   // Replaying the success of an undone action would tell a late retry (say, of a parent
   // whose key expired) that the effect is in place.
-  if (row[5].as<bool>()) {
-    return Json(kCompensatedStatus, "compensated",
-                "this action was compensated (undone); it is no longer in effect", "compensated");
-  }
+  if (row[5].as<bool>()) return Refuse(Refusal::kCompensated);
   stored.replayed = true;
-  stored.outcome = "replayed";
+  stored.outcome = Outcome::kReplayed;
   return stored;
 }
 
@@ -219,15 +212,14 @@ void Store(pqxx::work& tx, const Request& req, const Response& res) {
 bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
 
 // What a compensation finds of the action it undoes, in its transaction: the answer's
-// "outcome" when there is nothing to undo (writing the tombstone when the action never
+// outcome when there is nothing to undo (writing the tombstone when the action never
 // arrived), else nullopt and `action` to undo. An external action still pending under a live
 // lease throws ActionPending (never undo half a call); one whose lease ran out is cut off when
 // `cut_off` (the undo is then told its outcome is unknown: status 0). Throws ActionUnknown.
-std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
-                                      const std::string& action_key, bool action_applied,
-                                      double retention_s, bool cut_off, ActionRecord& action) {
-  std::string refusal = common::http::ProblemBody(
-      409, "cancelled", "this step was compensated before it arrived; it will not be applied");
+std::optional<Outcome> FindAction(pqxx::work& tx, const Request& req, const std::string& action_key,
+                                  bool action_applied, double retention_s, bool cut_off,
+                                  ActionRecord& action) {
+  std::string refusal = Refuse(Refusal::kTombstone).body;
   Exec(tx, kKeepAlive, req.tenant_id, action_key, retention_s);
   if (action_applied && Exec(tx, kLoad, req.tenant_id, action_key).empty()) {
     // The caller saw this action succeed, yet it has no record here (expired, restored from
@@ -236,32 +228,28 @@ std::optional<std::string> FindAction(pqxx::work& tx, const Request& req,
     throw ActionUnknown();
   }
   if (!Exec(tx, kTombstone, req.tenant_id, action_key, refusal, retention_s).empty()) {
-    return "cancelled";
+    return Outcome::kCancelled;
   }
   // The action committed (the tombstone insert waited for it if it was in flight).
   auto row = Exec(tx, kLockAction, req.tenant_id, action_key)[0];
-  auto status = row[0].as<std::string>();
+  auto status = ParseKeyStatus(row[0].as<std::string>());
   int action_status = row[1].as<int>(0);
-  if (status == "tombstone") return "cancelled";
-  if (status == "pending") {
+  if (status == KeyStatus::kTombstone) return Outcome::kCancelled;
+  if (status == KeyStatus::kPending) {
     if (!cut_off || !row[4].as<bool>()) throw ActionPending();
-    Exec(tx, kCutOffPending, req.tenant_id, action_key,
-         common::http::ProblemBody(kCompensatedStatus, "compensated",
-                                   "this action was cut off mid-call and compensated; it is not "
-                                   "in effect"),
-         retention_s);
+    Exec(tx, kCutOffPending, req.tenant_id, action_key, Refuse(Refusal::kCutOff).body, retention_s);
     action = {action_key, 0, nullptr};
     return std::nullopt;
   }
-  if (row[3].as<bool>()) return "already_undone";
-  if (action_status < 200 || action_status > 299) return "nothing_to_undo";
+  if (row[3].as<bool>()) return Outcome::kAlreadyUndone;
+  if (action_status < 200 || action_status > 299) return Outcome::kNothingToUndo;
   action = {action_key, action_status,
             nlohmann::json::parse(row[2].as<std::string>(), nullptr, false)};
   return std::nullopt;
 }
 
-Response Undone(nlohmann::json body, const std::string& outcome, const nlohmann::json& detail) {
-  body["outcome"] = outcome;
+Response Undone(nlohmann::json body, Outcome outcome, const nlohmann::json& detail) {
+  body["outcome"] = ToString(outcome);
   if (detail.is_object()) body.update(detail);
   return Response{200, body.dump(), "application/json", false, outcome};
 }
@@ -270,7 +258,7 @@ Response Undone(nlohmann::json body, const std::string& outcome, const nlohmann:
 // An answer about to be stored: what its effect span says of it.
 Response Applied(Response res, common::trace::Span& span) {
   res.replayed = false;
-  res.outcome = "applied";
+  res.outcome = Outcome::kApplied;
   span.Set("http.status_code", static_cast<long long>(res.status));
   if (res.status >= 400) {
     span.Error("refused (stored and replayed)");
@@ -317,7 +305,7 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
         Response res = body(tx);
         auto commit = StartSpan("guard commit", req);
         tx.commit();  // a read-only commit when `body` answered from what was stored
-        commit.Set("outcome", res.outcome).Ok();
+        commit.Set("outcome", std::string(ToString(res.outcome))).Ok();
         return res;
       });
     } catch (const pqxx::transaction_rollback&) {
@@ -335,24 +323,15 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
       } catch (const pqxx::sql_error&) {
         // Answered as busy below; a retry finds the key settled.
       }
-      if (stored && stored->outcome != "in_progress") return *stored;
-      return Json(kInProgressStatus, "idempotency_key_in_progress",
-                  "a request with this Idempotency-Key is being processed right now; retry later",
-                  "in_progress");
+      if (stored && stored->outcome != Outcome::kInProgress) return *stored;
+      return Refuse(Refusal::kKeyBusy);
     } catch (const ActionUnknown&) {
-      return Json(kActionUnknownStatus, "action_unknown",
-                  "the action this compensation undoes succeeded, but there is no record of it "
-                  "here; nothing was undone or stored",
-                  "action_unknown");
+      return Refuse(Refusal::kActionUnknown);
     } catch (const ActionPending&) {
-      return Json(kInProgressStatus, "idempotency_key_in_progress",
-                  "the action this compensation undoes is still running; retry later",
-                  "in_progress");
+      return Refuse(Refusal::kActionPending);
     } catch (const pqxx::sql_error& e) {
       if (!IsLockTimeout(e)) throw;
-      return Json(kInProgressStatus, "idempotency_key_in_progress",
-                  "a request with this Idempotency-Key is still being processed; retry later",
-                  "in_progress");
+      return Refuse(Refusal::kKeyLockTimeout);
     }
   }
 }
@@ -383,8 +362,8 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
   return InTransaction(req, [&](pqxx::work& tx) {
     auto claim = StartSpan("guard claim", req);
     if (auto answered = ClaimOrReplay(tx, req, hash, RetentionSeconds())) {
-      claim.Set("outcome", answered->outcome);
-      if (answered->outcome == "reused") claim.Error("key reused with another request");
+      claim.Set("outcome", std::string(ToString(answered->outcome)));
+      if (answered->outcome == Outcome::kReused) claim.Error("key reused with another request");
       return *answered;
     }
     claim.Set("outcome", std::string("claimed")).Ok();
@@ -526,9 +505,7 @@ Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
   } catch (const pqxx::sql_error& e) {
     if (!IsLockTimeout(e)) throw;
     // A duplicate in flight held the key past the lock timeout: as InTransaction answers it.
-    return Json(kInProgressStatus, "idempotency_key_in_progress",
-                "a request with this Idempotency-Key is still being processed; retry later",
-                "in_progress");
+    return Refuse(Refusal::kKeyLockTimeout);
   }
   return fallback(EffectScope::kAny);
 }
@@ -539,7 +516,7 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
   return InTransaction(req, [&](pqxx::work& tx) {
     auto claim = StartSpan("guard claim", req);
     if (auto answered = ClaimOrReplay(tx, req, hash, RetentionSeconds())) {
-      claim.Set("outcome", answered->outcome);
+      claim.Set("outcome", std::string(ToString(answered->outcome)));
       return *answered;
     }
     claim.Set("outcome", std::string("claimed")).Ok();
@@ -554,9 +531,9 @@ Response Guard::Compensate(const Request& req, const std::string& action_key, co
     } else {
       nlohmann::json detail = undo(tx, action);
       Exec(tx, kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
-      res = Undone({{"action_key", action_key}}, "undone", detail);
+      res = Undone({{"action_key", action_key}}, Outcome::kUndone, detail);
     }
-    undo_span.Set("undo.outcome", found.value_or("undone")).Ok();
+    undo_span.Set("undo.outcome", std::string(ToString(res.outcome))).Ok();
     undo_span.End();
     Store(tx, req, res);
     return res;
@@ -589,7 +566,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
     if (rows.empty()) {
       auto existing = Existing(tx, req, hash, RetentionSeconds());
       if (!existing) throw pqxx::serialization_failure("external claim raced with a rollback");
-      span.Set("outcome", existing->outcome);
+      span.Set("outcome", std::string(ToString(existing->outcome)));
       return *existing;
     }
     long long token = rows[0][0].as<long long>();
@@ -643,7 +620,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
                                "; nothing stored");
     }
     res.replayed = false;
-    res.outcome = "applied";
+    res.outcome = Outcome::kApplied;
     span.Set("http.status_code", static_cast<long long>(res.status)).Ok();
   }
   // 3. Record the answer, only under this caller's token. The answer exists now, so a failure
@@ -671,10 +648,8 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
                                      {"fencing_token", std::to_string(owned->token)}});
         auto now = Existing(tx, req, hash, RetentionSeconds());
         tx.commit();
-        Response fenced = now ? *now
-                              : Json(kInProgressStatus, "idempotency_key_in_progress",
-                                     "this request's claim was taken over; retry later", "");
-        fenced.outcome = "fenced";
+        Response fenced = now ? *now : Refuse(Refusal::kClaimTakenOver);
+        fenced.outcome = Outcome::kFenced;
         return fenced;
       });
     } catch (const std::exception& e) {
@@ -710,7 +685,7 @@ Response Guard::CompensateExternal(const Request& req, const std::string& action
         return std::nullopt;
       },
       [&](const ExternalCall& call) {
-        return Undone({{"action_key", action_key}}, "undone", undo(call, action));
+        return Undone({{"action_key", action_key}}, Outcome::kUndone, undo(call, action));
       },
       [&](pqxx::work& tx) {
         Exec(tx, kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
@@ -718,14 +693,6 @@ Response Guard::CompensateExternal(const Request& req, const std::string& action
 }
 
 double Guard::RetentionSeconds() const { return static_cast<double>(options_.retention.count()); }
-
-nlohmann::json KeyRecord::ToJson() const {
-  return {{"key", key},
-          {"status", status},
-          {"response_status", response_status},
-          {"compensated", compensated},
-          {"age_seconds", age_seconds}};
-}
 
 namespace {
 
@@ -750,8 +717,11 @@ std::vector<KeyRecord> Guard::ListKeys(const std::string& tenant_id, std::chrono
     std::vector<KeyRecord> out;
     for (const auto& r : Exec(tx, kListKeys, tenant_id, static_cast<double>(retention.count()),
                               static_cast<double>(since.count()), after, limit)) {
-      out.push_back({r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<int>(),
-                     r[3].as<bool>(), r[4].as<double>()});
+      auto name = r[1].as<std::string>();
+      auto status = ParseKeyStatus(name);
+      if (!status) throw std::runtime_error("idempotency_keys holds a key status '" + name + "'");
+      out.push_back(
+          {r[0].as<std::string>(), *status, r[2].as<int>(), r[3].as<bool>(), r[4].as<double>()});
     }
     return out;
   });
