@@ -9,7 +9,7 @@
 #include "common/pg/errors.hpp"
 #include "common/trace/otlp.hpp"
 #include "orchestrator/http/pages.hpp"
-#include "steps/guard/guard.hpp"
+#include "steps/protocol/participant_protocol.hpp"
 
 namespace orchestrator {
 namespace {

@@ -5,11 +5,13 @@
 #include <set>
 #include <sstream>
 
-#include "steps/guard/guard.hpp"
+#include "steps/protocol/participant_protocol.hpp"
 #include "steps/saga/definition.hpp"
 
 namespace orchestrator {
 namespace {
+
+using steps::guard::KeyStatus;
 
 constexpr int kPage = 500;
 
@@ -17,10 +19,6 @@ struct Found {
   std::string participant;
   steps::guard::KeyRecord record;
 };
-
-bool Applied(const steps::guard::KeyRecord& k) {
-  return k.status == "completed" && k.response_status >= 200 && k.response_status < 300;
-}
 
 // Reads every key `tenant` wrote in the window from one participant, page by page.
 void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std::string& tenant,
@@ -43,10 +41,7 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
     }
     auto body = nlohmann::json::parse(r->body);
     for (const auto& k : body.at("keys")) {
-      steps::guard::KeyRecord rec{k.at("key").get<std::string>(), k.at("status").get<std::string>(),
-                                  k.at("response_status").get<int>(),
-                                  k.at("compensated").get<bool>(),
-                                  k.at("age_seconds").get<double>()};
+      auto rec = steps::guard::KeyRecord::FromJson(k);
       keys[rec.key] = {name, rec};
     }
     if (body.at("next").is_null()) return;
@@ -89,22 +84,22 @@ void JudgeSteps(const std::string& tenant, const SagaRow& row, const std::string
       if (k == nullptr) {
         d.problem = "action_missing";
         d.detail = "no participant has this action's key";
-      } else if (k->status == "pending") {
+      } else if (k->status == KeyStatus::kPending) {
         d.problem = "action_pending";
         d.detail = "the participant still holds the call open";
-      } else if (!Applied(*k)) {
+      } else if (!k->Applied()) {
         d.problem = "action_refused";
-        d.detail = k->status == "tombstone"
+        d.detail = k->status == KeyStatus::kTombstone
                        ? "the participant refused it (a compensation came first)"
                        : "the participant stored HTTP " + std::to_string(k->response_status);
       } else if (k->compensated) {
         d.problem = "action_compensated";
         d.detail = "the participant undid it";
       }
-    } else if (k != nullptr && k->status == "pending") {
+    } else if (k != nullptr && k->status == KeyStatus::kPending) {
       d.problem = "action_pending";
       d.detail = "the participant still holds the call open";
-    } else if (k != nullptr && Applied(*k) && !k->compensated) {
+    } else if (k != nullptr && k->Applied() && !k->compensated) {
       d.problem = "action_still_applied";
       d.detail = "the saga failed, yet the participant's action stands (never undone)";
     }

@@ -9,6 +9,9 @@
 namespace services_mock {
 namespace {
 
+using steps::guard::KeyStatus;
+using steps::guard::Outcome;
+using steps::guard::Refusal;
 using steps::guard::Request;
 using steps::guard::Response;
 
@@ -167,38 +170,32 @@ std::string Text(const RedisReply& r, size_t i) {
   return i < r.elements.size() ? r.elements[i].str : std::string();
 }
 
+// A script's answer: {outcome} for a refusal the guard words (Refuse), else {outcome, status,
+// content type, body}. The scripts spell the outcomes as participant_protocol.hpp names them.
 Response FromScript(const RedisReply& reply) {
   if (reply.type != RedisReply::Type::kArray || reply.elements.empty()) {
     throw RedisError("unexpected reply from the inventory script");
   }
-  const std::string outcome = Text(reply, 0);
-  if (outcome == "reused") {
-    auto res = steps::guard::Problem(steps::guard::kKeyReusedStatus, "idempotency_key_reused",
-                                     "this Idempotency-Key was used with a different request");
-    res.outcome = outcome;
-    return res;
+  const auto outcome = steps::guard::ParseOutcome(Text(reply, 0));
+  if (!outcome || *outcome == Outcome::kNone) {
+    throw RedisError("the inventory script answered the outcome '" + Text(reply, 0) + "'");
   }
-  if (outcome == "compensated") {
-    auto res =
-        steps::guard::Problem(steps::guard::kCompensatedStatus, "compensated",
-                              "this action was compensated (undone); it is no longer in effect");
-    res.outcome = outcome;
-    return res;
-  }
-  if (outcome == "action_unknown") {
-    auto res = steps::guard::Problem(
-        steps::guard::kActionUnknownStatus, "action_unknown",
-        "the action this compensation undoes succeeded, but there is no record of it here; "
-        "nothing was undone or stored");
-    res.outcome = outcome;
-    return res;
+  switch (*outcome) {
+    case Outcome::kReused:
+      return steps::guard::Refuse(Refusal::kKeyReused);
+    case Outcome::kCompensated:
+      return steps::guard::Refuse(Refusal::kCompensated);
+    case Outcome::kActionUnknown:
+      return steps::guard::Refuse(Refusal::kActionUnknown);
+    default:
+      break;
   }
   Response res;
   res.status = std::stoi(Text(reply, 1));
   res.content_type = Text(reply, 2);
   res.body = Text(reply, 3);
-  res.outcome = outcome;
-  res.replayed = outcome == "replayed";
+  res.outcome = *outcome;
+  res.replayed = *outcome == Outcome::kReplayed;
   return res;
 }
 
@@ -310,13 +307,13 @@ Response RedisInventory::Reserve(const Request& req) {
 
 Response RedisInventory::Release(const Request& req, const std::string& action_key,
                                  bool action_applied) {
-  auto undone = [&](const std::string& outcome, const nlohmann::json& detail) {
-    nlohmann::json body = {{"action_key", action_key}, {"outcome", outcome}};
+  auto undone = [&](Outcome outcome, const nlohmann::json& detail) {
+    nlohmann::json body = {{"action_key", action_key}, {"outcome", ToString(outcome)}};
     if (detail.is_object()) body.update(detail);
     return body.dump();
   };
   const auto [id_before, id_after] =
-      Around(undone("undone", {{"released", true}, {"reservation_id", "\x01"}}));
+      Around(undone(Outcome::kUndone, {{"released", true}, {"reservation_id", "\x01"}}));
   // The stock keys a release touches are the reservation's SKUs: read them first, so the
   // script names every key it writes; it refuses ("retry") if they changed meanwhile.
   for (int attempt = 1; attempt <= 3; ++attempt) {
@@ -327,23 +324,20 @@ Response RedisInventory::Release(const Request& req, const std::string& action_k
     std::vector<std::string> keys = {
         RecordKey(req.tenant_id, req.key), RecordKey(req.tenant_id, action_key),
         ReservationKey(req.tenant_id, action_key), IndexKey(req.tenant_id)};
-    std::vector<std::string> args = {
-        steps::guard::Fingerprint(req),
-        std::to_string(retention_.count() * 1000),
-        req.key,
-        action_key,
-        action_applied ? "1" : "0",
-        items_text,
-        common::http::ProblemBody(
-            409, "cancelled",
-            "this step was compensated before it arrived; it will not be applied"),
-        common::http::kProblemContentType,
-        undone("cancelled", nullptr),
-        undone("already_undone", nullptr),
-        undone("nothing_to_undo", nullptr),
-        undone("undone", {{"released", false}}),
-        id_before,
-        id_after};
+    std::vector<std::string> args = {steps::guard::Fingerprint(req),
+                                     std::to_string(retention_.count() * 1000),
+                                     req.key,
+                                     action_key,
+                                     action_applied ? "1" : "0",
+                                     items_text,
+                                     steps::guard::Refuse(Refusal::kTombstone).body,
+                                     common::http::kProblemContentType,
+                                     undone(Outcome::kCancelled, nullptr),
+                                     undone(Outcome::kAlreadyUndone, nullptr),
+                                     undone(Outcome::kNothingToUndo, nullptr),
+                                     undone(Outcome::kUndone, {{"released", false}}),
+                                     id_before,
+                                     id_after};
     for (const auto& [sku, quantity] : items) {
       keys.push_back(StockKey(sku));
       args.push_back(std::to_string(quantity));
@@ -383,8 +377,9 @@ std::vector<steps::guard::KeyRecord> RedisInventory::ListKeys(const std::string&
     if (rec.elements.size() != 4 || rec.elements[0].type != RedisReply::Type::kString) {
       continue;  // expired since it was indexed
     }
-    out.push_back({key, rec.elements[0].str, std::stoi(rec.elements[1].str),
-                   rec.elements[2].str == "1",
+    auto status = steps::guard::ParseKeyStatus(rec.elements[0].str);
+    if (!status) throw RedisError("a key record with the status '" + rec.elements[0].str + "'");
+    out.push_back({key, *status, std::stoi(rec.elements[1].str), rec.elements[2].str == "1",
                    static_cast<double>(now_ms - std::stoll(rec.elements[3].str)) / 1000.0});
   }
   return out;

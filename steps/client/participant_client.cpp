@@ -8,6 +8,8 @@
 #include "steps/client/http_connection.hpp"
 
 namespace steps::client {
+
+using steps::guard::GuardCode;
 namespace {
 
 using namespace std::string_view_literals;
@@ -72,7 +74,7 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
   auto [code, message] = common::http::ErrorOf(body);
   std::string status_text = "HTTP " + std::to_string(x.status);
   if (!code.empty()) status_text += " " + code;
-  if ((x.status == 409 && code == "idempotency_key_in_progress") || x.status == 429 ||
+  if ((x.status == 409 && code == ToString(GuardCode::kInProgress)) || x.status == 429 ||
       x.status >= 500) {
     auto retry = StepResult::Retryable(status_text, x.status);
     retry.retry_after = RetryAfter(x.retry_after);
@@ -82,7 +84,7 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
       (business_errors.count(code) > 0 || kGuardRefusals.count(code) > 0)) {
     return StepResult::Terminal(x.status, code, message.empty() ? status_text : message);
   }
-  if (x.status == 422 && code == "idempotency_key_reused") {
+  if (x.status == 422 && code == ToString(GuardCode::kKeyReused)) {
     // The participant keeps the first request under this key: this one differs. After a
     // crash, a takeover or a park every step is re-sent, so a step whose request is not a
     // pure function of the input and earlier outputs (a timestamp, a fresh id) lands here.
@@ -216,7 +218,8 @@ saga::StepResult HttpParticipantClient::Post(const std::string& path, const saga
   // participant has lost the action's record (expired, restored from backup), so nothing
   // was undone. Saying "compensated" would leave the customer charged.
   if (ctx.action_confirmed && result.outcome == saga::Outcome::kSucceeded &&
-      result.output.is_object() && result.output.value("outcome", "") == "cancelled") {
+      result.output.is_object() &&
+      result.output.value("outcome", "") == ToString(steps::guard::Outcome::kCancelled)) {
     return saga::StepResult::Blocked(
         x.status, "the participant has no record of the applied action " + ctx.action_key +
                       " (expired?); nothing was undone");

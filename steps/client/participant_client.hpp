@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/defaults.hpp"
+#include "steps/protocol/participant_protocol.hpp"
 #include "steps/saga/step.hpp"
 
 namespace steps::client {
@@ -40,7 +41,9 @@ struct HttpExchange {
 
 // Error codes every guard answers with that are definite "not applied" answers: the action's
 // compensation arrived first (tombstone) or already undid it.
-inline const std::set<std::string> kGuardRefusals = {"cancelled", "compensated"};
+inline const std::set<std::string> kGuardRefusals = {
+    steps::guard::ToString(steps::guard::GuardCode::kCancelled),
+    steps::guard::ToString(steps::guard::GuardCode::kCompensated)};
 
 // The one table from the wire to what the runner does next:
 //   not connected -> retryable; no answer after sending -> in doubt;

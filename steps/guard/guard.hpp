@@ -37,6 +37,7 @@
 
 #include "common/pg/pool.hpp"
 #include "common/trace/span.hpp"
+#include "steps/protocol/participant_protocol.hpp"
 
 namespace steps::guard {
 
@@ -57,7 +58,8 @@ struct Response {
   // An action's applied | replayed | reused | cancelled (tombstone) | compensated |
   // in_progress | action_unknown | fenced, or a compensation's undone | already_undone |
   // nothing_to_undo | cancelled (tombstone written) | replayed: for spans, logs and metrics.
-  std::string outcome;
+  // ToString(outcome) is its name (steps/protocol/participant_protocol.hpp).
+  Outcome outcome = Outcome::kNone;
   // Further headers of the answer (Location, any the handler names): stored and replayed.
   std::map<std::string, std::string> headers;
 };
@@ -65,6 +67,11 @@ struct Response {
 // A refusal as a problem (application/problem+json): a business answer such as 402
 // card_declined, stored and replayed like any other.
 Response Problem(int status, const std::string& code, const std::string& detail);
+
+// A problem the guard answers of its own (kRefusals in participant_protocol.hpp): its status,
+// code and detail, its outcome, and `Retry-After` when it asks the caller to come back
+// (RetriesLater). The one way a guard, or a store of its own, builds one.
+Response Refuse(Refusal refusal);
 
 // The stored answer of the action a compensation undoes. status 0 (body null): its outcome is
 // unknown, an external call cut off mid-way (CompensateExternal): undo it by its key at the
@@ -78,31 +85,8 @@ struct ActionRecord {
 // common::RequestFingerprint of the request.
 std::string Fingerprint(const Request& req);
 
-// Statuses the guard answers itself (never stored): key reused with another request, or a
-// concurrent duplicate still running past the lock timeout.
-inline constexpr int kKeyReusedStatus = 422;
-inline constexpr int kInProgressStatus = 409;
-// An action whose compensation has undone it: its success is never replayed again.
-inline constexpr int kCompensatedStatus = 409;
-// A compensation for an action the caller saw succeed, of which there is no record here
-// (never stored: the retry after the record is restored undoes it).
-inline constexpr int kActionUnknownStatus = 409;
-
-// Where a participant serves {"key_retention_seconds": N} (service token), for the
-// orchestrator's start-up check.
-inline constexpr const char* kPolicyPath = "/v1/idempotency";
-// Where a reconciler reads a tenant's recent keys (HttpGuard::Keys).
-inline constexpr const char* kKeysPath = "/v1/idempotency/keys";
-
-// A key as a reconciler sees it: what the guard stored under it, not the answer's bytes.
-struct KeyRecord {
-  std::string key;
-  std::string status;        // completed | tombstone | pending
-  int response_status = 0;   // the stored answer's (409 for a tombstone; 0 while pending)
-  bool compensated = false;  // an action since undone by its compensation
-  double age_seconds = 0;    // since it was first written
-  nlohmann::json ToJson() const;
-};
+// The statuses it answers itself (kKeyReusedStatus, kInProgressStatus, kCompensatedStatus,
+// kActionUnknownStatus), kPolicyPath, kKeysPath and KeyRecord: participant_protocol.hpp.
 
 // What a request does when a duplicate of it (same tenant and key) is in flight.
 enum class Duplicates {

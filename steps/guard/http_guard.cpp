@@ -25,18 +25,17 @@ HttpGuard::HttpGuard(HttpGuardOptions options, const common::trace::Tracer* trac
         "idemsaga_guard_requests_total",
         "Guarded requests by service, kind (action or compensation) and what the guard did.",
         {"service", "kind", "outcome"});
-    for (const char* outcome : {"applied", "replayed", "reused", "in_progress"}) {
-      requests_->With({options_.service, "action", outcome});
+    for (Outcome outcome :
+         {Outcome::kApplied, Outcome::kReplayed, Outcome::kReused, Outcome::kInProgress}) {
+      requests_->With({options_.service, "action", MetricLabel(outcome)});
     }
-    requests_->With({options_.service, "compensation", "undone"});
+    requests_->With({options_.service, "compensation", MetricLabel(Outcome::kUndone)});
   }
 }
 
 void HttpGuard::Count(const char* kind, const std::string& outcome) const {
   if (requests_ == nullptr) return;
-  // The guard says "cancelled" of a tombstone: an action refused, or a compensation that
-  // wrote one first.
-  requests_->With({options_.service, kind, outcome == "cancelled" ? "tombstoned" : outcome}).Inc();
+  requests_->With({options_.service, kind, outcome}).Inc();
 }
 
 bool HttpGuard::Authorized(const httplib::Request& req, httplib::Response& res) const {
@@ -86,11 +85,8 @@ void WriteAnswer(const Response& answer, httplib::Response& res) {
     if (!IsFramingHeader(name)) res.set_header(name.c_str(), value);
   }
   if (answer.replayed) res.set_header("Idempotent-Replayed", "true");
-  // A key held by another request (or taken from this one): when to come back.
-  bool busy =
-      answer.outcome == "in_progress" ||
-      (answer.outcome == "fenced" && answer.status == kInProgressStatus && !answer.replayed);
-  if (busy) res.set_header("Retry-After", "1");
+  // Retry-After, when the guard asks the caller to come back, is one of `answer.headers`
+  // (Refuse).
 }
 
 void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Response& res,
@@ -133,8 +129,9 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
   }
   try {
     auto answer = run(*admitted);
-    span.Set("guard.outcome", answer.outcome).Set("replayed", answer.replayed);
-    Count(kind, answer.outcome);
+    span.Set("guard.outcome", std::string(ToString(answer.outcome)))
+        .Set("replayed", answer.replayed);
+    Count(kind, MetricLabel(answer.outcome));
     if (hooks_.after) {
       if (auto answered = hooks_.after(answer, res)) {
         Count(kind, *answered);

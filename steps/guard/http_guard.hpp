@@ -135,7 +135,8 @@ class HttpGuard {
   common::metrics::Family<common::metrics::Counter>* requests_ = nullptr;
 };
 
-// Writes a guard's answer to `res` (with Idempotent-Replayed, and Retry-After on 409 busy).
+// Writes a guard's answer to `res`: its headers (Retry-After on 409 busy among them: Refuse)
+// and Idempotent-Replayed.
 void WriteAnswer(const Response& answer, httplib::Response& res);
 
 }  // namespace steps::guard

@@ -436,7 +436,7 @@ TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnc
 
   for (const auto& a : answers) {
     EXPECT_EQ(a.status, 409) << a.body;
-    EXPECT_EQ(a.outcome, "in_progress");
+    EXPECT_EQ(a.outcome, steps::guard::Outcome::kInProgress);
     EXPECT_NE(a.body.find("idempotency_key_in_progress"), std::string::npos);
   }
   if (fail_fast) {
@@ -521,7 +521,7 @@ TEST_P(PlannedTest, ANewKeyAppliesTheEffectOnceAndItsAnswerIsReplayedByteForByte
   auto first = guard_.RunPlanned(req, Plan(req, "id-1"));
   EXPECT_EQ(first.status, 201);
   EXPECT_FALSE(first.replayed);
-  EXPECT_EQ(first.outcome, "applied");
+  EXPECT_EQ(first.outcome, steps::guard::Outcome::kApplied);
   EXPECT_EQ(first.body, R"({"id":"id-1"})");
   EXPECT_EQ(db_.Count("SELECT count(*) FROM effects WHERE id = 'id-1' AND key = 'P-payment'"), 1);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND "

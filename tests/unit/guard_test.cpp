@@ -8,6 +8,10 @@
 namespace {
 
 using steps::guard::Fingerprint;
+using steps::guard::KeyRecord;
+using steps::guard::KeyStatus;
+using steps::guard::Outcome;
+using steps::guard::Refusal;
 using steps::guard::Request;
 
 Request Make(std::string path, nlohmann::json body) {
@@ -45,6 +49,52 @@ TEST(Fingerprint, IsTheSharedRequestFingerprintPinnedToItsBytes) {
   auto req = Make("/v1/charges", {{"amount_cents", 5}});
   EXPECT_EQ(Fingerprint(req), common::RequestFingerprint("POST", "/v1/charges", req.body));
   EXPECT_EQ(Fingerprint(req), common::Sha256Hex("POST\n/v1/charges\n{\"amount_cents\":5}"));
+}
+
+// The participant protocol's names (steps/protocol/participant_protocol.hpp) are the wire's
+// and the metrics': each table parses back what it prints, and the names stay these.
+TEST(Protocol, OutcomeNamesRoundTripAndStayTheWireNames) {
+  for (const auto& [outcome, name] : steps::guard::kOutcomeNames) {
+    EXPECT_EQ(steps::guard::ParseOutcome(name), outcome) << name;
+  }
+  EXPECT_STREQ(ToString(Outcome::kInProgress), "in_progress");
+  EXPECT_STREQ(ToString(Outcome::kNothingToUndo), "nothing_to_undo");
+  EXPECT_STREQ(steps::guard::MetricLabel(Outcome::kCancelled), "tombstoned");
+  EXPECT_STREQ(steps::guard::MetricLabel(Outcome::kReused), "reused");
+  EXPECT_EQ(steps::guard::ParseOutcome("tombstoned"), std::nullopt);
+}
+
+TEST(Protocol, KeyRecordJsonRoundTrips) {
+  for (const auto& [status, name] : steps::guard::kKeyStatusNames) {
+    EXPECT_EQ(steps::guard::ParseKeyStatus(name), status) << name;
+  }
+  KeyRecord k{"A-payment", KeyStatus::kTombstone, 409, false, 1.5};
+  auto json = k.ToJson();
+  EXPECT_EQ(json.dump(),
+            R"({"age_seconds":1.5,"compensated":false,"key":"A-payment","response_status":409,)"
+            R"("status":"tombstone"})");
+  auto back = KeyRecord::FromJson(json);
+  EXPECT_EQ(back.key, k.key);
+  EXPECT_EQ(back.status, k.status);
+  EXPECT_EQ(back.response_status, 409);
+  EXPECT_FALSE(back.Applied());
+  json["status"] = "lost";
+  EXPECT_THROW(KeyRecord::FromJson(json), std::invalid_argument);
+}
+
+TEST(Protocol, RefusalsCarryTheirCodeOutcomeAndTheOneRetryAfterRule) {
+  for (const auto& entry : steps::guard::kRefusals) {
+    auto res = steps::guard::Refuse(entry.refusal);
+    auto body = nlohmann::json::parse(res.body);
+    EXPECT_EQ(res.status, steps::guard::HttpStatus(entry.code));
+    EXPECT_EQ(body["code"], ToString(entry.code));
+    EXPECT_EQ(body["detail"], entry.detail);
+    EXPECT_EQ(res.outcome, entry.outcome);
+    EXPECT_EQ(res.headers.count("Retry-After"),
+              entry.code == steps::guard::GuardCode::kInProgress ? 1U : 0U);
+  }
+  EXPECT_EQ(steps::guard::Refuse(Refusal::kKeyReused).status, 422);
+  EXPECT_EQ(steps::guard::Refuse(Refusal::kClaimTakenOver).outcome, Outcome::kFenced);
 }
 
 }  // namespace

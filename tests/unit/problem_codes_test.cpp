@@ -4,9 +4,10 @@
 //
 // A code is found where the code answers one: a status and a code literal side by side
 // (`SetError(res, 409, "not_retryable", ...)`, `Json(kInProgressStatus, "...")`,
-// `Refuse({431, "..."})`), a bare status's table (`case 404: return {"not_found", ...}`), a
-// key parser's verdict (`ParsedKey{"", "idempotency_key_missing", ...}`, a 400), and a
-// failed step's `<step>` + "_unavailable" (a 502).
+// `Refuse({431, "..."})`, the guard's code table `{GuardCode::kCancelled, 409, "cancelled"}`), a
+// bare status's table (`case 404: return {"not_found", ...}`), a key parser's verdict
+// (`ParsedKey{"", "idempotency_key_missing", ...}`, a 400), and a failed step's `<step>` +
+// "_unavailable" (a 502).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -101,7 +102,7 @@ std::set<std::string> ServicesOf(const fs::path& file) {
   std::string f = file.string();
   if (f.rfind("common/", 0) == 0) return {"orchestrator", "inventory", "payment", "shipping"};
   if (f.rfind("orchestrator/", 0) == 0 || f.rfind("steps/saga/", 0) == 0) return {"orchestrator"};
-  if (f.rfind("steps/guard/", 0) == 0) return participants;
+  if (f.rfind("steps/guard/", 0) == 0 || f.rfind("steps/protocol/", 0) == 0) return participants;
   if (f.find("inventory") != std::string::npos) return {"inventory"};
   if (f.find("payment") != std::string::npos) return {"payment"};
   if (f.find("shipping") != std::string::npos) return {"shipping"};

@@ -35,7 +35,7 @@ const std::map<std::string, std::string> kAcrossTenants = {
      "shutdown releases every lease this process holds, whoever the tenant"},
     {"orchestrator/store/parent_store.cpp: kTakeOverBatch",
      "recovery takes over expired leases of any tenant (on Citus: run per shard)"},
-    {"steps/guard/guard.cpp: kDeleteExpired",
+    {"steps/guard/guard_sql.cpp: kDeleteExpired",
      "a participant's garbage collection deletes expired keys of every tenant"},
 };
 
