@@ -33,10 +33,21 @@ ok "installed headers are exactly include/idemsaga/, with a pkg-config file"
 
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S "$source_dir/examples/trip_booking" -B "$work/build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$work/prefix" "${launcher[@]}" >/dev/null
-cmake --build "$work/build" >"$work/build.log" || { cat "$work/build.log"; fail "example build"; }
+build_example() {  # PREFIX BUILD_DIR
+  cmake -S "$source_dir/examples/trip_booking" -B "$2" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$1" "${launcher[@]}" >/dev/null
+  cmake --build "$2" >"$work/build.log" || { cat "$work/build.log"; fail "example build against $1"; }
+}
+build_example "$work/prefix" "$work/build"
 ok "examples/trip_booking builds against the install"
+# The Debian package cpack makes, unpacked (not installed): the same files under /usr.
+(cd "$build_dir" && cpack -G DEB -B "$work/cpack" >"$work/cpack.log") ||
+  { cat "$work/cpack.log"; fail "cpack -G DEB"; }
+deb=$(ls "$work"/cpack/idemsaga_*.deb)
+dpkg-deb -x "$deb" "$work/deb"
+python3 "$source_dir/tests/install/check_headers.py" "$work/deb/usr" "$source_dir" >/dev/null
+build_example "$work/deb/usr" "$work/build-deb"
+ok "$(basename "$deb"): the same headers, and the example builds against its contents"
 # Lines of the team's own code (the file, comments and blank lines out).
 count() { grep -cvE '^\s*(//.*)?$' "$source_dir/examples/trip_booking/$1"; }
 echo "lines: saga $(($(count trip_saga.cpp) + $(count trip_saga.hpp))) + orchestrator main" \
@@ -62,7 +73,7 @@ done
 url() { python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/"+sys.argv[2])))' "$server_url" "${prefix}_$1"; }
 token=trip-service-token
 ready() {  # LOG PID: the URL on the process's "ready on" line, once it is there
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     if grep -q "ready on" "$work/$1"; then grep -o 'http://[^ ]*' "$work/$1" | head -n1; return; fi
     kill -0 "$2" 2>/dev/null || { cat "$work/$1" >&2; fail "$1: the process exited"; }
     sleep 0.1
