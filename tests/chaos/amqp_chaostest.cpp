@@ -325,6 +325,52 @@ TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
                   " replies_for_copied_key=" + std::to_string(copies_answered));
 }
 
+// A message names any served saga in its header `saga`: the same run as POST /v1/runs/{saga}
+// with its key, answered with the same bytes either way; a saga not served here is refused
+// (404 saga_not_found, dead-lettered) and stores nothing.
+TEST_F(AmqpIntake, AMessageStartsTheSagaItsSagaHeaderNamesAsTheRunsRouteWould) {
+  auto started = Started("runs");
+  Stack& stack = *started;
+  auto publisher = Publisher("runs");
+  Connection& c = *publisher;
+  std::vector<KeyRecord> records;
+  for (int i = 0; i < 6; ++i) {
+    records.push_back({"demo", "amqp-runs-" + std::to_string(i), OrderBody(i, i % 3 == 2),
+                       chaos::kPlaceOrderParallel});
+  }
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto m = Order(records[i], "replies_runs", std::to_string(i));
+    m.headers["saga"] = chaos::kPlaceOrderParallel;
+    c.Publish("orders_runs", m);
+  }
+  auto replies = Collect(c, "replies_runs", records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& rs = replies[std::to_string(i)];
+    ASSERT_EQ(rs.size(), 1u) << records[i].key;
+    Record(records[i], rs);
+    EXPECT_EQ(records[i].final_status, i % 3 == 2 ? 402 : 201) << records[i].final_body;
+  }
+  chaos::Driver http({stack.OrchestratorUrl(0)});
+  for (const auto& r : records) {
+    KeyRecord again{r.tenant, r.key, r.body, r.saga};
+    ASSERT_TRUE(http.Attempt(again, 0));
+    EXPECT_EQ(again.final_status, r.final_status) << r.key;
+    EXPECT_EQ(again.final_body, r.final_body) << r.key;
+  }
+  std::vector<Poison> unknown;
+  for (const char* saga : {"no_such_saga", "Place_Order", "place_order/x", ""}) {
+    KeyRecord r{"demo", std::string("amqp-runs-unknown-") + saga, OrderBody(0, false)};
+    auto m = Order(r, "replies_runs", "");
+    m.headers["saga"] = saga;
+    unknown.push_back({std::string("saga=") + saga, m,
+                       std::string(saga).empty() ? "invalid_request" : "saga_not_found"});
+  }
+  EXPECT_EQ(ExpectDeadLettered(c, "orders_runs", "replies_runs", unknown), 0);
+  EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM idempotency_keys"),
+            static_cast<long long>(records.size()));
+  ExpectClean(stack, records, "amqp_runs");
+}
+
 TEST_F(AmqpIntake, KillNineBetweenClaimAndAckRedeliversAndMakesOneSaga) {
   // The first claim kills the process: the key is claimed, the message not acknowledged.
   auto started = Started("kill", {}, "after_claim");
