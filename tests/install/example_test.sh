@@ -130,4 +130,21 @@ status=0
 wait "$orch_pid" || status=$?
 [ "$status" = 0 ] || fail "the orchestrator exited $status on SIGTERM"
 ok "the orchestrator drains on SIGTERM and exits 0"
+
+# Tenants: listed, then revoked: the next orchestrator refuses the old key and replays nothing.
+"$bin/trip_orchestrator" tenant list --database-url "$(url orchestrator)" | grep -qx demo ||
+  fail "tenant list does not show demo"
+"$bin/trip_orchestrator" tenant revoke demo --database-url "$(url orchestrator)" >/dev/null
+if "$bin/trip_orchestrator" tenant revoke nobody --database-url "$(url orchestrator)" 2>/dev/null; then
+  fail "revoking an unknown tenant succeeded"
+fi
+"$bin/trip_orchestrator" orchestrator --database-url "$(url orchestrator)" \
+  --listen 127.0.0.1:$port --service-token $token \
+  --participant hotel=$hotel --participant car=$car >"$work/orchestrator2.log" 2>&1 &
+orch_pid=$!
+pids+=($orch_pid)
+orch=$(ready orchestrator2.log $orch_pid)
+revoked=$(book "$prefix-paris" Paris)
+[[ $revoked == 401\ * ]] || fail "a revoked key was not refused: $revoked"
+ok "tenant list shows the tenant; after tenant revoke its key gets 401"
 echo "example_test: all checks passed"
