@@ -74,7 +74,13 @@ url() { python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); pri
 token=trip-service-token
 ready() {  # LOG PID: the URL on the process's "ready on" line, once it is there
   for _ in $(seq 600); do
-    if grep -q "ready on" "$work/$1"; then grep -o 'http://[^ ]*' "$work/$1" | head -n1; return; fi
+    # -s: the shell may not have created the log yet. No pipe into an early-exiting reader:
+    # under pipefail its writer's SIGPIPE would fail the line.
+    if grep -qs "ready on" "$work/$1"; then
+      url=$(grep -o 'http://[^ ]*' "$work/$1")
+      echo "${url%%$'\n'*}"
+      return
+    fi
     kill -0 "$2" 2>/dev/null || { cat "$work/$1" >&2; fail "$1: the process exited"; }
     sleep 0.1
   done
@@ -123,7 +129,14 @@ echo "Atlantis: $atlantis"
 [ "$(count_rows car "SELECT count(*) FROM rentals WHERE idempotency_key = '$prefix-atlantis-car'")" = 0 ] ||
   fail "a car was rented in Atlantis"
 ok "Atlantis fails with 422 no_cars, its hotel booking cancelled, no car rented"
-curl -s "$orch/openapi.json" | grep -q '/v1/runs/{saga}' || fail "no OpenAPI document"
+openapi=$(curl -s "$orch/openapi.json")
+python3 -c 'import json, sys
+doc = json.loads(sys.argv[1])
+saga = doc["paths"]["/v1/runs/{saga}"]["post"]["parameters"][0]["schema"]
+assert saga["enum"] == ["trip"], saga
+assert "/v1/orders" not in doc["paths"], "documents /v1/orders, which it does not serve"' "$openapi" ||
+  fail "/openapi.json does not document the trip saga alone"
+ok "/openapi.json documents POST /v1/runs/{saga} for trip, and no /v1/orders"
 
 kill -TERM "$orch_pid"
 status=0
@@ -132,8 +145,8 @@ wait "$orch_pid" || status=$?
 ok "the orchestrator drains on SIGTERM and exits 0"
 
 # Tenants: listed, then revoked: the next orchestrator refuses the old key and replays nothing.
-"$bin/trip_orchestrator" tenant list --database-url "$(url orchestrator)" | grep -qx demo ||
-  fail "tenant list does not show demo"
+tenants=$("$bin/trip_orchestrator" tenant list --database-url "$(url orchestrator)")
+[ "$tenants" = demo ] || fail "tenant list does not show demo alone: $tenants"
 "$bin/trip_orchestrator" tenant revoke demo --database-url "$(url orchestrator)" >/dev/null
 if "$bin/trip_orchestrator" tenant revoke nobody --database-url "$(url orchestrator)" 2>/dev/null; then
   fail "revoking an unknown tenant succeeded"
