@@ -11,6 +11,7 @@
 #include "app/signals.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
+#include "common/net.hpp"
 #include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/pool.hpp"
@@ -195,11 +196,9 @@ int Participant::Run(int argc, char** argv) {
   try {
     cli.parse(argc, argv);
     options.retention = std::chrono::hours(retention_hours);
-    auto colon = listen.rfind(':');
-    if (colon == std::string::npos) throw CLI::ValidationError("--listen", "HOST:PORT");
-    int port = Start(listen.substr(0, colon), std::stoi(listen.substr(colon + 1)));
-    std::cout << options.name << " ready on http://" << listen.substr(0, colon) << ":" << port
-              << std::endl;
+    auto [host, wanted] = common::SplitHostPort(listen);
+    int port = Start(host, wanted);
+    std::cout << options.name << " ready on http://" << host << ":" << port << std::endl;
     app::WaitForStopSignal();
     Stop();
     return 0;

@@ -95,12 +95,15 @@ car=$(ready car.log $!)
 "$bin/trip_orchestrator" migrate --database-url "$(url orchestrator)" --kind orchestrator >/dev/null
 api_key=$("$bin/trip_orchestrator" tenant create demo --database-url "$(url orchestrator)" | tail -n1)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$bin/trip_orchestrator" orchestrator --database-url "$(url orchestrator)" \
-  --listen 127.0.0.1:$port --service-token $token \
-  --participant hotel=$hotel --participant car=$car >"$work/orchestrator.log" 2>&1 &
-orch_pid=$!
-pids+=($orch_pid)
-orch=$(ready orchestrator.log $orch_pid)
+start_orchestrator() {  # LOG: sets orch (its URL) and orch_pid
+  "$bin/trip_orchestrator" orchestrator --database-url "$(url orchestrator)" \
+    --listen 127.0.0.1:$port --service-token $token \
+    --participant hotel=$hotel --participant car=$car >"$work/$1" 2>&1 &
+  orch_pid=$!
+  pids+=($orch_pid)
+  orch=$(ready "$1" $orch_pid)
+}
+start_orchestrator orchestrator.log
 
 book() {  # KEY CITY: prints "<status> <body>" and the headers to $work/headers
   curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' -X POST "$orch/v1/runs/trip" \
@@ -151,12 +154,7 @@ tenants=$("$bin/trip_orchestrator" tenant list --database-url "$(url orchestrato
 if "$bin/trip_orchestrator" tenant revoke nobody --database-url "$(url orchestrator)" 2>/dev/null; then
   fail "revoking an unknown tenant succeeded"
 fi
-"$bin/trip_orchestrator" orchestrator --database-url "$(url orchestrator)" \
-  --listen 127.0.0.1:$port --service-token $token \
-  --participant hotel=$hotel --participant car=$car >"$work/orchestrator2.log" 2>&1 &
-orch_pid=$!
-pids+=($orch_pid)
-orch=$(ready orchestrator2.log $orch_pid)
+start_orchestrator orchestrator2.log
 revoked=$(book "$prefix-paris" Paris)
 [[ $revoked == 401\ * ]] || fail "a revoked key was not refused: $revoked"
 ok "tenant list shows the tenant; after tenant revoke its key gets 401"
