@@ -10,24 +10,6 @@
 # them can change without a user noticing.
 include(CMakePackageConfigHelpers)
 
-set(IDEMSAGA_EXPORTED idemsaga_common idemsaga_saga idemsaga_guard idemsaga_steps
-    idemsaga_orchestrator idemsaga_amqp idemsaga_participant idemsaga_app)
-set_target_properties(idemsaga_common PROPERTIES EXPORT_NAME common)
-set_target_properties(idemsaga_saga PROPERTIES EXPORT_NAME saga)
-set_target_properties(idemsaga_guard PROPERTIES EXPORT_NAME guard)
-set_target_properties(idemsaga_steps PROPERTIES EXPORT_NAME steps)
-set_target_properties(idemsaga_orchestrator PROPERTIES EXPORT_NAME orchestrator)
-set_target_properties(idemsaga_amqp PROPERTIES EXPORT_NAME amqp)
-set_target_properties(idemsaga_participant PROPERTIES EXPORT_NAME participant)
-set_target_properties(idemsaga_app PROPERTIES EXPORT_NAME app)
-if(TARGET idemsaga_testing)
-  list(APPEND IDEMSAGA_EXPORTED idemsaga_testing)
-  set_target_properties(idemsaga_testing PROPERTIES EXPORT_NAME testing)
-endif()
-
-# The headers need C++20 wherever they are compiled.
-target_compile_features(idemsaga_common PUBLIC cxx_std_20)
-
 install(TARGETS ${IDEMSAGA_EXPORTED} EXPORT idemsagaTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
