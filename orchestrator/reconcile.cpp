@@ -1,12 +1,13 @@
 #include "orchestrator/reconcile.hpp"
 
-#include <httplib.h>
-
 #include <set>
 #include <sstream>
 
+#include "common/percent_encode.hpp"
+#include "steps/client/participant_client.hpp"
 #include "steps/protocol/participant_protocol.hpp"
 #include "steps/saga/definition.hpp"
+#include "steps/saga/runner.hpp"
 
 namespace orchestrator {
 namespace {
@@ -20,32 +21,31 @@ struct Found {
   steps::guard::KeyRecord record;
 };
 
-// Reads every key `tenant` wrote in the window from one participant, page by page.
+// Reads every key `tenant` wrote in the window from one participant, page by page, with the
+// step client (the service token, its timeouts) on the participant's key-listing route.
 void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std::string& tenant,
               std::chrono::seconds since, std::chrono::milliseconds timeout,
               std::map<std::string, Found>& keys) {
-  httplib::Client client(p.base_url);
-  client.set_connection_timeout(timeout);
-  client.set_read_timeout(timeout);
+  steps::client::HttpParticipantClient client({.base_url = p.base_url,
+                                               .service_token = p.service_token,
+                                               .connect_timeout = timeout,
+                                               .read_timeout = timeout});
   std::string after;
   for (;;) {
-    httplib::Params params{{"tenant", tenant},
-                           {"since_seconds", std::to_string(since.count())},
-                           {"limit", std::to_string(kPage)}};
-    if (!after.empty()) params.emplace("after", after);
-    auto r = client.Get(steps::guard::kKeysPath, params,
-                        {{"Authorization", "Bearer " + p.service_token}});
-    if (!r) throw std::runtime_error(name + ": " + httplib::to_string(r.error()));
-    if (r->status != 200) {
-      throw std::runtime_error(name + ": HTTP " + std::to_string(r->status) + " " + r->body);
-    }
-    auto body = nlohmann::json::parse(r->body);
-    for (const auto& k : body.at("keys")) {
+    std::string path =
+        std::string(steps::guard::kKeysPath) + "?tenant=" + common::PercentEncode(tenant) +
+        "&since_seconds=" + std::to_string(since.count()) + "&limit=" + std::to_string(kPage);
+    if (!after.empty()) path += "&after=" + common::PercentEncode(after);
+    std::string error;
+    int status = 0;
+    auto body = client.GetJson(path, error, status);
+    if (!body) throw std::runtime_error(name + ": " + error);
+    for (const auto& k : body->at("keys")) {
       auto rec = steps::guard::KeyRecord::FromJson(k);
       keys[rec.key] = {name, rec};
     }
-    if (body.at("next").is_null()) return;
-    after = body["next"].get<std::string>();
+    if (body->at("next").is_null()) return;
+    after = (*body)["next"].get<std::string>();
   }
 }
 
@@ -56,22 +56,23 @@ void JudgeSteps(const std::string& tenant, const SagaRow& row, const std::string
                 const nlohmann::json& steps, const std::map<std::string, Found>& keys,
                 std::set<std::string>& derived, ReconcileReport& report) {
   bool finished = row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed;
-  for (const auto& s : steps) {
-    if (!s.is_object() || !s.contains("name")) {
+  for (const auto& json : steps) {
+    saga::StepRecord s;
+    try {
+      s = saga::StepRecord::FromJson(json);
+    } catch (const std::exception&) {
       report.errors.push_back("tenant " + tenant + ": saga " + row.key +
                               " has a step record this build cannot read");
       continue;
     }
-    auto step = s["name"].get<std::string>();
-    const auto* output = s.contains("output") ? &s["output"] : nullptr;
-    if (output != nullptr && output->is_object() && output->contains("saga") &&
-        output->contains("steps")) {  // a child saga: its own calls are what was sent
-      JudgeSteps(tenant, row, saga::ActionKey(key, step), (*output)["steps"], keys, derived,
-                 report);
+    const auto& step = s.name;
+    if (s.output.is_object() && s.output.contains("saga") &&
+        s.output.contains("steps")) {  // a child saga: its own calls are what was sent
+      JudgeSteps(tenant, row, saga::ActionKey(key, step), s.output["steps"], keys, derived, report);
       continue;
     }
     // A wait (no participant, no key) or a step its condition skipped: nothing was sent.
-    if (s.value("action_key", "").empty() || s.value("status", "") == "skipped") continue;
+    if (s.action_key.empty() || s.status == saga::StepStatus::kSkipped) continue;
     auto action = saga::ActionKey(key, step);
     derived.insert(action);
     derived.insert(saga::CompensationKey(key, step));
@@ -195,14 +196,13 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
     if (derived.count(key) ||
         found.record.age_seconds < static_cast<double>(options_.settle.count()))
       continue;
+    // The parent it was derived from, or that parent's parent when the key is a child saga's
+    // (whose run key is itself an action key): the exact inverse of the derivation.
     bool has_parent = false;
-    int tries = 0;  // a derived key ends in "-<step>" or "-<step>-compensate"; steps may hold "-"
-    for (size_t pos = key.rfind('-');
-         pos != std::string::npos && pos > 0 && !has_parent && tries++ < 4;
-         pos = key.rfind('-', pos - 1)) {
-      auto parent = key.substr(0, pos);
-      auto [it, fresh] = parent_exists.try_emplace(parent, false);
-      if (fresh) it->second = store_.Get(tenant, parent).has_value();
+    for (auto from = saga::ParseDerivedKey(key); from && !has_parent;
+         from = saga::ParseDerivedKey(from->parent)) {
+      auto [it, fresh] = parent_exists.try_emplace(from->parent, false);
+      if (fresh) it->second = store_.Get(tenant, from->parent).has_value();
       has_parent = it->second;
     }
     if (has_parent) continue;

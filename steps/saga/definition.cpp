@@ -209,3 +209,22 @@ std::vector<std::string> Definition::Events() const {
 }
 
 }  // namespace idemsaga
+
+namespace saga {
+
+std::optional<DerivedKey> ParseDerivedKey(std::string_view key) {
+  auto split =
+      [](std::string_view k) -> std::optional<std::pair<std::string_view, std::string_view>> {
+    auto dash = k.rfind('-');
+    if (dash == std::string_view::npos || dash == 0) return std::nullopt;
+    return std::pair{k.substr(0, dash), k.substr(dash + 1)};
+  };
+  auto last = split(key);
+  if (!last) return std::nullopt;
+  bool compensation = last->second == "compensate";
+  if (compensation) last = split(last->first);
+  if (!last || !IsValidStepName(last->second)) return std::nullopt;
+  return DerivedKey{std::string(last->first), std::string(last->second), compensation};
+}
+
+}  // namespace saga

@@ -4,9 +4,11 @@
 
 #include <deque>
 #include <map>
+#include <random>
 #include <set>
 
 #include "orchestrator/response.hpp"
+#include "steps/saga/definition.hpp"
 #include "steps/saga/fields.hpp"
 #include "steps/saga/registry.hpp"
 #include "steps/saga/runner.hpp"
@@ -456,6 +458,45 @@ TEST(DerivedKeys, NeverCollideAcrossParentsStepsOrActionAndCompensation) {
         EXPECT_TRUE(inserted) << key << " derived by both " << it->second << " and " << who;
       }
     }
+  }
+}
+
+// Reconciliation finds a participant key's saga by this inverse: it must give back exactly the
+// parent and step for every parent (any bytes, '-' and "compensate" included) and child nesting.
+TEST(DerivedKeys, ParseGivesBackExactlyTheParentAndStepOfEveryDerivedKey) {
+  std::mt19937 rng(31);
+  const std::string alphabet = std::string("aZ09-_ .:/\x7f") + '\0' + "\xc3\xa9";
+  std::vector<std::string> names = {"inventory", "payment", "a", "b_c", "compensate2", "x9"};
+  int checked = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::string parent(1 + rng() % 24, ' ');
+    for (auto& c : parent) c = alphabet[rng() % alphabet.size()];
+    if (i % 7 == 0) parent += "-compensate";
+    const auto& step = names[rng() % names.size()];
+    std::string key = saga::ActionKey(parent, step);
+    auto got = saga::ParseDerivedKey(key);
+    ASSERT_TRUE(got) << key;
+    EXPECT_EQ(got->parent, parent);
+    EXPECT_EQ(got->step, step);
+    EXPECT_FALSE(got->compensation);
+    got = saga::ParseDerivedKey(saga::CompensationKey(parent, step));
+    ASSERT_TRUE(got) << key;
+    EXPECT_EQ(got->parent, parent);
+    EXPECT_EQ(got->step, step);
+    EXPECT_TRUE(got->compensation);
+    // A child saga's step: derived from the child's run key, itself derived from the parent.
+    auto child = saga::ParseDerivedKey(saga::ActionKey(saga::ActionKey(parent, "order"), step));
+    ASSERT_TRUE(child);
+    auto outer = saga::ParseDerivedKey(child->parent);
+    ASSERT_TRUE(outer);
+    EXPECT_EQ(outer->parent, parent);
+    EXPECT_EQ(outer->step, "order");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5000);
+  for (std::string not_derived : {"A", "-inventory", "A-", "A-Inventory", "A-compensate",
+                                  "-compensate", "A-in-ventory!", "A-x-y-compensate-"}) {
+    EXPECT_FALSE(saga::ParseDerivedKey(not_derived)) << not_derived;
   }
 }
 
