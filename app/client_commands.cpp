@@ -9,7 +9,7 @@
 
 #include "app/commands.hpp"
 #include "common/percent_encode.hpp"
-#include "orchestrator/http/trace_view.hpp"
+#include "common/trace/view.hpp"
 
 namespace idemsaga::app {
 namespace {
@@ -37,7 +37,7 @@ void PrintTrace(const ClientFlags& f) {
     SetExitCode(1);
     return;
   }
-  std::cout << orchestrator::RenderWaterfall(nlohmann::json::parse(r->body));
+  std::cout << common::trace::RenderWaterfall(nlohmann::json::parse(r->body));
 }
 
 void Print(const httplib::Result& r) {

@@ -3,7 +3,6 @@
 
 #include "common/http/openapi.hpp"
 #include "orchestrator/http/pages.hpp"
-#include "orchestrator/http/trace_view.hpp"
 #include "orchestrator/saga_service.hpp"
 
 namespace orchestrator::http {

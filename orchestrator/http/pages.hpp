@@ -14,6 +14,9 @@ namespace orchestrator::http {
 // the tenant API key (`#key=` or the one kept in localStorage) as `apiKey`, shown in #apikey.
 extern const char* const kPageScriptPrelude;
 
+// The self-contained trace page served at /ui/ (no CDN, no external fonts).
+const std::string& TracePageHtml();
+
 // The self-contained sagas page served at /ui/sagas.
 const std::string& SagasPageHtml();
 

@@ -3,9 +3,8 @@
 // The API key is pasted once and kept in the browser's localStorage; `#key=...&order=...` in
 // the URL does the same (handy for links and headless checks).
 #include "orchestrator/http/pages.hpp"
-#include "orchestrator/http/trace_view.hpp"
 
-namespace orchestrator {
+namespace orchestrator::http {
 
 const std::string& TracePageHtml() {
   static const std::string page = R"html(<!doctype html>
@@ -42,7 +41,7 @@ nav a{color:var(--orch);margin-right:10px;text-decoration:none}nav a.here{color:
 <div class="legend"><span><i style="background:var(--ok)"></i>ok</span><span><i style="background:var(--err)"></i>failed</span>
 <span><i style="background:var(--comp)"></i>compensation</span></div><div id="waterfall"></div></section></main>
 <script>
-)html" + std::string(http::kPageScriptPrelude) +
+)html" + std::string(kPageScriptPrelude) +
                                   R"html(async function api(path) {
   const r = await fetch(path, { headers: { Authorization: "Bearer " + apiKey } });
   const body = await r.json().catch(() => ({}));
@@ -128,4 +127,4 @@ loadOrders(params.get("order"));
   return page;
 }
 
-}  // namespace orchestrator
+}  // namespace orchestrator::http

@@ -5,8 +5,8 @@
 #include "common/crypto.hpp"
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
+#include "common/trace/view.hpp"
 #include "orchestrator/http/routes.hpp"
-#include "orchestrator/http/trace_view.hpp"
 
 namespace orchestrator::http {
 
@@ -47,13 +47,13 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
     // in flight a little longer. Wait briefly for an ended order's trace to be whole.
     d.exporter.Flush();
     auto spans = d.spans.ForTrace(tenant, row->trace_id);
-    auto pending = PendingSpans(spans);
+    auto pending = common::trace::PendingSpans(spans);
     auto deadline = std::chrono::steady_clock::now() + d.settle;
     while (ended && !pending.empty() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       d.exporter.Flush();
       spans = d.spans.ForTrace(tenant, row->trace_id);
-      pending = PendingSpans(spans);
+      pending = common::trace::PendingSpans(spans);
     }
     nlohmann::json out = {{"trace_id", row->trace_id},
                           {"idempotency_key", row->key},
@@ -61,7 +61,7 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
                           {"complete", ended && pending.empty()},
                           {"pending_span_ids", pending},
                           {"spans", nlohmann::json::array()}};
-    for (const auto& s : spans) out["spans"].push_back(SpanJson(s));
+    for (const auto& s : spans) out["spans"].push_back(common::trace::SpanJson(s));
     res.set_content(out.dump(), "application/json");
   });
 }

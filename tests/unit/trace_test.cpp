@@ -11,7 +11,7 @@
 #include "common/trace/exporter.hpp"
 #include "common/trace/otlp.hpp"
 #include "common/trace/trace_context.hpp"
-#include "orchestrator/http/trace_view.hpp"
+#include "common/trace/view.hpp"
 
 namespace {
 
@@ -420,7 +420,7 @@ TEST(Waterfall, DrawsTheTreeWithMarkersBarsAndCompensations) {
          {"end_time_unix_nano", 100},
          {"status", "ok"},
          {"attributes", {{"compensation", true}, {"derived_key", "A-inventory-compensate"}}}}}}};
-  std::string out = orchestrator::RenderWaterfall(trace, 20);
+  std::string out = common::trace::RenderWaterfall(trace, 20);
   EXPECT_NE(out.find("POST /v1/orders [402]"), std::string::npos) << out;
   EXPECT_NE(out.find("  \u21a9 compensate inventory [A-inventory-compensate]"), std::string::npos)
       << out;

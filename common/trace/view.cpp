@@ -1,4 +1,4 @@
-#include "orchestrator/http/trace_view.hpp"
+#include "common/trace/view.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,15 +8,13 @@
 
 #include "common/trace/otlp.hpp"
 
-namespace orchestrator {
-
-using common::trace::SpanData;
+namespace common::trace {
 
 nlohmann::json SpanJson(const SpanData& s) {
-  nlohmann::json attrs = common::trace::AttributesJson(s.attributes);
-  const char* status = s.status == common::trace::SpanStatus::kError ? "error"
-                       : s.status == common::trace::SpanStatus::kOk  ? "ok"
-                                                                     : "unset";
+  nlohmann::json attrs = AttributesJson(s.attributes);
+  const char* status = s.status == SpanStatus::kError ? "error"
+                       : s.status == SpanStatus::kOk  ? "ok"
+                                                      : "unset";
   nlohmann::json j = {
       {"trace_id", s.trace_id},
       {"span_id", s.span_id},
@@ -37,8 +35,7 @@ std::vector<std::string> PendingSpans(const std::vector<SpanData>& spans) {
   for (const auto& s : spans) parents.insert(s.parent_span_id);
   std::vector<std::string> pending;
   for (const auto& s : spans) {
-    bool answered =
-        s.kind == common::trace::SpanKind::kClient && s.attributes.count("http.status_code") != 0;
+    bool answered = s.kind == SpanKind::kClient && s.attributes.count("http.status_code") != 0;
     if (answered && !parents.count(s.span_id)) pending.push_back(s.span_id);
   }
   return pending;
@@ -147,4 +144,4 @@ std::string RenderWaterfall(const nlohmann::json& trace, int bar_width) {
   return out;
 }
 
-}  // namespace orchestrator
+}  // namespace common::trace
