@@ -45,7 +45,8 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
      {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/protocol",
       "steps/client", "steps", "orchestrator/store"}},
     {"orchestrator/http",
-     {"common", "common/trace", "common/http", "steps/saga", "orchestrator", "orchestrator/store"}},
+     {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "orchestrator",
+      "orchestrator/store"}},
     {"orchestrator/amqp", {"common", "common/http", "orchestrator"}},
     {"services_mock",
      {"common", "common/trace", "common/pg", "common/http", "steps", "steps/protocol",
@@ -79,7 +80,8 @@ struct Include {
 std::vector<Include> ProductIncludes(const fs::path& root) {
   const std::regex include(R"(^\s*#\s*include\s+"([^"]+/[^"]+)\")");
   std::vector<Include> out;
-  for (const char* top : {"common", "steps", "orchestrator", "services_mock", "testing", "app", "cmd"}) {
+  for (const char* top :
+       {"common", "steps", "orchestrator", "services_mock", "testing", "app", "cmd"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
       auto ext = entry.path().extension();
       if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
