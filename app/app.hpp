@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/run_client.hpp"
 #include "idemsaga/app.hpp"
 
 namespace idemsaga {
@@ -26,6 +27,8 @@ struct App::Impl {
   // The stock binary's demo token; "" for a team's: --service-token is required.
   std::string default_service_token;
   std::string default_listen = "127.0.0.1:8080";
+  // The orchestrator the `orchestrator` command serves, for App::Start.
+  std::shared_ptr<app::Serving> serving = std::make_shared<app::Serving>();
   // Commands of the binary's own, added beside the App's.
   std::vector<std::function<void(CLI::App&, app::Run&)>> commands;
 };

@@ -211,6 +211,8 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
         intake->Start();
         events->Start();
       }
+      // App::Start's from here on, until it is withdrawn before `o` goes.
+      Published published(*setup.serving, o);
       std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
       idemsaga::app::WaitForStopSignal();
       // The queues first: a message whose answer is not final yet goes back to its queue.

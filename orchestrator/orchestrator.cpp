@@ -67,6 +67,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
             return s;
           }(),
           &tracer_, &metrics_),
+      runs_(sagas_, registry_, tracer_),
       recovery_(store_, sagas_, options_.recovery),
       auth_(store_, options_.tenant_cache_ttl),
       server_(
@@ -100,7 +101,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
   common::http::AddHealthRoutes(server_, [this] { return common::pg::Reachable(pool_); });
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
-  http::AddRunRoutes(server_, {sagas_, registry_, store_, tracer_, auth_, options_.limits});
+  http::AddRunRoutes(server_, {runs_, registry_, store_, auth_, options_.limits});
   http::AddEventRoutes(server_, {events_, registry_, store_, auth_, options_.limits});
   http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_, options_.limits});
   http::AddPageRoutes(server_, registry_);
@@ -220,7 +221,7 @@ void Orchestrator::Serve() {
 }
 
 KeyOutcome Orchestrator::StartRun(const httplib::Request& req, httplib::Response& res) {
-  return http::StartRunAt({sagas_, registry_, store_, tracer_, auth_, options_.limits}, req, res);
+  return http::StartRunAt({runs_, registry_, store_, auth_, options_.limits}, req, res);
 }
 
 KeyOutcome Orchestrator::DeliverEvent(const httplib::Request& req, httplib::Response& res) {

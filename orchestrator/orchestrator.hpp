@@ -25,6 +25,7 @@
 #include "orchestrator/reconcile.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga_service.hpp"
+#include "orchestrator/start_run.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
 #include "steps/client/participants.hpp"
@@ -112,6 +113,8 @@ class Orchestrator {
   // under the same fingerprint. See http::DeliverEvent.
   KeyOutcome DeliverEvent(const httplib::Request& req, httplib::Response& res);
 
+  // The "start a run" use case, for an adapter of the process's own (the in-process client).
+  const RunStarter& runs() const { return runs_; }
   ParentStore& store() { return store_; }
   // One reconciliation of `since` against every configured participant (what the periodic
   // job runs; also counted in the metrics).
@@ -140,6 +143,7 @@ class Orchestrator {
   steps::client::Participants participants_;
   saga::Registry registry_;
   SagaService sagas_;
+  RunStarter runs_;
   Recovery recovery_;
   http::TenantAuth auth_;
   common::http::Server server_;

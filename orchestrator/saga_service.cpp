@@ -1,155 +1,18 @@
+// SagaService's front: construction and metrics, the claim of a key and what the request is
+// told (Submit), where a claimed saga runs (the request's thread, the pool, or queued for
+// recovery), cancel and resolve. Running a saga is saga_drive.cpp; the outcomes it gives are
+// built by run_outcomes.cpp. See saga_service.hpp for the contract.
 #include "orchestrator/saga_service.hpp"
 
 #include <boost/asio/post.hpp>
-#include <cmath>
 #include <future>
 
 #include "common/crash_point.hpp"
-#include "common/http/server.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
-#include "common/pg/errors.hpp"
-#include "orchestrator/response.hpp"
+#include "orchestrator/run_outcomes.hpp"
 
 namespace orchestrator {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& s : steps) j.push_back(s.ToJson());
-  return j;
-}
-
-// The runner's durable side: the parent row, written only under this saga's lease.
-class StoreJournal : public saga::Journal {
- public:
-  // `cancel`: set by SagaService::Cancel while the saga runs in this process.
-  StoreJournal(ParentStore& store, EventStore& events, const Claim& claim,
-               std::shared_ptr<std::atomic<bool>> cancel)
-      : store_(store),
-        events_(events),
-        lease_(claim.lease),
-        renewed_at_(claim.leased_at),
-        cancel_(std::move(cancel)) {
-    if (!claim.row.cancel_requested.is_null()) *cancel_ = true;
-  }
-
-  // Renews once a third of the lease has passed: the happy path (well under that) adds no
-  // commit, and a slow saga renews long before its lease could expire. A renewal also hears
-  // of a cancel asked of another replica.
-  bool KeepLease() override {
-    if (Clock::now() - renewed_at_ < store_.options().lease / 3) return true;
-    bool cancel = false;
-    if (!store_.Renew(lease_, &cancel)) return false;
-    if (cancel) *cancel_ = true;
-    renewed_at_ = Clock::now();
-    return true;
-  }
-
-  bool CancelRequested() override { return *cancel_; }
-
-  // KeepLease renews once a third has passed: asked that often, it renews in time.
-  std::chrono::milliseconds KeepLeaseEvery() const override {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(store_.options().lease / 3);
-  }
-
-  ParkResult Park(const std::vector<saga::StepRecord>& steps,
-                  std::chrono::milliseconds wake_in) override {
-    return store_.Park(lease_, StepsJson(steps), wake_in) ? ParkResult::kParked
-                                                          : ParkResult::kFenced;
-  }
-
-  std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
-    return events_.Take(lease_.tenant_id, lease_.key, names);
-  }
-
-  AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,
-                         const std::vector<std::string>& names,
-                         std::chrono::milliseconds wake_in) override {
-    switch (store_.ParkForEvents(lease_, StepsJson(steps), names, wake_in)) {
-      case ParentStore::AwaitOutcome::kParked:
-        return AwaitResult::kParked;
-      case ParentStore::AwaitOutcome::kFenced:
-        return AwaitResult::kFenced;
-      case ParentStore::AwaitOutcome::kArrived:
-        renewed_at_ = Clock::now();
-        return AwaitResult::kArrived;
-    }
-    return AwaitResult::kFenced;
-  }
-
-  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult& cause,
-                         const std::string& failed_step) override {
-    return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
-  }
-
-  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
-                  std::chrono::milliseconds retry_in) override {
-    return store_.DeferStuck(lease_, StepsJson(steps), retry_in);
-  }
-
- private:
-  ParentStore& store_;
-  EventStore& events_;
-  Lease lease_;
-  Clock::time_point renewed_at_;
-  std::shared_ptr<std::atomic<bool>> cancel_;
-};
-
-// A 503 is an outage: the client is told when to retry (with the same key, which is safe).
-Answer Error(int status, const std::string& code, const std::string& message) {
-  Answer a{status,
-           common::http::ProblemBody(status, code, message),
-           {{"Content-Type", common::http::kProblemContentType}}};
-  if (status == 503) a.headers["Retry-After"] = "1";
-  return a;
-}
-
-// What the runner needs from a stored row. Throws nlohmann::json::exception on a row whose
-// JSON does not have the expected shape.
-saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
-  saga::SagaInput input;
-  input.tenant_id = row.tenant_id;
-  input.parent_key = row.key;
-  input.request = row.request_body;
-  input.trace_id = row.trace_id;
-  input.root_span_id = row.root_span_id;
-  input.resumed = resumed;
-  std::vector<saga::StepRecord> steps;
-  for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
-  if (row.status == SagaStatus::kCompensating) {
-    input.compensating = std::move(steps);
-    input.failure = FailureFromJson(row.failure);
-    input.failed_step = row.failed_step;
-  } else if (!steps.empty()) {
-    input.checkpoint = std::move(steps);  // parked, or deferred while running
-  }
-  return input;
-}
-
-// What a request whose saga threw past Drive gets: a 503 for an outage (a retry with the
-// same key is safe), else a 500.
-Answer Unanswered(const std::exception_ptr& e) {
-  auto failure = common::pg::Classify(e);
-  common::Log("saga_answer_failed", {{"error", failure.what}});
-  if (failure.kind == common::pg::Failure::kUnavailable) {
-    return Error(503, "unavailable",
-                 "the database is unavailable; retrying with the same key is safe");
-  }
-  return Error(500, "internal_error", "internal error");
-}
-
-Answer InProgress(const SagaRow& row) {
-  Answer a = Error(409, "idempotency_key_in_progress",
-                   "a request with this Idempotency-Key is still being processed; retry later");
-  int seconds = std::max(1, static_cast<int>(std::ceil(std::min(row.lease_seconds_left, 5.0))));
-  a.headers["Retry-After"] = std::to_string(seconds);
-  return a;
-}
-
-}  // namespace
 
 const char* ToString(KeyOutcome outcome) {
   switch (outcome) {
@@ -221,9 +84,9 @@ SagaService::SagaService(ParentStore& store, EventStore& events, const saga::Reg
   }
 }
 
-Answer SagaService::Counted(Answer a) {
-  if (a.outcome != KeyOutcome::kNone) key_outcomes_.With({ToString(a.outcome)}).Inc();
-  return a;
+RunOutcome SagaService::Counted(RunOutcome o) {
+  if (o.outcome != KeyOutcome::kNone) key_outcomes_.With({ToString(o.outcome)}).Inc();
+  return o;
 }
 
 SagaService::~SagaService() { Shutdown(); }
@@ -246,32 +109,6 @@ void SagaService::Shutdown() {
   }
 }
 
-namespace {
-
-// Takes one off a count when the scope ends, however it ends.
-struct CountDown {
-  std::atomic<long long>& n;
-  ~CountDown() { --n; }
-};
-
-Answer ReplayOf(const FinishedAnswer& f) {
-  Answer a{f.status, f.body, f.headers};
-  a.headers["Idempotent-Replayed"] = "true";
-  a.outcome = KeyOutcome::kReplayed;
-  a.trace_id = f.trace_id;
-  a.root_span_id = f.root_span_id;
-  return a;
-}
-
-Answer Mismatch() {
-  Answer a = Error(422, "idempotency_key_reused",
-                   "this Idempotency-Key was used with a different request body");
-  a.outcome = KeyOutcome::kMismatch;
-  return a;
-}
-
-}  // namespace
-
 FinishedAnswer SagaService::Remember(const SagaRow& row, int status, const std::string& body,
                                      std::map<std::string, std::string> headers,
                                      std::chrono::milliseconds row_expires_in) {
@@ -281,14 +118,14 @@ FinishedAnswer SagaService::Remember(const SagaRow& row, int status, const std::
   return answer;
 }
 
-Answer SagaService::Replay(const SagaRow& row) {
+RunOutcome SagaService::Replay(const SagaRow& row) {
   std::map<std::string, std::string> headers;
   if (row.response_headers.is_object()) {
     for (const auto& [name, value] : row.response_headers.items()) {
       if (value.is_string()) headers[name] = value.get<std::string>();
     }
   }
-  return ReplayOf(
+  return outcomes::Replay(
       Remember(row, row.response_status, row.response_body, std::move(headers),
                std::chrono::milliseconds(static_cast<long long>(row.expires_in_seconds * 1000))));
 }
@@ -316,133 +153,6 @@ bool SagaService::Queue(const Claim& claim, std::chrono::milliseconds wake_in, c
                               {"reason", reason},
                               {"trace_id", claim.row.trace_id}});
   return true;
-}
-
-Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed,
-                          std::chrono::steady_clock::time_point answer_by) {
-  // running_ was counted when the saga was posted, so queued sagas count as running too.
-  CountDown done{running_};
-  const SagaRow& row = claim.row;
-  struct GiveBack {
-    SagaService& s;
-    const std::string& tenant;
-    ~GiveBack() { s.GiveTenantSlot(tenant); }
-  } give_back{*this, row.tenant_id};
-  // Cancels asked of this process reach the runner at once; the journal's lease renewals
-  // bring those asked of another replica.
-  auto cancel = std::make_shared<std::atomic<bool>>(false);
-  const std::string running_key = row.tenant_id + '\n' + row.key;
-  {
-    std::lock_guard lock(cancels_mutex_);
-    cancels_[running_key] = cancel;
-  }
-  struct Unregister {
-    SagaService& s;
-    const std::string& k;
-    ~Unregister() {
-      std::lock_guard lock(s.cancels_mutex_);
-      s.cancels_.erase(k);
-    }
-  } unregister{*this, running_key};
-  StoreJournal journal(store_, events_, claim, cancel);
-  try {
-    // The definition the saga started with, never a newer one: its steps and compensations
-    // are what ran. A build without it must not guess.
-    const saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
-    if (definition == nullptr) {
-      common::Log("saga_definition_missing", {{"tenant", row.tenant_id},
-                                              {"key", row.key},
-                                              {"saga", row.saga_name},
-                                              {"version", std::to_string(row.saga_version)},
-                                              {"trace_id", row.trace_id}});
-      store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
-      return Error(503, "unavailable",
-                   "this saga's definition is not served by this build; retry later");
-    }
-    saga::SagaInput input;
-    try {
-      input = InputOf(row, claim.kind == Claim::kTakenOver);
-      input.answer_by = answer_by;
-      // Resumed: the stored request, parsed as the definition it started with reads it.
-      input.typed = typed ? std::move(typed) : definition->ParseInput(row.request_body);
-    } catch (const std::exception& e) {  // json, InvalidInput, an unknown step status
-      // A row this build cannot read: running anything could undo the wrong thing. Keep it
-      // visible (stuck), with the steps it recorded, and let an operator look; recovery
-      // retries it at the stuck pace.
-      common::Log("saga_unreadable", {{"tenant", row.tenant_id},
-                                      {"key", row.key},
-                                      {"error", e.what()},
-                                      {"trace_id", row.trace_id}});
-      store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
-      return Error(503, "unavailable", "the order cannot be resumed now; retry later");
-    }
-    saga::Runner runner(
-        *definition, policy_, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
-        [this] { return stopping_.load(); }, tracer_, &runner_metrics_);
-    auto started = std::chrono::steady_clock::now();
-    saga::SagaResult result = runner.Run(std::move(input), journal);
-    durations_.With({definition->name(), saga::ToString(result.end)})
-        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    if (result.end == saga::SagaEnd::kAbandoned) {
-      return Error(503, "unavailable", "the service is shutting down; retry with the same key");
-    }
-    if (result.end == saga::SagaEnd::kParked || result.end == saga::SagaEnd::kDeferred) {
-      // Set aside, for recovery to resume: parked (waiting with no thread held, until its
-      // wake-up time) or stuck (a compensation keeps failing, or a step is blocked on a
-      // configuration fault). The caller polls the saga, or retries the key (409 until then).
-      bool parked = result.end == saga::SagaEnd::kParked;
-      nlohmann::json body = {
-          {"status",
-           ToString(result.failed_step.empty() ? SagaStatus::kStarted : SagaStatus::kCompensating)},
-          {parked ? "waiting" : "stuck", true},
-          {"order_id", row.order_id},
-          {"idempotency_key", row.key},
-          {"trace_id", row.trace_id}};
-      if (!result.waiting_for.empty()) body["waiting_for"] = result.waiting_for;
-      return Answer{202, body.dump(), {{"Location", StatusPath(row.saga_name, row.key)}}};
-    }
-    if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
-      auto response = BuildResponse(
-          result, {row.order_id, row.key, row.trace_id, StatusPath(row.saga_name, row.key)});
-      bool completed = result.end == saga::SagaEnd::kCompleted;
-      if (store_.Finish(claim.lease, completed, response.status, response.body,
-                        StepsJson(result.steps), response.headers)) {
-        common::CrashPoint("after_finish");
-        // Not remembered yet: most keys are never sent again, and copying every answer into
-        // memory cost each order an allocation burst and the cache its whole budget. The
-        // first replay reads the row (Replay remembers it); a storm after it comes from memory.
-        common::Log("saga_finished",
-                    {{"tenant", row.tenant_id},
-                     {"key", row.key},
-                     {"status", ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)},
-                     {"http_status", std::to_string(response.status)},
-                     {"trace_id", row.trace_id}});
-        return Answer{response.status, response.body, response.headers};
-      }
-    }
-    // Fenced: another owner has the saga now; answer from what it has stored, if anything.
-    auto now = store_.Get(row.tenant_id, row.key);
-    if (now && !now->response_body.empty()) return Replay(*now);
-    return InProgress(now.value_or(row));
-  } catch (...) {
-    // The database (or a bug) stopped us mid-saga: nothing final was stored; the lease
-    // expires and a retry or the sweeper resumes with the same derived keys. Only an outage
-    // is a 503 that invites the retry; anything else says what it is.
-    auto failure = common::pg::Classify(std::current_exception());
-    bool outage = failure.kind == common::pg::Failure::kUnavailable;
-    common::Log(outage ? "saga_interrupted" : "saga_interrupted_by_error",
-                {{"tenant", row.tenant_id},
-                 {"key", row.key},
-                 {"sqlstate", failure.sqlstate},
-                 {"error", failure.what},
-                 {"trace_id", row.trace_id}});
-    if (!outage) {
-      return Error(500, "internal_error",
-                   "the order stopped on an internal error; nothing final was stored");
-    }
-    return Error(503, "unavailable",
-                 "the order could not be completed now; retry with the same key");
-  }
 }
 
 SagaService::CancelResult SagaService::Cancel(const SagaRow& row, const std::string& operator_name,
@@ -522,39 +232,36 @@ int SagaService::FreeCapacity() const {
                          static_cast<int>(running_.load() - running_inline_.load()));
 }
 
-Answer SagaService::Submit(const Submission& s) {
-  if (stopping_) return Error(503, "unavailable", "the service is shutting down");
+RunOutcome SagaService::Submit(const Submission& s) {
+  if (stopping_) return outcomes::Unavailable("the service is shutting down");
   const ClaimRequest& req = s.request;
   if (auto done = finished_.Get(req.tenant_id, req.key)) {
-    if (req.Matches(done->request_hash)) return Counted(ReplayOf(*done));
-    Answer a = Mismatch();
-    a.trace_id = done->trace_id;
-    a.root_span_id = done->root_span_id;
-    return Counted(std::move(a));
+    if (req.Matches(done->request_hash)) return Counted(outcomes::Replay(*done));
+    RunOutcome reused = outcomes::Reused();
+    reused.trace_id = done->trace_id;
+    reused.root_span_id = done->root_span_id;
+    return Counted(std::move(reused));
   }
   ClaimRequest claiming = req;
   claiming.saga_name = s.definition->name();
   claiming.saga_version = s.definition->version();
   claiming.owner = options_.owner;
   Claim claim = store_.ClaimKey(claiming);
-  Answer answer = AnswerClaim(claim, s);
-  answer.trace_id = claim.row.trace_id;
-  answer.root_span_id = claim.row.root_span_id;
-  return Counted(std::move(answer));
+  RunOutcome outcome = AnswerClaim(claim, s);
+  outcome.trace_id = claim.row.trace_id;
+  outcome.root_span_id = claim.row.root_span_id;
+  return Counted(std::move(outcome));
 }
 
-Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
+RunOutcome SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   if (claim.kind == Claim::kClaimed) common::CrashPoint("after_claim");
   switch (claim.kind) {
     case Claim::kMismatch:
-      return Mismatch();
+      return outcomes::Reused();
     case Claim::kFinished:
       return Replay(claim.row);
-    case Claim::kInProgress: {
-      Answer a = InProgress(claim.row);
-      a.outcome = KeyOutcome::kInProgress;
-      return a;
-    }
+    case Claim::kInProgress:
+      return outcomes::InProgress(claim.row);
     case Claim::kClaimed:
     case Claim::kTakenOver:
       break;
@@ -570,24 +277,14 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   auto input = claim.kind == Claim::kClaimed ? s.input : nullptr;
   auto outcome = claim.kind == Claim::kClaimed ? KeyOutcome::kClaimed : KeyOutcome::kTakenOver;
   // What a request still waiting after the response budget gets: the saga goes on.
-  auto accepted = [outcome, order_id = claim.row.order_id, trace_id = claim.row.trace_id,
-                   root_span_id = claim.row.root_span_id, key = s.request.key,
-                   saga = s.definition->name()] {
-    nlohmann::json body = {{"status", ToString(SagaStatus::kStarted)},
-                           {"order_id", order_id},
-                           {"idempotency_key", key},
-                           {"trace_id", trace_id}};
-    Answer a{202, body.dump(), {{"Location", StatusPath(saga, key)}}};
-    a.outcome = outcome;
-    a.trace_id = trace_id;
-    a.root_span_id = root_span_id;
-    return a;
-  };
-  // Queued before anything runs when its tenant has its fill running here: answered 202,
+  auto accepted = [running = outcomes::Running(claim.row, outcome)] { return running; };
+  // Queued before anything runs when its tenant has its fill running here: answered running,
   // started by recovery once a slot is free.
   if (!TakeTenantSlot(s.request.tenant_id)) {
     --running_;
-    if (!Queue(claim, std::chrono::milliseconds(0), "tenant_limit")) return InProgress(claim.row);
+    if (!Queue(claim, std::chrono::milliseconds(0), "tenant_limit")) {
+      return outcomes::InProgress(claim.row);
+    }
     return accepted();
   }
   if (s.answer_early && ++running_inline_ <= static_cast<long long>(options_.inline_limit)) {
@@ -597,9 +294,9 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     auto answer_by = std::chrono::steady_clock::now() + options_.response_budget;
     auto late =
         budget_watch_.Add(answer_by, [send = s.answer_early, accepted] { send(accepted()); });
-    Answer a = Drive(claim, input, answer_by);
-    a.outcome = outcome;
-    return a;
+    RunOutcome o = Drive(claim, input, answer_by);
+    o.outcome = outcome;
+    return o;
   }
   if (s.answer_early) --running_inline_;  // over the limit: the pool's
   if (running_.load() - running_inline_.load() > static_cast<long long>(options_.threads)) {
@@ -609,31 +306,31 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     --running_;
     GiveTenantSlot(s.request.tenant_id);
     if (!Queue(claim, std::chrono::milliseconds(0), "threads")) {
-      return InProgress(claim.row);  // fenced: another owner has it already
+      return outcomes::InProgress(claim.row);  // fenced: another owner has it already
     }
     return accepted();
   }
   if (s.answer_early) {
     // The request's worker does not wait for the pool: the saga's thread sends its answer, or
-    // the budget watch a 202, whichever comes first. A worker waiting on a saga held up by a
-    // slow participant is how that participant used to turn every route into 503s.
+    // the budget watch a "still running", whichever comes first. A worker waiting on a saga held up
+    // by a slow participant is how that participant used to turn every route into 503s.
     auto late = budget_watch_.Add(std::chrono::steady_clock::now() + options_.response_budget,
                                   [send = s.answer_early, accepted] { send(accepted()); });
     boost::asio::post(*pool_, [this, claim, input, outcome, send = s.answer_early, late] {
-      Answer a;
+      RunOutcome o;
       try {
-        a = Drive(claim, input);
+        o = Drive(claim, input);
       } catch (...) {  // Drive catches what it can; anything else must still answer
-        a = Unanswered(std::current_exception());
+        o = outcomes::Unanswered(std::current_exception());
       }
-      a.outcome = outcome;
-      send(a);
+      o.outcome = outcome;
+      send(o);
     });
-    Answer later = accepted();
+    RunOutcome later = accepted();
     later.deferred = true;
     return later;
   }
-  auto promise = std::make_shared<std::promise<Answer>>();
+  auto promise = std::make_shared<std::promise<RunOutcome>>();
   auto future = promise->get_future();
   boost::asio::post(*pool_, [this, claim, promise, input] {
     // Drive catches what it can; anything else (bad_alloc) must still answer the request.
@@ -644,9 +341,9 @@ Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
     }
   });
   if (future.wait_for(options_.response_budget) == std::future_status::ready) {
-    Answer a = future.get();
-    a.outcome = outcome;
-    return a;
+    RunOutcome o = future.get();
+    o.outcome = outcome;
+    return o;
   }
   return accepted();
 }

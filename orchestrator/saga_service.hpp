@@ -1,12 +1,14 @@
 // Runs submitted sagas end to end: claims the parent key, drives the saga (the definition the
 // key started with, from the registry) on a thread pool
 // (Boost.Asio) with a store-backed, lease-fenced journal, stores the final response, and
-// answers the HTTP request within the response budget (or 202 while the saga goes on).
+// answers the request within the response budget (or says it is still running).
 //
 // Thread-safe. Shutdown() stops new work and lets running sagas stop at their next step
 // boundary; their leases expire and recovery resumes them.
 //   SagaService svc(store, events, registry, policy, {.owner = "host:1234"});
-//   Answer a = svc.Submit({registry.Latest("ship_order"), input, {tenant, key, hash, body}});
+//   RunOutcome o = svc.Submit({registry.Latest("ship_order"), input, {tenant, key, hash, body}});
+// The start of a run from outside goes through orchestrator/start_run.hpp, which parses and
+// fingerprints the request first.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,7 @@
 
 #include "common/deadline_watch.hpp"
 #include "common/metrics.hpp"
+#include "orchestrator/response.hpp"
 #include "orchestrator/store/event_store.hpp"
 #include "orchestrator/store/finished_cache.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -41,18 +44,45 @@ enum class KeyOutcome {
 // attribute idempotency.outcome and the metric's label.
 const char* ToString(KeyOutcome outcome);
 
-struct Answer {
-  int status = 0;
-  std::string body;
-  std::map<std::string, std::string> headers;
+// What became of a request to start a run: the "start a run" use case's typed answer, the
+// same for every adapter (HTTP, AMQP, the in-process client). No wire format in it but a
+// finished run's stored answer, which is the run's canonical representation: every adapter
+// hands it on byte for byte. The rest (in progress, reused, still running, unavailable) each
+// adapter renders its own way (orchestrator/http/run_answer.cpp for HTTP).
+struct RunOutcome {
+  enum class Kind {
+    kFinished,     // ended now, completed or failed: `answer` is what it stored
+    kReplayed,     // ended before: `answer` as stored (marked Idempotent-Replayed)
+    kRunning,      // still running past the response budget, queued, parked or stuck
+    kInProgress,   // another request runs it: ask again after `retry_after`
+    kReused,       // the key was used with another request: nothing else happened
+    kInvalid,      // the input is not what the saga takes (`detail`): nothing stored
+    kUnknownSaga,  // no saga of that name is served here: nothing stored
+    kUnavailable,  // shutting down or an outage (`detail`): a retry with the same key is safe
+    kInternal,     // stopped by an internal error (`detail`): nothing final was stored
+  };
+  Kind kind = Kind::kUnavailable;
+  StoredResponse answer;  // kFinished, kReplayed
+  std::string detail;     // kInvalid, kUnavailable, kInternal: what happened, in a sentence
+  // kRunning: the run's state, and why it is not answering yet.
+  SagaStatus status = SagaStatus::kStarted;
+  bool waiting = false;        // parked on a timer or an event (`waiting_for`)
+  bool stuck = false;          // set aside: a compensation keeps failing, or a config fault
+  nlohmann::json waiting_for;  // the events it waits for, when it waits for any
+  std::string order_id;        // kRunning, kFinished
+  std::chrono::seconds retry_after{1};  // kInProgress: about when its lease runs out
   // For the request's span: what the key said, and the saga's trace (when there is one).
   KeyOutcome outcome = KeyOutcome::kNone;
+  // The request's span (RunStarter::Start), for the adapter to hand back to its caller.
+  std::string traceparent;
   // The request started or resumed the saga (its span is the saga's root).
   bool Owns() const { return outcome == KeyOutcome::kClaimed || outcome == KeyOutcome::kTakenOver; }
+  // The run has its final answer (kFinished, kReplayed).
+  bool Final() const { return kind == Kind::kFinished || kind == Kind::kReplayed; }
   std::string trace_id;
   std::string root_span_id;
   // Not the answer: it goes out later through Submission::answer_early, from the saga's
-  // thread (or a 202 at the response budget). The request's worker is free meanwhile.
+  // thread (or a kRunning at the response budget). The request's worker is free meanwhile.
   bool deferred = false;
 };
 
@@ -65,10 +95,10 @@ struct Submission {
   // Sends an answer to the request from another thread, before or after Submit returns; false
   // when it was answered already. When set, a saga this request starts runs on the calling
   // thread (no hand-off to the pool and back) up to inline_limit, and a request still waiting
-  // for it after the response budget gets its 202 through this; past inline_limit the saga
-  // runs on the pool and Submit returns a `deferred` answer at once, the saga's answer
+  // for it after the response budget gets its kRunning through this; past inline_limit the
+  // saga runs on the pool and Submit returns a `deferred` outcome at once, the saga's answer
   // following through this. When unset, the saga runs on the pool and Submit waits for it.
-  std::function<bool(const Answer&)> answer_early;
+  std::function<bool(const RunOutcome&)> answer_early;
 };
 
 struct SagaServiceOptions {
@@ -110,7 +140,7 @@ class SagaService {
               common::metrics::Registry* metrics = nullptr);
   ~SagaService();
 
-  Answer Submit(const Submission& submission);
+  RunOutcome Submit(const Submission& submission);
 
   enum class CancelResult {
     kRequested,            // recorded; the saga stops at its next step boundary
@@ -145,17 +175,23 @@ class SagaService {
  private:
   // `input`: the typed input when the route parsed it (a new claim); null when resumed.
   // `answer_by`: the request that runs it on its own thread waits until then (SagaInput).
-  Answer Drive(const Claim& claim, std::shared_ptr<const std::any> input,
-               std::chrono::steady_clock::time_point answer_by = {});
-  Answer Replay(const SagaRow& row);
+  RunOutcome Drive(const Claim& claim, std::shared_ptr<const std::any> input,
+                   std::chrono::steady_clock::time_point answer_by = {});
+  RunOutcome Replay(const SagaRow& row);
   // Remembers a finished row's answer for replays; returns it.
   FinishedAnswer Remember(const SagaRow& row, int status, const std::string& body,
                           std::map<std::string, std::string> headers,
                           std::chrono::milliseconds row_expires_in);
   // The answer for what the key said; starts the saga when this request owns it.
-  Answer AnswerClaim(const Claim& claim, const Submission& s);
+  RunOutcome AnswerClaim(const Claim& claim, const Submission& s);
 
-  Answer Counted(Answer a);
+  RunOutcome Counted(RunOutcome o);
+
+  // Takes one off a count when the scope ends, however it ends.
+  struct CountDown {
+    std::atomic<long long>& n;
+    ~CountDown() { --n; }
+  };
 
   // Backoff sleeps wake at once on shutdown.
   void SleepUnlessStopping(std::chrono::milliseconds d);

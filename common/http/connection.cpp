@@ -22,14 +22,7 @@ constexpr size_t kReadChunk = 4096;
 constexpr auto kLingerTime = std::chrono::seconds(1);
 constexpr size_t kLingerBytes = size_t{4} << 20;
 
-// The EarlyAnswer of the request this worker's handler runs for.
-thread_local const EarlyAnswer* current_early_answer = nullptr;
-
 }  // namespace
-
-EarlyAnswer EarlyAnswer::ForCurrentRequest() {
-  return current_early_answer != nullptr ? *current_early_answer : EarlyAnswer();
-}
 
 namespace detail {
 
@@ -204,9 +197,7 @@ void Connection::Dispatch() {
         auto c = weak.lock();
         return c != nullptr && c->AnswerEarly(ex, std::move(res));
       });
-      current_early_answer = &early;
-      self->server_.Run(*ex);
-      current_early_answer = nullptr;
+      self->server_.Run(*ex, early);
     }
     if (ex->res.has_header(kDeferMarker)) {  // its EarlyAnswer answers, now or later
       ex->deferred_connection = self;

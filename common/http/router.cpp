@@ -8,7 +8,7 @@ namespace common::http {
 
 namespace detail {
 
-void Router::Add(std::string method, const std::string& pattern, Server::Handler handler) {
+void Router::Add(std::string method, const std::string& pattern, Server::EarlyHandler handler) {
   std::regex regex(pattern);  // throws std::regex_error on a bad pattern, before the lock
   std::unique_lock lock(mutex_);
   routes_.push_back({std::move(method), pattern, std::move(regex), std::move(handler)});

@@ -20,13 +20,13 @@ struct Route {
   std::string method;
   std::string pattern;
   std::regex regex;
-  Server::Handler handler;
+  Server::EarlyHandler handler;
 };
 
 class Router {
  public:
   // Throws std::regex_error on a bad pattern.
-  void Add(std::string method, const std::string& pattern, Server::Handler handler);
+  void Add(std::string method, const std::string& pattern, Server::EarlyHandler handler);
 
   // Decodes `req.target`'s path into `route_path` (what routes match) and returns the first
   // route of `req`'s method (GET's for HEAD) that matches it whole, with `req.matches` filled.

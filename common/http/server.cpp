@@ -160,9 +160,9 @@ bool ServerCore::FindRoute(Exchange& ex) const {
   return ex.route != nullptr;
 }
 
-void ServerCore::Run(Exchange& ex) const {
+void ServerCore::Run(Exchange& ex, const EarlyAnswer& early) const {
   try {
-    ex.route->handler(ex.req, ex.res);
+    ex.route->handler(ex.req, ex.res, early);
   } catch (...) {
     AnswerException(ex.req, ex.res, std::current_exception(), classify);
   }
@@ -180,16 +180,32 @@ Server::~Server() { Stop(); }
 
 std::vector<Server::RouteInfo> Server::Routes() const { return impl_->router.Infos(); }
 
+namespace {
+
+// A handler with no use for its request's EarlyAnswer.
+Server::EarlyHandler Plain(Server::Handler handler) {
+  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                        const EarlyAnswer&) { handler(req, res); };
+}
+
+}  // namespace
+
 Server& Server::Get(const std::string& pattern, Handler handler) {
+  return Get(pattern, Plain(std::move(handler)));
+}
+Server& Server::Post(const std::string& pattern, Handler handler) {
+  return Post(pattern, Plain(std::move(handler)));
+}
+Server& Server::Put(const std::string& pattern, Handler handler) {
+  impl_->router.Add("PUT", pattern, Plain(std::move(handler)));
+  return *this;
+}
+Server& Server::Get(const std::string& pattern, EarlyHandler handler) {
   impl_->router.Add("GET", pattern, std::move(handler));
   return *this;
 }
-Server& Server::Post(const std::string& pattern, Handler handler) {
+Server& Server::Post(const std::string& pattern, EarlyHandler handler) {
   impl_->router.Add("POST", pattern, std::move(handler));
-  return *this;
-}
-Server& Server::Put(const std::string& pattern, Handler handler) {
-  impl_->router.Add("PUT", pattern, std::move(handler));
   return *this;
 }
 

@@ -106,9 +106,34 @@ struct Limits {
 // The body limit of `path` under `limits`.
 size_t BodyLimitFor(const Limits& limits, std::string_view path);
 
+// Answers a request from any thread before its handler returns: for a handler that owes its
+// client an answer within a time budget (a 202 and where to look) while it works on. Whatever
+// the handler leaves in its response afterwards is dropped. A route gets its request's handle
+// as an argument of its handler (Server::EarlyHandler); it is passed, never looked up.
+//   server.Post("/v1/things", [](const auto& req, auto& res, const EarlyAnswer& early) {
+//     // later, from any thread: false when the handler returned first
+//     early.Send(accepted_response);
+//   });
+class EarlyAnswer {
+ public:
+  using SendFn = std::function<bool(httplib::Response)>;
+  EarlyAnswer() = default;
+  explicit EarlyAnswer(SendFn send) : send_(std::move(send)) {}
+  explicit operator bool() const { return static_cast<bool>(send_); }
+  // True when `res` is the request's answer: its handler had not returned, and no other early
+  // answer had gone.
+  bool Send(httplib::Response res) const { return send_ && send_(std::move(res)); }
+
+ private:
+  SendFn send_;
+};
+
 class Server {
  public:
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  // A handler that may answer its request from another thread (EarlyAnswer, DeferAnswer).
+  using EarlyHandler =
+      std::function<void(const httplib::Request&, httplib::Response&, const EarlyAnswer&)>;
 
   // `classify` says what a handler's exception means; empty: the process's
   // (common::ClassifyFailure).
@@ -121,6 +146,8 @@ class Server {
   Server& Get(const std::string& pattern, Handler handler);
   Server& Post(const std::string& pattern, Handler handler);
   Server& Put(const std::string& pattern, Handler handler);
+  Server& Get(const std::string& pattern, EarlyHandler handler);
+  Server& Post(const std::string& pattern, EarlyHandler handler);
 
   // The routes registered, in matching order (for a contract test: every route documented).
   struct RouteInfo {
@@ -143,28 +170,6 @@ class Server {
 
  private:
   std::unique_ptr<detail::ServerCore> impl_;
-};
-
-// Answers a request from any thread before its handler returns: for a handler that owes its
-// client an answer within a time budget (a 202 and where to look) while it works on. Whatever
-// the handler leaves in its response afterwards is dropped. Empty outside a handler.
-//   auto early = EarlyAnswer::ForCurrentRequest();  // on the handler's thread
-//   // later, from any thread: false when the handler returned first
-//   early.Send(accepted_response);
-class EarlyAnswer {
- public:
-  using SendFn = std::function<bool(httplib::Response)>;
-  EarlyAnswer() = default;
-  explicit EarlyAnswer(SendFn send) : send_(std::move(send)) {}
-  explicit operator bool() const { return static_cast<bool>(send_); }
-  // True when `res` is the request's answer: its handler had not returned, and no other early
-  // answer had gone.
-  bool Send(httplib::Response res) const { return send_ && send_(std::move(res)); }
-  // The handle of the request the calling thread's handler runs for; empty elsewhere.
-  static EarlyAnswer ForCurrentRequest();
-
- private:
-  SendFn send_;
 };
 
 // Leaves the request unanswered when its handler returns: the answer comes later, from any

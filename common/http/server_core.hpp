@@ -48,8 +48,8 @@ class ServerCore {
   void Unregister(Connection* c);
   // Finds the route (true) or fills the 404/405 answer (false).
   bool FindRoute(Exchange& ex) const;
-  // On a worker: the handler, its exception, the defaults.
-  void Run(Exchange& ex) const;
+  // On a worker: the handler (given `early`, its request's), its exception, the defaults.
+  void Run(Exchange& ex, const EarlyAnswer& early) const;
   void RunLoop();
 
   const Limits limits;

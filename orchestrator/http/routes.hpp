@@ -3,7 +3,7 @@
 //
 // Thread-safe once added (handlers run on the server's workers).
 //   orchestrator::http::TenantAuth auth(store, std::chrono::seconds(30));
-//   orchestrator::http::AddRunRoutes(server, {sagas, registry, store, tracer, auth, limits});
+//   orchestrator::http::AddRunRoutes(server, {runs, registry, store, auth, limits});
 #pragma once
 
 #include <chrono>
@@ -18,16 +18,13 @@
 #include "common/trace/span.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga_service.hpp"
+#include "orchestrator/start_run.hpp"
 #include "orchestrator/store/event_store.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
 #include "steps/saga/registry.hpp"
 
 namespace orchestrator {
-
-// Parent keys may be 1..200 printable ASCII; a saga's steps add at most saga::kMaxKeySuffix.
-inline constexpr size_t kMaxParentKeyLength = 200;
-static_assert(kMaxParentKeyLength + saga::kMaxKeySuffix <= common::kMaxDerivedKeyLength);
 
 namespace http {
 
@@ -59,24 +56,28 @@ std::optional<SagaRow> PathSaga(const httplib::Request& req, httplib::Response& 
                                 TenantAuth& auth, ParentStore& store, size_t group = 1);
 
 struct RunRoutes {
-  SagaService& sagas;
+  const RunStarter& runs;
   const saga::Registry& registry;
   ParentStore& store;
-  const common::trace::Tracer& tracer;
   TenantAuth& auth;
   const common::http::Limits& limits;
 };
-// Starts `definition` for an HTTP-shaped request (auth, Idempotency-Key, JSON body, typed
-// input, claim) and writes the answer to `res`, as POST `route` does; the request may have
-// come another way (the AMQP intake builds one from a message). Returns what the key said:
-// kNone when the request was refused before the key was consulted (nothing stored). Throws
-// when the database fails (then nothing is answered, and a retry with the key is safe).
-KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
-                    const saga::Definition& definition, const std::string& route);
-// The same for the saga the path names, as the routes answer it: POST /v1/orders starts
-// place_order, POST /v1/runs/{saga} the latest version of {saga}, after the API key is checked
-// (401), or 404 saga_not_found.
-KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res);
+// The HTTP adapter of the "start a run" use case (orchestrator/start_run.hpp) for the saga
+// the path names: POST /v1/orders starts place_order, POST /v1/runs/{saga} the latest
+// version of {saga}. Reads the caller (401), the Idempotency-Key (400) and the JSON body
+// (400, 413, 415) off the request, starts the run, and writes its answer to `res`; with
+// `early` (the route's), a run that outlives the response budget is answered 202 by it while
+// the saga goes on. Returns what the key said: kNone when the request was refused before the
+// key was consulted (nothing stored). Throws when the database fails (then nothing is
+// answered, and a retry with the key is safe).
+KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+                      const common::http::EarlyAnswer& early = {});
+// A RunOutcome as HTTP (run_answer.cpp), for a run of `saga` under `key`: the stored answer
+// as stored, 202 + Location while it runs, or the problem for the rest.
+void SendRunOutcome(const RunOutcome& outcome, const std::string& saga, const std::string& key,
+                    httplib::Response& res);
+// The orchestrator's one 409 idempotency_key_in_progress, with its Retry-After.
+void SetInProgress(httplib::Response& res, std::chrono::seconds retry_after);
 
 // POST /v1/orders (place_order), POST /v1/runs/{saga}, GET /v1/runs, GET /v1/runs/{saga}/{key},
 // GET /v1/orders/{key}.

@@ -1,9 +1,6 @@
 // The runs API: POST /v1/orders and /v1/runs/{saga} start a saga under an Idempotency-Key;
 // GET reads one.
-#include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
-#include "common/log.hpp"
-#include "common/trace/trace_context.hpp"
 #include "orchestrator/http/routes.hpp"
 
 namespace orchestrator::http {
@@ -11,48 +8,17 @@ namespace {
 
 using common::http::SetError;
 
-// A saga's answer as HTTP, with the traceparent of the request's span.
-void Send(const Answer& a, const std::string& traceparent, httplib::Response& res) {
-  res.status = a.status;
-  auto type = a.headers.find("Content-Type");
-  res.set_content(a.body, type == a.headers.end() ? "application/json" : type->second.c_str());
-  for (const auto& [k, v] : a.headers) {
-    if (k != "Content-Type") res.set_header(k.c_str(), v);
-  }
-  res.set_header("traceparent", traceparent);
-}
-
-// Records the response's status on the request's span, however the handler returns.
-struct ResponseOnSpan {
-  common::trace::Span& span;
-  const httplib::Response& res;
-  ~ResponseOnSpan() {
-    span.Set("http.status_code", static_cast<long long>(res.status));
-    if (res.status >= 400) {
-      span.Error("HTTP " + std::to_string(res.status));
-    } else {
-      span.Ok();
-    }
-  }
-};
-
-}  // namespace
-
+// Starts `saga` for the request (as an order for POST /v1/orders): the caller, key and JSON
+// off the wire, the rest the use case's.
 KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
-                    const saga::Definition& definition, const std::string& route) {
-  // A caller's trace is continued; otherwise this request starts the saga's trace.
-  auto caller = common::trace::ParseTraceparent(req.get_header_value("traceparent"));
-  common::trace::SpanContext parent;
-  if (caller) parent = {caller->trace_id, caller->parent_id};
-  auto span = d.tracer.Start("POST " + route, parent, common::trace::SpanKind::kServer);
-  ResponseOnSpan on_span{span, res};
+                    const common::http::EarlyAnswer& early, const std::string& saga,
+                    bool as_order) {
   auto tenant = d.auth(req);
   if (!tenant) {
     SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
     res.set_header("WWW-Authenticate", "Bearer");
     return KeyOutcome::kNone;
   }
-  span.Set("tenant", *tenant);
   auto key =
       common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
                                   req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
@@ -60,68 +26,36 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
     SetError(res, 400, key.error, key.message);
     return KeyOutcome::kNone;
   }
-  span.Set("idempotency_key", key.key);
   auto body = common::http::ParseJsonBody(req, res, d.limits);
   if (!body) return KeyOutcome::kNone;
-  std::shared_ptr<const std::any> input;
-  try {
-    input = definition.ParseInput(*body);
-  } catch (const saga::InvalidInput& e) {
-    SetError(res, 400, "invalid_request", e.what());
-    return KeyOutcome::kNone;
-  }
-  // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
-  ClaimRequest request{
+  RunRequest run{
+      .saga = saga,
       .tenant_id = *tenant,
       .key = key.key,
-      .request_hash = common::RequestFingerprint("POST", route, *body),
-      .request_body = *body,
-      .trace_id = span.context().trace_id,
-      .root_span_id = span.context().span_id,
-      .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + body->dump())};
-  Submission s{&definition, std::move(input), std::move(request)};
-  if (auto early = common::http::EarlyAnswer::ForCurrentRequest()) {
-    // The saga's 202 when it outlives the response budget; the saga's own span is this
-    // request's, so the traceparent is already known.
-    s.answer_early = [early,
-                      traceparent = common::trace::FormatTraceparent(
-                          span.context().trace_id, span.context().span_id)](const Answer& a) {
+      .input = std::move(*body),
+      .traceparent = req.get_header_value("traceparent"),
+      .as_order = as_order,
+      .span_name = "POST " + (as_order ? std::string("/v1/orders") : "/v1/runs/" + saga)};
+  if (early) {
+    // The saga's 202 when it outlives the response budget, or its answer after that.
+    run.answer_early = [early, saga, key = key.key](const RunOutcome& o) {
       httplib::Response r;
-      Send(a, traceparent, r);
+      SendRunOutcome(o, saga, key, r);
       return early.Send(std::move(r));
     };
   }
-  Answer answer = d.sagas.Submit(s);
-  if (answer.deferred) {
-    // The saga's answer follows through s.answer_early; this span records the 202 it would
-    // be at the latest, the saga's own span what it became.
-    span.Set("idempotency.outcome", std::string(ToString(answer.outcome))).Set("replayed", false);
+  RunOutcome outcome = d.runs.Start(run);
+  if (outcome.deferred) {
+    // The saga's answer follows through `early`.
     res.status = 202;
     common::http::DeferAnswer(res);
-    return answer.outcome;
+    return outcome.outcome;
   }
-  // A request that starts or resumes the saga is logged by it (saga_started, saga_resumed);
-  // one line per request, not two.
-  if (!answer.Owns()) {
-    common::Log("saga_request", {{"tenant", *tenant},
-                                 {"key", key.key},
-                                 {"saga", definition.name()},
-                                 {"outcome", ToString(answer.outcome)},
-                                 {"http_status", std::to_string(answer.status)},
-                                 {"trace_id", answer.trace_id.empty() ? span.context().trace_id
-                                                                      : answer.trace_id}});
-  }
-  span.Set("idempotency.outcome", std::string(ToString(answer.outcome)))
-      .Set("replayed", answer.outcome == KeyOutcome::kReplayed);
-  // A retry that did not start the saga joins the saga's trace (unless the caller has a
-  // trace of its own), so the replay shows in its waterfall.
-  if (!answer.Owns() && !caller && !answer.trace_id.empty()) {
-    span.Reparent({answer.trace_id, answer.root_span_id});
-  }
-  Send(answer, common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id),
-       res);
-  return answer.outcome;
+  SendRunOutcome(outcome, saga, key.key, res);
+  return outcome.outcome;
 }
+
+}  // namespace
 
 namespace {
 
@@ -247,12 +181,11 @@ void View(const SagaRow& row, const std::string& saga, httplib::Response& res) {
 
 }  // namespace
 
-KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res) {
+KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+                      const common::http::EarlyAnswer& early) {
   constexpr std::string_view kRuns = "/v1/runs/";
-  if (req.path == "/v1/orders") {
-    if (const auto* order = d.registry.Latest(kOrderSaga)) {
-      return StartRun(d, req, res, *order, "/v1/orders");
-    }
+  if (req.path == "/v1/orders" && d.registry.Latest(kOrderSaga) != nullptr) {
+    return StartRun(d, req, res, early, kOrderSaga, true);
   }
   // Who asks first: which sagas are served is not for anyone without a key.
   if (!d.auth(req)) {
@@ -265,26 +198,23 @@ KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::
     definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
   }
   if (definition == nullptr) {
-    SetError(res, 404, "saga_not_found",
-             "no saga of this name is served here (GET /v1/runs lists them)");
+    RunOutcome unknown;
+    unknown.kind = RunOutcome::Kind::kUnknownSaga;
+    SendRunOutcome(unknown, "", "", res);
     return KeyOutcome::kNone;
   }
-  return StartRun(d, req, res, *definition, "/v1/runs/" + definition->name());
+  return StartRun(d, req, res, early, definition->name(), false);
 }
 
 void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
-  if (const auto* order = d.registry.Latest(kOrderSaga)) {
-    server.Post("/v1/orders", [d, order](const httplib::Request& req, httplib::Response& res) {
-      StartRun(d, req, res, *order, "/v1/orders");
-    });
-  }
+  auto start = [d](const httplib::Request& req, httplib::Response& res,
+                   const common::http::EarlyAnswer& early) { StartRunAt(d, req, res, early); };
+  if (d.registry.Latest(kOrderSaga) != nullptr) server.Post("/v1/orders", start);
   // Every registered saga, its latest version: /v1/runs/{saga} starts one under the request's
   // Idempotency-Key, /v1/runs/{saga}/{key} reads it. Saga names are [a-z0-9_]: no clash with
   // a key, and none with /v1/sagas (the admin listing of every saga).
-  server.Post(R"(/v1/runs/([^/]+))", [d](const httplib::Request& req, httplib::Response& res) {
-    StartRunAt(d, req, res);
-  });
+  server.Post(R"(/v1/runs/([^/]+))", start);
   server.Get(R"(/v1/runs/([^/]+)/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
     if (auto row = PathSaga(req, res, d.auth, d.store, 2)) View(*row, req.matches[1].str(), res);
   });

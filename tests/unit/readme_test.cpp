@@ -111,6 +111,12 @@ TEST(Readme, TheBuildFromSourceBlockIsWhatTheSubprojectTestBuilds) {
   }
 }
 
+TEST(Readme, TheInProcessClientExampleIsTheTestsCode) {
+  auto code = Marked("tests/integration/app_client_itest.cpp", "  // [in-process-client]");
+  EXPECT_NE(code.find("app_.Start("), std::string::npos);
+  EXPECT_EQ(Block("docs/library.md", "## Start runs from your own code", "cpp", 1), code);
+}
+
 // The README's short saga is the trip saga's definition, as examples/trip_booking has it.
 TEST(Readme, TheReadmesSagaIsTheExamplesCode) {
   auto block = Block("README.md", "## A saga", "cpp", 1);

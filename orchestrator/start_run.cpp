@@ -1,0 +1,107 @@
+#include "orchestrator/start_run.hpp"
+
+#include "common/crypto.hpp"
+#include "common/log.hpp"
+#include "common/trace/trace_context.hpp"
+#include "orchestrator/run_outcomes.hpp"
+
+namespace orchestrator {
+namespace {
+
+RunOutcome Refused(RunOutcome::Kind kind, std::string detail) {
+  RunOutcome o;
+  o.kind = kind;
+  o.detail = std::move(detail);
+  return o;
+}
+
+// Records on the request's span how it ended, and hands the outcome on.
+RunOutcome Ended(common::trace::Span& span, RunOutcome o) {
+  o.traceparent = common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id);
+  if (o.Final()) span.Set("http.status_code", static_cast<long long>(o.answer.status));
+  if (o.kind == RunOutcome::Kind::kRunning || (o.Final() && o.answer.status < 400)) {
+    span.Ok();
+  } else if (o.Final()) {
+    span.Error("HTTP " + std::to_string(o.answer.status));
+  } else {
+    span.Error(o.detail.empty() ? ToString(o.outcome) : o.detail);
+  }
+  return o;
+}
+
+}  // namespace
+
+RunOutcome RunStarter::Start(const RunRequest& r) const {
+  // The path the request's fingerprint is scoped by, as the HTTP routes have always named it:
+  // a fingerprint is stored with every key, so it must not change with the adapter.
+  const std::string route = r.as_order ? "/v1/orders" : "/v1/runs/" + r.saga;
+  const saga::Definition* definition = registry_.Latest(r.as_order ? kOrderSaga : r.saga);
+  if (definition == nullptr) {
+    return Refused(RunOutcome::Kind::kUnknownSaga, "no saga of this name is served here");
+  }
+  if (!common::IsValidKeyBytes(r.key, kMaxParentKeyLength)) {
+    return Refused(RunOutcome::Kind::kInvalid, "the Idempotency-Key must be 1-" +
+                                                   std::to_string(kMaxParentKeyLength) +
+                                                   " printable ASCII characters");
+  }
+  // A caller's trace is continued; otherwise this request starts the saga's trace.
+  auto caller = common::trace::ParseTraceparent(r.traceparent);
+  common::trace::SpanContext parent;
+  if (caller) parent = {caller->trace_id, caller->parent_id};
+  auto span = tracer_.Start(r.span_name.empty() ? "start " + definition->name() : r.span_name,
+                            parent, common::trace::SpanKind::kServer);
+  span.Set("tenant", r.tenant_id).Set("idempotency_key", r.key);
+  const std::string traceparent =
+      common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id);
+  std::shared_ptr<const std::any> input;
+  try {
+    input = definition->ParseInput(r.input);
+  } catch (const saga::InvalidInput& e) {
+    return Ended(span, Refused(RunOutcome::Kind::kInvalid, e.what()));
+  }
+  // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
+  ClaimRequest request{
+      .tenant_id = r.tenant_id,
+      .key = r.key,
+      .request_hash = common::RequestFingerprint("POST", route, r.input),
+      .request_body = r.input,
+      .trace_id = span.context().trace_id,
+      .root_span_id = span.context().span_id,
+      .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + r.input.dump())};
+  Submission s{definition, std::move(input), std::move(request)};
+  if (r.answer_early) {
+    // The saga's "still running" when it outlives the response budget, or its answer later;
+    // the saga's own span is this request's, so the traceparent is already known.
+    s.answer_early = [send = r.answer_early, traceparent](const RunOutcome& o) {
+      RunOutcome later = o;
+      later.traceparent = traceparent;
+      return send(later);
+    };
+  }
+  RunOutcome outcome = sagas_.Submit(s);
+  span.Set("idempotency.outcome", std::string(ToString(outcome.outcome)))
+      .Set("replayed", outcome.outcome == KeyOutcome::kReplayed);
+  // Deferred: its span records what it would be at the latest, the saga's own span what it
+  // became.
+  if (outcome.deferred) return Ended(span, std::move(outcome));
+  // A request that starts or resumes the saga is logged by it (saga_started, saga_resumed);
+  // one line per request, not two.
+  if (!outcome.Owns()) {
+    common::Log(
+        "saga_request",
+        {{"tenant", r.tenant_id},
+         {"key", r.key},
+         {"saga", definition->name()},
+         {"outcome", ToString(outcome.outcome)},
+         {"http_status", outcome.Final() ? std::to_string(outcome.answer.status) : ""},
+         {"trace_id", outcome.trace_id.empty() ? span.context().trace_id : outcome.trace_id}});
+  }
+  // A retry that did not start the saga joins the saga's trace (unless the caller has a
+  // trace of its own), so the replay shows in its waterfall.
+  if (!outcome.Owns() && !caller && !outcome.trace_id.empty()) {
+    span.Reparent({outcome.trace_id, outcome.root_span_id});
+  }
+  return Ended(span, std::move(outcome));
+}
+
+}  // namespace orchestrator
