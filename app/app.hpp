@@ -11,6 +11,7 @@
 
 #include "app/commands.hpp"
 #include "idemsaga/app.hpp"
+#include "steps/saga/runner.hpp"
 
 namespace idemsaga {
 
@@ -28,6 +29,9 @@ struct App::Impl {
   std::string default_listen = "127.0.0.1:8080";
   // Commands of the binary's own, added beside the App's.
   std::vector<std::function<void(CLI::App&, app::Run&)>> commands;
+  // Told each boundary of a saga's run (SagaServiceOptions::at_boundary): the stock binary's
+  // fault injection; unset for a team's.
+  saga::Runner::AtBoundary at_boundary;
 };
 
 App::Impl& AppImpl(App& app);

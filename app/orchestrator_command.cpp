@@ -41,6 +41,7 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
     flags.options.participants[name] = {.base_url = p.url, .business_errors = p.business_errors};
   }
   flags.options.service_token = setup.default_service_token;
+  flags.options.sagas.at_boundary = setup.at_boundary;
   auto* cmd = app.add_subcommand("orchestrator", "Run the coordinator service (the runs API)");
   auto& o = flags.options;
   cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();

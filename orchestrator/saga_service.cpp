@@ -4,7 +4,6 @@
 #include <cmath>
 #include <future>
 
-#include "common/crash_point.hpp"
 #include "common/http/server.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
@@ -378,7 +377,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
     }
     saga::Runner runner(
         *definition, policy_, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
-        [this] { return stopping_.load(); }, tracer_, &runner_metrics_);
+        [this] { return stopping_.load(); }, tracer_, &runner_metrics_, {}, options_.at_boundary);
     auto started = std::chrono::steady_clock::now();
     saga::SagaResult result = runner.Run(std::move(input), journal);
     durations_.With({definition->name(), saga::ToString(result.end)})
@@ -407,7 +406,7 @@ Answer SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> ty
       bool completed = result.end == saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps), response.headers)) {
-        common::CrashPoint("after_finish");
+        if (options_.at_boundary) options_.at_boundary("after_finish");
         // Not remembered yet: most keys are never sent again, and copying every answer into
         // memory cost each order an allocation burst and the cache its whole budget. The
         // first replay reads the row (Replay remembers it); a storm after it comes from memory.
@@ -544,7 +543,7 @@ Answer SagaService::Submit(const Submission& s) {
 }
 
 Answer SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
-  if (claim.kind == Claim::kClaimed) common::CrashPoint("after_claim");
+  if (claim.kind == Claim::kClaimed && options_.at_boundary) options_.at_boundary("after_claim");
   switch (claim.kind) {
     case Claim::kMismatch:
       return Mismatch();

@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/strings.hpp"
 #include "common/trace/trace_context.hpp"
@@ -153,13 +152,14 @@ RunnerMetrics::RunnerMetrics(common::metrics::Registry& registry)
 
 Runner::Runner(const Definition& definition, RetryPolicy policy, Sleep sleep,
                ShouldStop should_stop, const common::trace::Tracer* tracer,
-               const RunnerMetrics* metrics, Now now)
+               const RunnerMetrics* metrics, Now now, AtBoundary at_boundary)
     : definition_(definition),
       policy_(policy),
       sleep_(sleep ? std::move(sleep)
                    : [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }),
       should_stop_(should_stop ? std::move(should_stop) : [] { return false; }),
       now_(std::move(now)),
+      at_boundary_(std::move(at_boundary)),
       tracer_(tracer),
       metrics_(metrics) {}
 
@@ -339,7 +339,7 @@ StepResult Runner::Act(const StepDefinition& step, const SagaInput& input,
                                    std::string("the step's answer does not parse: ") + e.what());
       }
     }
-    common::CrashPoint("after_step_sent");
+    Boundary("after_step_sent");
     CountAttempt(step.name, "action", last.outcome);
     // A step that succeeds at once is in the trace and in saga_finished: a line is for what
     // an operator looks into (retries, failures), and lines cost a write each on the hot path.
@@ -785,7 +785,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
         record.action_confirmed = true;
         record.output = r.output;
         result.outputs[defs[i].name] = r.output;
-        common::CrashPoint("after_step_answer");
+        Boundary("after_step_answer");
         continue;
       }
       // A definite refusal applied nothing; anything else may have been applied.
@@ -812,7 +812,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
       result.end = SagaEnd::kFenced;
       return result;
     }
-    common::CrashPoint("after_compensating");
+    Boundary("after_compensating");
   }
   const auto order = UndoOrder(result.steps, &definition_);
   for (size_t n = 0; n < order.size(); ++n) {
@@ -840,7 +840,7 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
     bool more =
         std::any_of(order.begin() + static_cast<std::ptrdiff_t>(n) + 1, order.end(),
                     [&](size_t k) { return result.steps[k].status == StepStatus::kCompensating; });
-    if (more) common::CrashPoint("between_compensations");
+    if (more) Boundary("between_compensations");
   }
   // In the order undone, including steps compensated by an earlier owner before a crash.
   for (size_t k : order) {
