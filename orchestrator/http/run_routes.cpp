@@ -78,7 +78,7 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
       .request_body = *body,
       .trace_id = span.context().trace_id,
       .root_span_id = span.context().span_id,
-      .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + body->dump())};
+  };
   Submission s{&definition, std::move(input), std::move(request)};
   if (auto early = common::http::EarlyAnswer::ForCurrentRequest()) {
     // The saga's 202 when it outlives the response budget; the saga's own span is this
