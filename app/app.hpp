@@ -12,6 +12,7 @@
 #include "app/commands.hpp"
 #include "app/run_client.hpp"
 #include "idemsaga/app.hpp"
+#include "steps/saga/runner.hpp"
 
 namespace idemsaga {
 
@@ -31,6 +32,9 @@ struct App::Impl {
   std::shared_ptr<app::Serving> serving = std::make_shared<app::Serving>();
   // Commands of the binary's own, added beside the App's.
   std::vector<std::function<void(CLI::App&, app::Run&)>> commands;
+  // Told each boundary of a saga's run (SagaServiceOptions::at_boundary): the stock binary's
+  // fault injection; unset for a team's.
+  saga::Runner::AtBoundary at_boundary;
 };
 
 App::Impl& AppImpl(App& app);

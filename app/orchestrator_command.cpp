@@ -9,6 +9,7 @@
 #include "common/defaults.hpp"
 #include "common/log.hpp"
 #include "common/net.hpp"
+#include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "orchestrator/amqp/intake.hpp"
@@ -41,6 +42,8 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
     flags.options.participants[name] = {.base_url = p.url, .business_errors = p.business_errors};
   }
   flags.options.service_token = setup.default_service_token;
+  flags.options.sagas.at_boundary = setup.at_boundary;
+  flags.amqp.classify = common::pg::Classify;  // the intake submits to PostgreSQL's stores
   auto* cmd = app.add_subcommand("orchestrator", "Run the coordinator service (the runs API)");
   auto& o = flags.options;
   cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();

@@ -1,16 +1,8 @@
 #include "common/failure.hpp"
 
-#include <atomic>
-
 #include "common/unavailable.hpp"
 
 namespace common {
-
-namespace {
-
-std::atomic<FailureClassifierFn> installed{nullptr};
-
-}  // namespace
 
 ClassifiedFailure ClassifyPlain(const std::exception_ptr& ep) {
   ClassifiedFailure out;
@@ -25,15 +17,6 @@ ClassifiedFailure ClassifyPlain(const std::exception_ptr& ep) {
     out = {Failure::kDefect, "", "unknown exception"};
   }
   return out;
-}
-
-ClassifiedFailure ClassifyFailure(const std::exception_ptr& ep) {
-  auto classify = installed.load(std::memory_order_acquire);
-  return classify != nullptr ? classify(ep) : ClassifyPlain(ep);
-}
-
-void InstallFailureClassifier(FailureClassifierFn classify) {
-  installed.store(classify, std::memory_order_release);
 }
 
 }  // namespace common

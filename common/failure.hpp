@@ -7,9 +7,8 @@
 // A store's classifier says which (common/pg/errors.hpp for PostgreSQL's SQLSTATEs). Without
 // one, common::Unavailable is an outage and anything else a defect (ClassifyPlain).
 //
-// The process's classifier (ClassifyFailure) is the one a store installed, else ClassifyPlain:
-// common::pg::Pool installs PostgreSQL's when it is built, so a process that talks to
-// PostgreSQL answers its failures by what they mean. Thread-safe.
+// There is no process-wide classifier: each edge is given the one for the stores behind it by
+// whoever builds it (its composition root), so no global state decides an answer.
 #pragma once
 
 #include <exception>
@@ -28,15 +27,8 @@ struct ClassifiedFailure {
 
 // Says what an exception means. Must not throw; `ep` may hold any exception (or none).
 using FailureClassifier = std::function<ClassifiedFailure(const std::exception_ptr&)>;
-using FailureClassifierFn = ClassifiedFailure (*)(const std::exception_ptr&);
 
 // common::Unavailable is an outage, anything else a defect.
 ClassifiedFailure ClassifyPlain(const std::exception_ptr& ep);
-
-// The installed store's classifier, else ClassifyPlain.
-ClassifiedFailure ClassifyFailure(const std::exception_ptr& ep);
-
-// Makes `classify` the process's (the last one installed wins; nullptr restores ClassifyPlain).
-void InstallFailureClassifier(FailureClassifierFn classify);
 
 }  // namespace common

@@ -1,7 +1,6 @@
 // SagaService's running side: drives one claimed saga to its end (or its stop) on the thread
 // it is called on, with a journal that writes the parent row only under the saga's lease.
 // See saga_service.hpp for the contract.
-#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/pg/errors.hpp"
 #include "orchestrator/response.hpp"
@@ -179,7 +178,7 @@ RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any
     }
     saga::Runner runner(
         *definition, policy_, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
-        [this] { return stopping_.load(); }, tracer_, &runner_metrics_);
+        [this] { return stopping_.load(); }, tracer_, &runner_metrics_, {}, options_.at_boundary);
     auto started = std::chrono::steady_clock::now();
     saga::SagaResult result = runner.Run(std::move(input), journal);
     durations_.With({definition->name(), saga::ToString(result.end)})
@@ -204,7 +203,7 @@ RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any
       bool completed = result.end == saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps), response.headers)) {
-        common::CrashPoint("after_finish");
+        if (options_.at_boundary) options_.at_boundary("after_finish");
         // Not remembered yet: most keys are never sent again, and copying every answer into
         // memory cost each order an allocation burst and the cache its whole budget. The
         // first replay reads the row (Replay remembers it); a storm after it comes from memory.

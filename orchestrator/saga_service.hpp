@@ -115,6 +115,10 @@ struct SagaServiceOptions {
   // it waits durably (queued, its lease run out) and recovery starts it when a slot is free.
   size_t tenant_running_limit = 0;
   FinishedCache::Options finished_cache;  // replays of finished keys from memory
+  // Told each boundary of a run (saga::Runner::AtBoundary), and the service's own: after_claim
+  // (a key claimed, nothing run) and after_finish (the answer stored, not yet sent). Unset: none
+  // is reported. Only a fault-injection build sets it (cmd/idemsaga/crash_points.hpp).
+  saga::Runner::AtBoundary at_boundary;
 };
 
 // The saga POST /v1/orders runs; every registered saga runs under POST /v1/runs/{name}.

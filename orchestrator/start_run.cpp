@@ -66,8 +66,7 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
       .request_hash = common::RequestFingerprint("POST", route, r.input),
       .request_body = r.input,
       .trace_id = span.context().trace_id,
-      .root_span_id = span.context().span_id,
-      .legacy_request_hash = common::Sha256Hex("POST " + route + "\n" + r.input.dump())};
+      .root_span_id = span.context().span_id};
   Submission s{definition, std::move(input), std::move(request)};
   if (r.answer_early) {
     // The saga's "still running" when it outlives the response budget, or its answer later;

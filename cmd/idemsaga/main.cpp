@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app/app.hpp"
+#include "cmd/idemsaga/crash_points.hpp"
 #include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
 #include "steps/sagas.hpp"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   auto& stock = idemsaga::AppImpl(app);
   stock.default_service_token = defaults::kServiceToken;
   stock.default_listen = defaults::LocalListen(defaults::kOrchestratorPort);
+  stock.at_boundary = idemsaga::app::CrashPointsFromEnvironment();  // the fault suite's kills
   stock.commands = {idemsaga::app::AddDevCommand, idemsaga::app::AddParticipantCommands};
   return app.Run(argc, argv);
 }

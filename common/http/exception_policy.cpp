@@ -41,8 +41,9 @@ void AnswerException(const httplib::Request& req, httplib::Response& res,
 
 }  // namespace detail
 
-ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep) {
-  auto failure = ClassifyFailure(ep);
+ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep,
+                             const FailureClassifier& classify) {
+  auto failure = classify(ep);
   detail::AnswerFailure(res, failure);
   return failure;
 }

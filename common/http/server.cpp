@@ -173,7 +173,7 @@ void ServerCore::Run(Exchange& ex, const EarlyAnswer& early) const {
 
 Server::Server(Limits limits, FailureClassifier classify)
     : impl_(std::make_unique<detail::ServerCore>(
-          std::move(limits), classify ? std::move(classify) : FailureClassifier(ClassifyFailure))) {
+          std::move(limits), classify ? std::move(classify) : FailureClassifier(ClassifyPlain))) {
 }
 
 Server::~Server() { Stop(); }

@@ -135,8 +135,8 @@ class Server {
   using EarlyHandler =
       std::function<void(const httplib::Request&, httplib::Response&, const EarlyAnswer&)>;
 
-  // `classify` says what a handler's exception means; empty: the process's
-  // (common::ClassifyFailure).
+  // `classify` says what a handler's exception means; empty: common::ClassifyPlain (only
+  // common::Unavailable is an outage).
   explicit Server(Limits limits = {}, FailureClassifier classify = {});
   ~Server();
   Server(const Server&) = delete;
@@ -195,11 +195,12 @@ std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib
                                             const Limits& limits,
                                             NulInJson nul = NulInJson::kRefuse);
 
-// Answers a failure by what the process's classifier says it means (common::ClassifyFailure;
-// PostgreSQL's in a process with a common::pg::Pool): an outage (the database down,
+// Answers a failure by what `classify` says it means (common::pg::Classify for PostgreSQL,
+// given by whoever built the edge): an outage (the database down,
 // restarting, failing over, unsure of a commit) is 503 `unavailable` + Retry-After; a value
 // the database refused is a 500 that says a retry fails the same way; anything else a 500.
-ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep);
+ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& ep,
+                             const FailureClassifier& classify);
 
 // 503 `unavailable` with Retry-After: an outage, after which a retry with the same key is safe.
 void SetUnavailable(httplib::Response& res, const std::string& what);

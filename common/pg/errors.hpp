@@ -11,8 +11,7 @@
 //   kDefect        anything else (an undefined table, a syntax error, a bug).
 //   switch (pg::Classify(ep).kind) { case pg::Failure::kUnavailable: ...; }
 // Classify is PostgreSQL's common::FailureClassifier (common/failure.hpp): what an edge (the
-// HTTP server, the guard) is given to answer a failure by what it means. A Pool installs it
-// as the process's when it is built.
+// HTTP server, the guard, the AMQP intake) is given to answer a failure by what it means.
 #pragma once
 
 #include <exception>

@@ -18,9 +18,8 @@ Pool::Lease::~Lease() {
   if (pool_ != nullptr) pool_->Return(std::move(conn_), discard_);
 }
 
-Pool::Pool(Options options) : url_(WithSessionTimeouts(options.url)), options_(std::move(options)) {
-  common::InstallFailureClassifier(&Classify);
-}
+Pool::Pool(Options options)
+    : url_(WithSessionTimeouts(options.url)), options_(std::move(options)) {}
 
 Pool::~Pool() = default;
 

@@ -3,8 +3,8 @@
 // Borrow() hands a connection to one thread at a time and waits up to `borrow_timeout` for a
 // free one. A lease whose user saw the connection break (or that is found closed) is dropped
 // and its slot refilled by the next borrower, so a database restart heals without a process
-// restart. What a failure met through a pool means is errors.hpp's: building a Pool makes
-// pg::Classify the process's failure classifier (common/failure.hpp). Thread-safe.
+// restart. What a failure met through a pool means is errors.hpp's (pg::Classify, which
+// the edges in front of a pool are given). Thread-safe.
 //   auto lease = pool.Borrow();
 //   pqxx::work tx(*lease); ...; tx.commit();
 #pragma once

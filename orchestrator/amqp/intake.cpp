@@ -212,7 +212,8 @@ class Intake::Consumer {
       try {
         outcome = intake_.submit_(req, res);
       } catch (...) {
-        auto failure = common::http::SetFailure(res, std::current_exception());
+        auto failure = common::http::SetFailure(res, std::current_exception(),
+                                                  intake_.options_.classify);
         if (failure.kind != common::pg::Failure::kUnavailable) {
           // Not an outage (a value the database refused, a defect): asking again fails the
           // same way, so the message is dead-lettered with the 500 below.

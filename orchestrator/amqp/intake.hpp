@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/failure.hpp"
 #include "common/metrics.hpp"
 #include "orchestrator/saga_service.hpp"
 
@@ -64,6 +65,9 @@ struct IntakeOptions {
   std::chrono::milliseconds max_wait{std::chrono::minutes(2)};
   // How long to wait before connecting again after the broker went away.
   std::chrono::milliseconds reconnect_backoff{500};
+  // What a failure of `submit` means (its stores' classifier, common::pg::Classify for the
+  // orchestrator's); empty: common::ClassifyPlain.
+  common::FailureClassifier classify;
 };
 
 class Intake {

@@ -1,3 +1,6 @@
+// ParentStore: a key's claim, its lease (takeover, renewal, set-aside, release) and its finish,
+// and reading one row back; the listing is parent_listing.cpp, garbage collection
+// parent_gc.cpp, tenants parent_tenants.cpp (parent_store.hpp is the contract).
 #include "orchestrator/store/parent_store.hpp"
 
 #include <stdexcept>
@@ -5,31 +8,16 @@
 #include "common/log.hpp"
 #include "common/pg/statement.hpp"
 #include "common/strings.hpp"
+#include "orchestrator/store/parent_rows.hpp"
 
 namespace orchestrator {
 namespace {
 
 using common::pg::Exec;
 using common::pg::ExecOne;
-
-// Statements about one key find it by its primary key. They test the status with NOT IN (the
-// status column allows four values) because a positive test would make the partial indexes
-// (running sagas, the listing's) look usable: a generic plan once picked one and read every
-// dead entry of every finished saga for each update of one row.
-//
-// Every query names the table `k`, so the column list also reads unambiguously in an
-// UPDATE ... FROM (the batch takeover).
-constexpr const char* kColumns = R"sql(
-  k.tenant_id, k.idempotency_key, k.request_hash, k.request_body::text, k.saga_name,
-  k.order_id, k.status, coalesce(k.lease_owner, ''), k.lease_epoch,
-  coalesce(k.lease_expires_at > now(), false),
-  coalesce(extract(epoch FROM k.lease_expires_at - now()), 0)::float8,
-  k.steps::text, coalesce(k.failed_step, ''), coalesce(k.failure::text, 'null'), k.stuck,
-  coalesce(k.response_status, 0), coalesce(k.response_headers::text, 'null'),
-  coalesce(k.response_body, ''), k.trace_id, k.created_at::text, k.updated_at::text,
-  coalesce(k.root_span_id, ''), extract(epoch FROM k.expires_at - now())::float8,
-  k.saga_version, coalesce(k.cancel_requested::text, 'null'),
-  coalesce(k.resolution::text, 'null'), coalesce(array_to_json(k.waiting_for)::text, 'null'))sql";
+using detail::kColumns;
+using detail::Seconds;
+using detail::ToRow;
 
 // Claims a new key in one round trip and returns only what the database chose (the rest of
 // the row is the request). A key already there is not written or locked: ON CONFLICT DO
@@ -71,26 +59,6 @@ const common::pg::Statement kRenew{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed')
   RETURNING cancel_requested IS NOT NULL)sql"};
-
-// The first request is kept: who asked first, and why. A parked saga wakes now to act on it
-// (one that runs hears of it at its next lease renewal).
-const common::pg::Statement kRequestCancel{R"sql(
-  UPDATE idempotency_keys
-  SET cancel_requested = coalesce(cancel_requested, $3::jsonb || jsonb_build_object('at', now())),
-      lease_expires_at = CASE WHEN waiting_for IS NULL THEN lease_expires_at ELSE now() END,
-      updated_at = now()
-  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'started'
-  RETURNING 1)sql"};
-
-// Only a stuck compensation: its runner has deferred it, so nobody is undoing it right now
-// (a takeover clears `stuck` first, and this then changes nothing). Its lease expires now, so
-// recovery goes on with the rest at once.
-const common::pg::Statement kResolve{R"sql(
-  UPDATE idempotency_keys
-  SET stuck = false, resolution = $3::jsonb || jsonb_build_object('at', now()),
-      steps = $4::jsonb, lease_expires_at = now(), updated_at = now()
-  WHERE tenant_id = $1 AND idempotency_key = $2 AND status = 'compensating' AND stuck
-  RETURNING 1)sql"};
 
 const common::pg::Statement kBeginCompensation{R"sql(
   UPDATE idempotency_keys
@@ -142,62 +110,6 @@ const common::pg::Statement kReleaseLeases{R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
   WHERE lease_owner = $1 AND status IN ('started', 'compensating') AND waiting_for IS NULL)sql"};
 
-// Only a deferred lease (stuck is cleared by every takeover): a saga some replica is running
-// right now keeps its lease.
-const common::pg::Statement kRetryNow{R"sql(
-  UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
-  WHERE tenant_id = $1 AND idempotency_key = $2 AND status NOT IN ('completed', 'failed')
-    AND stuck)sql"};
-
-// A branch per listing index (V004): each reads its index newest first and stops at the limit;
-// a branch the status filter rules out is skipped before it reads anything, and so is the
-// finished branch of a stuck-only listing (finishing clears `stuck`). A saga-name filter has
-// no index of its own: it reads on until `limit` rows match (for a rarely run saga, the
-// tenant's retained keys; an index on every key insert would cost each order more).
-const common::pg::Statement kList{std::string("SELECT ") + kColumns + R"sql(
-  FROM ((SELECT * FROM idempotency_keys
-         WHERE tenant_id = $1 AND status IN ('started', 'compensating')
-           AND $2 IN ('', 'started', 'compensating') AND ($2 = '' OR status = $2)
-           AND (NOT $3 OR stuck) AND ($5 = '' OR saga_name = $5)
-         ORDER BY created_at DESC LIMIT $4)
-        UNION ALL
-        (SELECT * FROM idempotency_keys
-         WHERE tenant_id = $1 AND status IN ('completed', 'failed')
-           AND $2 IN ('', 'completed', 'failed') AND ($2 = '' OR status = $2)
-           AND NOT $3 AND ($5 = '' OR saga_name = $5)
-         ORDER BY created_at DESC LIMIT $4)) k
-  ORDER BY k.created_at DESC
-  LIMIT $4)sql"};
-
-// Batched so that a large backlog never holds long locks or a long transaction. A key's
-// spans go with it.
-const common::pg::Statement kDeleteExpired{R"sql(
-  WITH gone AS (
-    DELETE FROM idempotency_keys
-    WHERE ctid IN (SELECT ctid FROM idempotency_keys
-                   WHERE status IN ('completed', 'failed') AND expires_at < now()
-                   LIMIT $1)
-    RETURNING tenant_id, idempotency_key, trace_id)
-  , spans_gone AS (
-    DELETE FROM trace_spans s WHERE s.trace_id IN (SELECT trace_id FROM gone)
-      -- A caller may have sent one traceparent for several orders: keep a trace in use.
-      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
-                      WHERE k.trace_id = s.trace_id
-                        AND (k.tenant_id, k.idempotency_key) NOT IN
-                            (SELECT tenant_id, idempotency_key FROM gone)))
-  SELECT count(*) FROM gone)sql"};
-
-const common::pg::Statement kDeleteUnownedSpans{R"sql(
-  DELETE FROM trace_spans WHERE ctid IN (
-    SELECT s.ctid FROM trace_spans s
-    WHERE s.received_at < now() - make_interval(secs => $1)
-      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.trace_id = s.trace_id)
-    LIMIT $2))sql"};
-
-const common::pg::Statement kCounts{R"sql(
-  SELECT count(*), count(*) FILTER (WHERE stuck) FROM idempotency_keys
-  WHERE status IN ('started', 'compensating'))sql"};
-
 const common::pg::Statement kFinish{R"sql(
   UPDATE idempotency_keys
   SET status = $5, response_status = $6, response_body = $7,
@@ -209,23 +121,9 @@ const common::pg::Statement kFinish{R"sql(
   WHERE tenant_id = $1 AND idempotency_key = $2 AND lease_owner = $3 AND lease_epoch = $4
     AND status NOT IN ('completed', 'failed'))sql"};
 
-const common::pg::Statement kTenants{"SELECT tenant_id FROM tenants ORDER BY tenant_id"};
+}  // namespace
 
-// A tenant's sagas created in the last $2 seconds, in key order after $3: the primary key's
-// range, filtered by age.
-const common::pg::Statement kCreatedSince{std::string("SELECT ") + kColumns + R"sql(
-  FROM idempotency_keys k
-  WHERE tenant_id = $1 AND idempotency_key > $3
-    AND created_at > now() - make_interval(secs => $2)
-  ORDER BY idempotency_key LIMIT $4)sql"};
-
-const common::pg::Statement kTenantForKey{"SELECT tenant_id FROM tenants WHERE api_key_hash = $1"};
-
-const common::pg::Statement kUpsertTenant{R"sql(
-  INSERT INTO tenants (tenant_id, api_key_hash) VALUES ($1, $2)
-  ON CONFLICT (tenant_id) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash)sql"};
-
-SagaRow ToRow(const pqxx::row& row, int first = 0) {
+SagaRow detail::ToRow(const pqxx::row& row, int first) {
   auto r = [&](int i) { return row[first + i]; };
   SagaRow s;
   s.tenant_id = r(0).as<std::string>();
@@ -262,10 +160,6 @@ SagaRow ToRow(const pqxx::row& row, int first = 0) {
   }
   return s;
 }
-
-double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); }
-
-}  // namespace
 
 // Names of [a-z0-9_] only (event names): nothing in them needs quoting in an array literal.
 std::string TextArray(const std::vector<std::string>& names) {
@@ -450,83 +344,6 @@ long long ParentStore::ReleaseLeases(const std::string& owner) {
   });
 }
 
-bool ParentStore::RetryNow(const std::string& tenant_id, const std::string& key) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    auto r = Exec(tx, kRetryNow, tenant_id, key);
-    return r.affected_rows() == 1;
-  });
-}
-
-bool ParentStore::RequestCancel(const std::string& tenant_id, const std::string& key,
-                                const nlohmann::json& request) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    return Exec(tx, kRequestCancel, tenant_id, key, request.dump()).affected_rows() == 1;
-  });
-}
-
-bool ParentStore::Resolve(const std::string& tenant_id, const std::string& key,
-                          const nlohmann::json& resolution, const nlohmann::json& steps) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    return Exec(tx, kResolve, tenant_id, key, resolution.dump(), steps.dump()).affected_rows() == 1;
-  });
-}
-
-std::vector<std::string> ParentStore::TenantIds() {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    std::vector<std::string> out;
-    for (const auto& r : Exec(tx, kTenants)) out.push_back(r[0].as<std::string>());
-    return out;
-  });
-}
-
-std::vector<SagaRow> ParentStore::CreatedSince(const std::string& tenant_id,
-                                               std::chrono::seconds since, const std::string& after,
-                                               int limit) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    std::vector<SagaRow> out;
-    for (const auto& r : Exec(tx, kCreatedSince, tenant_id, Seconds(since), after, limit)) {
-      out.push_back(ToRow(r));
-    }
-    return out;
-  });
-}
-
-std::vector<SagaRow> ParentStore::List(const std::string& tenant_id,
-                                       std::optional<SagaStatus> status, bool stuck_only, int limit,
-                                       const std::string& saga) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    std::vector<SagaRow> out;
-    for (const auto& r : Exec(tx, kList, tenant_id, std::string(status ? ToString(*status) : ""),
-                              stuck_only, limit, saga)) {
-      out.push_back(ToRow(r));
-    }
-    return out;
-  });
-}
-
-long long ParentStore::DeleteExpired(int batch) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    auto n = ExecOne(tx, kDeleteExpired, batch)[0].as<long long>();
-    return n;
-  });
-}
-
-long long ParentStore::DeleteUnownedSpans(int batch) {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    auto r =
-        Exec(tx, kDeleteUnownedSpans,
-             Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)), batch);
-    return static_cast<long long>(r.affected_rows());
-  });
-}
-
-ParentStore::Counts ParentStore::CountRunning() {
-  return OneStatement([&](pqxx::nontransaction& tx) {
-    auto r = Exec(tx, kCounts)[0];
-    return Counts{r[0].as<long long>(), r[1].as<long long>()};
-  });
-}
-
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps,
                          const std::map<std::string, std::string>& response_headers) {
@@ -547,18 +364,6 @@ std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std:
     if (rows.empty()) return std::nullopt;
     return ToRow(rows[0]);
   });
-}
-
-std::optional<std::string> ParentStore::TenantForKeyHash(const std::string& api_key_hash) {
-  return OneStatement([&](pqxx::nontransaction& tx) -> std::optional<std::string> {
-    auto rows = Exec(tx, kTenantForKey, api_key_hash);
-    if (rows.empty()) return std::nullopt;
-    return rows[0][0].as<std::string>();
-  });
-}
-
-void ParentStore::UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash) {
-  OneStatement([&](pqxx::nontransaction& tx) { Exec(tx, kUpsertTenant, tenant_id, api_key_hash); });
 }
 
 }  // namespace orchestrator

@@ -77,16 +77,7 @@ struct ClaimRequest {
   std::string owner;
   std::string trace_id;
   std::string root_span_id;
-  // Also a match: the hash this request had before the fingerprint was shared with the guard
-  // ("POST <route>\n<body>"), so a retry across that upgrade replays instead of a 422.
-  // Finished rows that old are gone one retention period after the upgrade, but a running or
-  // stuck saga's row stays until it ends: drop this only once no row predates the upgrade.
-  std::string legacy_request_hash;
-
-  bool Matches(const std::string& stored_hash) const {
-    return stored_hash == request_hash ||
-           (!legacy_request_hash.empty() && stored_hash == legacy_request_hash);
-  }
+  bool Matches(const std::string& stored_hash) const { return stored_hash == request_hash; }
 };
 
 struct Claim {

@@ -142,7 +142,7 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
   } catch (...) {
     // Nothing was stored (the guard's transaction rolled back). Only an outage invites a
     // retry; a value the store refused fails the same way every time.
-    auto failure = common::http::SetFailure(res, std::current_exception());
+    auto failure = common::http::SetFailure(res, std::current_exception(), common::pg::Classify);
     bool outage = failure.kind == common::pg::Failure::kUnavailable;
     common::Log(outage ? "guard_transient_failure" : "guard_failure",
                 {{"path", req.path},

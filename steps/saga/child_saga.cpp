@@ -139,7 +139,7 @@ StepResult Runner::RunChild(const StepDefinition& step, const SagaInput& input,
     return true;
   };
   ChildJournal child_journal(journal, record, all, begin);
-  Runner runner(child_def, policy_, sleep_, should_stop_, tracer_, metrics_, now_);
+  Runner runner(child_def, policy_, sleep_, should_stop_, tracer_, metrics_, now_, at_boundary_);
   SagaResult r = runner.Run(std::move(child), child_journal);
   child_journal.Keep(r.steps);
   record.output["outputs"] = r.outputs;
@@ -220,7 +220,7 @@ std::optional<SagaEnd> Runner::CompensateChild(const StepDefinition& step, const
   ChildJournal child_journal(journal, record, all,
                              [](const StepResult&) { return true; });  // decided already
   child_journal.Keep(records);
-  Runner runner(child_def, policy_, sleep_, should_stop_, tracer_, metrics_, now_);
+  Runner runner(child_def, policy_, sleep_, should_stop_, tracer_, metrics_, now_, at_boundary_);
   SagaResult r = runner.Run(std::move(child), child_journal);
   child_journal.Keep(r.steps);
   if (r.end != SagaEnd::kFailed) return r.end;  // stopped: fenced, abandoned or stuck

@@ -5,7 +5,6 @@
 #include <mutex>
 #include <thread>
 
-#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "steps/saga/runner.hpp"
 
@@ -100,7 +99,7 @@ std::optional<SagaEnd> Runner::RunGroup(size_t first, size_t last, const SagaInp
         if (run.answer.outcome != Outcome::kSucceeded) state.stop = true;
         // One branch has ended and a sibling may still be running.
         if (run.answer.outcome == Outcome::kSucceeded && ++state.ended_here < runs.size()) {
-          common::CrashPoint("between_parallel_branches");
+          Boundary("between_parallel_branches");
         }
       } catch (...) {
         run.error = std::current_exception();

@@ -218,11 +218,22 @@ class Runner {
   // parks). Unset: std::chrono::system_clock::now(). A virtual clock that `sleep` advances
   // runs a saga's waits in no real time (idemsaga/testing.hpp).
   using Now = std::function<std::chrono::system_clock::time_point()>;
+  // Told each boundary of a run where a crash leaves the most to recover, by name:
+  //   after_step_sent           an action was sent (answered or not), before it is recorded
+  //   after_step_answer         an action succeeded, before the next step
+  //   after_compensating        the decision to compensate is stored, before any compensation
+  //   between_compensations     one compensation done, another still to send
+  //   between_parallel_branches one branch of a group ended, a sibling may still run
+  // A fault-injection build (the stock binary's, cmd/idemsaga/crash_points.hpp) kills the
+  // process here; the library installs none. Called on the run's threads (a parallel branch's
+  // under the group's lock): it must not call back into the runner.
+  using AtBoundary = std::function<void(std::string_view point)>;
 
-  // `tracer` may be null (no spans), and `metrics` (nothing counted).
+  // `tracer` may be null (no spans), and `metrics` (nothing counted); `at_boundary` unset
+  // (the default): no boundary is reported.
   Runner(const Definition& definition, RetryPolicy policy, Sleep sleep = {},
          ShouldStop should_stop = {}, const common::trace::Tracer* tracer = nullptr,
-         const RunnerMetrics* metrics = nullptr, Now now = {});
+         const RunnerMetrics* metrics = nullptr, Now now = {}, AtBoundary at_boundary = {});
 
   // Parses `input.request` into the definition's typed input when `input.typed` is null; a
   // stored request that no longer parses is deferred (stuck), never run.
@@ -306,11 +317,16 @@ class Runner {
   long long NowUnixMs() const;
   std::chrono::steady_clock::time_point SteadyNow() const;
 
+  void Boundary(std::string_view point) const {
+    if (at_boundary_) at_boundary_(point);
+  }
+
   const Definition& definition_;
   RetryPolicy policy_;
   Sleep sleep_;
   ShouldStop should_stop_;
   Now now_;
+  AtBoundary at_boundary_;
   void CountAttempt(const std::string& step, const char* kind, Outcome outcome) const;
   void CountCompensation(const std::string& step, const char* outcome) const;
 

@@ -222,31 +222,6 @@ TEST_F(OrdersTest, ARetryReplaysTheStoredResponseByteForByteAndDoesNothingElse) 
   EXPECT_EQ(quoted->body, first->body);
 }
 
-// A key claimed before the fingerprint was shared with the guard stored
-// SHA-256("POST /v1/orders\n" + body): its retry over HTTP is still the same request (a
-// replay, from the database and then from memory), never a 422.
-TEST_F(OrdersTest, AKeyStoredUnderTheLegacyFingerprintReplaysOverHttp) {
-  auto& store = orch_->service.store();
-  auto body = nlohmann::json::parse(test_support::kOrder);
-  auto claim =
-      store.ClaimKey({"demo", "legacy-1", common::Sha256Hex("POST /v1/orders\n" + body.dump()),
-                      body, "place_order", 1, "an-older-build", std::string(32, 'a')});
-  ASSERT_EQ(claim.kind, orchestrator::Claim::kClaimed);
-  ASSERT_TRUE(store.Finish(claim.lease, true, 201, R"({"status":"completed","old":true})",
-                           nlohmann::json::array()));
-  for (int i = 0; i < 2; ++i) {  // from the database, then from memory
-    auto retry = Submit(Order("legacy-1"));
-    ASSERT_TRUE(retry);
-    EXPECT_EQ(retry->status, 201) << retry->body;
-    EXPECT_EQ(retry->body, R"({"status":"completed","old":true})");
-    EXPECT_EQ(retry->get_header_value("Idempotent-Replayed"), "true");
-  }
-  auto other = body;
-  other["amount_cents"] = body["amount_cents"].get<long long>() + 1;
-  EXPECT_EQ(Submit(Order("legacy-1", other.dump()))->status, 422);
-  EXPECT_EQ(Reservations(), 0);
-}
-
 // The answer's headers are part of it: a 201 says where the order is read, and every replay
 // says so too, from memory and, after a restart, from the database.
 TEST_F(OrdersTest, TheStoredAnswersHeadersAreReplayedWithIt) {

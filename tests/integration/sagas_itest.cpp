@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cmd/idemsaga/crash_points.hpp"
 #include "common/crypto.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "services_mock/participant.hpp"
@@ -503,10 +504,11 @@ TEST_F(SagasTest, AStoredInputThisBuildCannotReadGoesStuckKeepingItsStepRecords)
 TEST(SagasChild, ServesTheGiftBoxSagaUntilItsCrashPoint) {
   const char* db = std::getenv("SAGAS_CHILD_DB");
   if (db == nullptr) GTEST_SKIP() << "run by SagasTest.AKill9BetweenTwoCompensations...";
-  Serving<Orchestrator> orch(
-      Options(db, std::getenv("SAGAS_CHILD_INVENTORY"), std::getenv("SAGAS_CHILD_PAYMENT"),
-              std::getenv("SAGAS_CHILD_LOYALTY")),
-      std::vector<steps::SagaFactory>{MakeGiftBoxSaga});
+  auto options = Options(db, std::getenv("SAGAS_CHILD_INVENTORY"),
+                         std::getenv("SAGAS_CHILD_PAYMENT"), std::getenv("SAGAS_CHILD_LOYALTY"));
+  // The engine reports boundaries to a hook; the kill is the stock binary's, installed here.
+  options.sagas.at_boundary = idemsaga::app::CrashPointsFromEnvironment();
+  Serving<Orchestrator> orch(options, std::vector<steps::SagaFactory>{MakeGiftBoxSaga});
   std::cout << "sagas-child-port=" << orch.port << std::endl;
   std::this_thread::sleep_for(60s);  // the crash point ends it long before
 }

@@ -155,3 +155,29 @@ TEST(Classify, StoreOutagesOfAnyKindAreUnavailable) {
 }
 
 }  // namespace
+
+// No global state decides an answer: a process with a Pool answers a PostgreSQL outage as one
+// only where it gave an edge PostgreSQL's classifier, not because a Pool exists.
+TEST_F(FailureAnswer, AnEdgeAnswersByTheClassifierItWasGivenNotByThePoolsInTheProcess) {
+  auto outage = std::make_exception_ptr(pqxx::broken_connection("gone"));
+  httplib::Response plain, pg;
+  EXPECT_EQ(common::http::SetFailure(plain, outage, common::ClassifyPlain).kind, Failure::kDefect);
+  EXPECT_EQ(plain.status, 500);
+  EXPECT_EQ(common::http::SetFailure(pg, outage, common::pg::Classify).kind, Failure::kUnavailable);
+  EXPECT_EQ(pg.status, 503);
+  EXPECT_EQ(pg.get_header_value("Retry-After"), "1");
+
+  common::http::Server unconfigured;  // built after pool_: it still answers plainly
+  unconfigured.Get("/broken", [](const httplib::Request&, httplib::Response&) {
+    throw pqxx::broken_connection("gone");
+  });
+  int port = unconfigured.Bind("127.0.0.1", 0);
+  std::thread serving([&] { unconfigured.Serve(); });
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/broken");
+  unconfigured.Stop();
+  serving.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  EXPECT_FALSE(r->has_header("Retry-After"));
+}

@@ -84,23 +84,6 @@ TEST_F(ParentStoreTest, ARetryWhileTheLeaseIsLiveIsInProgress) {
   EXPECT_GT(again.row.lease_seconds_left, 0);
 }
 
-// A key claimed before the fingerprint was shared with the guard stored the old hash: its
-// retry after the upgrade replays (or joins) the saga, and another body is still a reuse.
-TEST_F(ParentStoreTest, AKeyClaimedUnderTheLegacyFingerprintStillMatchesItsRetry) {
-  auto old = Req("L");
-  old.request_hash = common::Sha256Hex("legacy form");
-  auto c = store_.ClaimKey(old);
-  ASSERT_EQ(c.kind, Claim::kClaimed);
-  ASSERT_TRUE(store_.Finish(c.lease, true, 201, "{}", nlohmann::json::array()));
-  auto retry = Req("L");
-  retry.legacy_request_hash = old.request_hash;
-  EXPECT_EQ(store_.ClaimKey(retry).kind, Claim::kFinished);
-  auto other = Req("L", "owner-a", "2");
-  other.legacy_request_hash = common::Sha256Hex("another legacy form");
-  EXPECT_EQ(store_.ClaimKey(other).kind, Claim::kMismatch);
-  EXPECT_EQ(store_.ClaimKey(Req("L")).kind, Claim::kMismatch);  // no legacy hash given
-}
-
 TEST_F(ParentStoreTest, TheSameKeyWithAnotherBodyIsAMismatch) {
   store_.ClaimKey(Req("A"));
   EXPECT_EQ(store_.ClaimKey(Req("A", "owner-a", "2")).kind, Claim::kMismatch);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -124,6 +125,36 @@ TEST(Architecture, EveryProductFolderHasARow) {
   for (const auto& inc : ProductIncludes(IDEMSAGA_SOURCE_DIR)) {
     EXPECT_TRUE(kAllowed.count(LayerOf(inc.file)) != 0) << inc.file << ": a layer of no row";
   }
+}
+
+// Where a library (anything but cmd/, the stock binary) could be killed from the environment:
+// "file: what it names" for each file that names a crash point's switch or its kill.
+std::set<std::string> KillSwitches(const fs::path& root) {
+  std::set<std::string> out;
+  for (const char* top :
+       {"common", "steps", "orchestrator", "services_mock", "testing", "app", "include"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      if (!entry.is_regular_file()) continue;
+      std::ifstream in(entry.path());
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (const char* needle :
+           {"IDEMSAGA_CRASH_POINTS", "CrashPoint", "crash_points.cpp", "SIGKILL"}) {
+        if (text.find(needle) != std::string::npos) {
+          out.insert(fs::relative(entry.path(), root).generic_string() + ": " + needle);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// A team's process links the libraries: nothing in them may kill it at a crash point. The
+// engine reports boundaries through saga::Runner::AtBoundary; only cmd/idemsaga installs the
+// hook that kills (crash_points.hpp).
+TEST(Architecture, NoLibraryCanBeKilledThroughCrashPoints) {
+  EXPECT_EQ(KillSwitches(IDEMSAGA_SOURCE_DIR), std::set<std::string>{});
+  EXPECT_TRUE(fs::exists(fs::path(IDEMSAGA_SOURCE_DIR) / "cmd/idemsaga/crash_points.cpp"))
+      << "the check looks for what crash_points.cpp names: it moved, move the check";
 }
 
 // The check itself: a planted include from the engine into the database layer is caught.

@@ -39,10 +39,12 @@ class RunnerTest : public ::testing::Test {
         d, policy_, [this](std::chrono::milliseconds ms) { slept_.push_back(ms); },
         [this] {
           return stop_after_calls_ >= 0 && fake_.calls.size() >= size_t(stop_after_calls_);
-        });
+        },
+        nullptr, nullptr, {}, [this](std::string_view point) { boundaries_.emplace_back(point); });
     return runner.Run(input, journal_);
   }
-  int stop_after_calls_ = -1;  // shutdown once this many step calls were made
+  int stop_after_calls_ = -1;            // shutdown once this many step calls were made
+  std::vector<std::string> boundaries_;  // what the runner told its AtBoundary hook
   FakeParticipants fake_;
   FakeJournal journal_;
   saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
@@ -69,6 +71,18 @@ TEST_F(RunnerTest, CompensatesCompletedStepsInReverseWhenALaterStepIsDeclined) {
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"shipping", "inventory"}));
   EXPECT_EQ(r.failed_step, "payment");
   EXPECT_EQ(r.failure.error_code, "card_declined");
+}
+
+// The fault suite kills the stock binary at these names (cmd/idemsaga/crash_points.hpp): the
+// engine reports each, in order, to the hook it was given, and to no one without one.
+TEST_F(RunnerTest, TellsItsBoundaryHookEachBoundaryOfARunThatCompensates) {
+  auto def = Saga({"inventory", "shipping", "payment"});
+  fake_.Script("A-payment", {StepResult::Terminal(402, "card_declined", "declined")});
+  Run(def);
+  EXPECT_EQ(boundaries_,
+            (std::vector<std::string>{"after_step_sent", "after_step_answer", "after_step_sent",
+                                      "after_step_answer", "after_step_sent", "after_compensating",
+                                      "between_compensations"}));
 }
 
 TEST_F(RunnerTest, ACancelStopsAtTheNextStepBoundaryAndCompensatesWhatRan) {
