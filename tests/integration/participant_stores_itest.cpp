@@ -280,6 +280,51 @@ TEST(ParticipantStores, AnswerTheSameBytesOnPostgresAndRedis) {
   }
 }
 
+// docs/participants.md's "Keys in Redis" example (readme_test compares the two).
+std::atomic<int> emails_sent{0}, emails_recalled{0};
+
+std::string ValidateEmail(const nlohmann::json& body) {
+  return body.contains("to") && body["to"].is_string() ? "" : "to is required";
+}
+
+idemsaga::Response SendEmail(const idemsaga::ExternalCall& call) {
+  ++emails_sent;  // the provider's API, called with the key (call.request.key)
+  return {201, nlohmann::json{{"email_id", "em_" + call.request.key}}.dump()};
+}
+
+nlohmann::json RecallEmail(const idemsaga::ExternalCall&, const idemsaga::ActionRecord& sent) {
+  ++emails_recalled;
+  return {{"recalled", sent.body.value("email_id", "")}};
+}
+
+// [redis-participant]
+std::unique_ptr<idemsaga::Participant> MailOnRedis(const std::string& redis_url,
+                                                   const std::string& token) {
+  auto mail = std::make_unique<idemsaga::Participant>(idemsaga::ParticipantServiceOptions{
+      .name = "mail", .service_token = token, .redis_url = redis_url});
+  mail->ExternalAction("/v1/emails", ValidateEmail, SendEmail)
+      .ExternalCompensation("/v1/emails/recall", RecallEmail);
+  return mail;
+}
+// [redis-participant]
+
+TEST(ParticipantStores, TheDocsExampleSendsOnceAndRecallsOnce) {
+  test_support::RedisServer redis;
+  auto mail = MailOnRedis(redis.Url(), kToken);
+  httplib::Client c("127.0.0.1", mail->Start("127.0.0.1", 0));
+  auto first = Post(c, "/v1/emails", {.key = "A-mail", .body = Email("ann@example.com")});
+  auto again = Post(c, "/v1/emails", {.key = "A-mail", .body = Email("ann@example.com")});
+  ASSERT_EQ(first->status, 201);
+  EXPECT_EQ(again->body, first->body);
+  EXPECT_EQ(emails_sent, 1);
+  for (int i = 0; i < 2; ++i) {
+    auto recall =
+        Post(c, "/v1/emails/recall", {.key = "A-mail-compensate", .body = Recall("A-mail")});
+    EXPECT_EQ(recall->body, R"({"action_key":"A-mail","outcome":"undone","recalled":"em_A-mail"})");
+  }
+  EXPECT_EQ(emails_recalled, 1);
+}
+
 TEST(ParticipantStores, RefusesAnActionInSqlOnRedisAtStartNamingTheRoute) {
   idemsaga::Participant p(
       {.name = "hotel", .service_token = kToken, .redis_url = "redis://127.0.0.1:1"});

@@ -101,13 +101,20 @@ TEST(Readme, TheUseInYourOwnProjectBlocksAreTheExamplesCode) {
   EXPECT_EQ(Block(page, "## A participant", "cpp", 1), hotel);
 }
 
+TEST(Readme, TheRedisParticipantExampleIsTestedCode) {
+  auto code = Marked("tests/integration/participant_stores_itest.cpp", "// [redis-participant]");
+  EXPECT_NE(code.find(".redis_url = redis_url"), std::string::npos);
+  EXPECT_EQ(Block("docs/participants.md", "## Keys in Redis", "cpp", 1), code);
+}
+
 // The README's short saga is the trip saga's definition, as examples/trip_booking has it.
 TEST(Readme, TheReadmesSagaIsTheExamplesCode) {
   auto block = Block("README.md", "## A saga", "cpp", 1);
   auto saga = Marked("examples/trip_booking/trip_saga.cpp", "// [trip-saga]");
   EXPECT_NE(block.find("idemsaga::Definition MakeTripSaga("), std::string::npos) << block;
   EXPECT_NE(saga.find(block), std::string::npos)
-      << "the README's saga is not examples/trip_booking/trip_saga.cpp's code:\n" << block;
+      << "the README's saga is not examples/trip_booking/trip_saga.cpp's code:\n"
+      << block;
 }
 
 // The lines of a Markdown file outside its fenced code blocks.
@@ -225,8 +232,8 @@ TEST(Readme, EveryRelativeLinkInTheReadmeAndDocsPointsToAFileThatExists) {
       ++checked;
       auto hash = target.find('#');
       auto path = target.substr(0, hash);
-      auto resolved = path.empty() ? fs::path(file)
-                                   : (fs::path(file).parent_path() / path).lexically_normal();
+      auto resolved =
+          path.empty() ? fs::path(file) : (fs::path(file).parent_path() / path).lexically_normal();
       ASSERT_FALSE(resolved.empty()) << file << ": " << target;
       EXPECT_NE(resolved.begin()->string(), "..") << file << ": " << target << " leaves the tree";
       if (!fs::exists(kRoot / resolved)) {
