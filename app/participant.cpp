@@ -1,6 +1,8 @@
-// idemsaga::Participant (include/idemsaga/participant.hpp) over the guard (steps/guard) and
-// the HTTP server, and its binary's command line (Run): the public types are copied to and from the
-// guard's at the edge, so the guard's own may grow without a user seeing it.
+// idemsaga::Participant (include/idemsaga/participant.hpp) over the guard (steps/guard: its
+// keys in PostgreSQL, or in Redis with RedisGuard) and the HTTP server, and its binary's command
+// line (Run): the public types are copied to and from the guard's at the edge, so the guard's
+// own may grow without a user seeing it. Both stores serve through the same HttpGuard, so the
+// routes, the refusals and /metrics are the same bytes on either.
 #include "idemsaga/participant.hpp"
 
 #include <CLI/CLI.hpp>
@@ -16,8 +18,10 @@
 #include "common/pg/migrate.hpp"
 #include "common/pg/pool.hpp"
 #include "common/pg/url.hpp"
+#include "common/redis/pool.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
+#include "steps/guard/redis_guard.hpp"
 #include "steps/saga/step.hpp"
 
 namespace idemsaga {
@@ -37,6 +41,21 @@ guard::Response Internal(Response r) {
   return out;
 }
 
+guard::Guard::ExternalEffect Internal(ExternalEffect effect) {
+  return [effect = std::move(effect)](const guard::ExternalCall& call) {
+    Request request = Public(call.request);
+    return Internal(effect(ExternalCall{request, call.earlier_attempt, call.deadline}));
+  };
+}
+
+guard::Guard::ExternalUndo Internal(ExternalUndo undo) {
+  return
+      [undo = std::move(undo)](const guard::ExternalCall& call, const guard::ActionRecord& action) {
+        Request request = Public(call.request);
+        return undo(ExternalCall{request, call.earlier_attempt, call.deadline}, Public(action));
+      };
+}
+
 }  // namespace
 
 Response Problem(int status, const std::string& code, const std::string& detail) {
@@ -51,23 +70,57 @@ struct Participant::Impl {
   std::vector<std::string> schema;
   // Routes are added when the service starts: the database URL may come from the flags.
   std::vector<std::function<void(Impl&)>> routes;
+  // The routes whose effect is SQL on the guard's transaction: PostgreSQL only.
+  std::vector<std::string> sql_routes;
 
+  // The guard on one store: `guard` with `pool` (PostgreSQL) or `redis_guard` with `redis`.
   struct Serving {
     explicit Serving(const ParticipantServiceOptions& o)
-        : pool({.url = o.database_url, .size = o.pool_size}),
-          guard(pool, nullptr, {.retention = o.retention}),
-          http(guard, {.service_token = o.service_token, .metrics = &metrics, .service = o.name}),
-          server(common::http::Limits{.threads = o.threads}, common::pg::Classify) {}
+        : guard_options{.retention = o.retention},
+          server(common::http::Limits{.threads = o.threads}, common::pg::Classify) {
+      guard::HttpGuardOptions http_options{
+          .service_token = o.service_token, .metrics = &metrics, .service = o.name};
+      if (o.redis_url.empty()) {
+        pool = std::make_unique<common::pg::Pool>(
+            common::pg::Pool::Options{.url = o.database_url, .size = o.pool_size});
+        guard = std::make_unique<guard::Guard>(*pool, nullptr, guard_options);
+        http = std::make_unique<guard::HttpGuard>(*guard, http_options);
+      } else {
+        redis = std::make_unique<common::redis::Pool>(
+            common::redis::Pool::Options{.url = o.redis_url, .size = o.pool_size});
+        redis_guard = std::make_unique<guard::RedisGuard>(*redis, guard_options);
+        http = std::make_unique<guard::HttpGuard>(http_options);
+      }
+    }
+    bool Ready() { return guard ? common::pg::Reachable(*pool) : redis_guard->Ready(); }
+
+    guard::GuardOptions guard_options;
     common::metrics::Registry metrics;
-    common::pg::Pool pool;
-    guard::Guard guard;
-    guard::HttpGuard http;
+    std::unique_ptr<common::pg::Pool> pool;
+    std::unique_ptr<guard::Guard> guard;
+    std::unique_ptr<common::redis::Pool> redis;
+    std::unique_ptr<guard::RedisGuard> redis_guard;
+    std::unique_ptr<guard::HttpGuard> http;
     common::http::Server server;
     std::string host;
     int port = 0;
     std::thread thread;
   };
   std::unique_ptr<Serving> serving;
+
+  // Refuses what a Redis key store cannot keep, naming it, before anything starts.
+  void CheckRedis() const {
+    const std::string who = "participant " + options.name + ": ";
+    if (!guard::ParseRedisFsync(options.redis_fsync)) {
+      throw std::invalid_argument(who + "redis_fsync is everysec, always or unchecked, not '" +
+                                  options.redis_fsync + "'");
+    }
+    const std::string why =
+        " is PostgreSQL-only (an effect in SQL on the guard's transaction); with redis_url, use "
+        "ExternalAction and ExternalCompensation";
+    if (!schema.empty()) throw std::invalid_argument(who + "Schema" + why);
+    if (!sql_routes.empty()) throw std::invalid_argument(who + sql_routes.front() + why);
+  }
 };
 
 Participant::Participant(ParticipantServiceOptions options) : impl_(std::make_unique<Impl>()) {
@@ -85,20 +138,22 @@ Participant& Participant::Schema(std::string sql) {
 }
 
 Participant& Participant::Action(const std::string& path, Validate validate, Effect effect) {
+  impl_->sql_routes.push_back("Action " + path);
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(
-        path, i.serving->http.Action(validate, [effect](pqxx::work& tx, const guard::Request& req) {
-          return Internal(effect(tx, Public(req)));
-        }));
+    i.serving->server.Post(path, i.serving->http->Action(
+                                     validate, [effect](pqxx::work& tx, const guard::Request& req) {
+                                       return Internal(effect(tx, Public(req)));
+                                     }));
   });
   return *this;
 }
 
 Participant& Participant::Compensation(const std::string& path, Undo undo) {
+  impl_->sql_routes.push_back("Compensation " + path);
   impl_->routes.push_back([=](Impl& i) {
     i.serving->server.Post(
-        path, i.serving->http.Compensation([undo](pqxx::work& tx, const guard::Request& req,
-                                                  const guard::ActionRecord& action) {
+        path, i.serving->http->Compensation([undo](pqxx::work& tx, const guard::Request& req,
+                                                   const guard::ActionRecord& action) {
           return undo(tx, Public(req), Public(action));
         }));
   });
@@ -108,23 +163,28 @@ Participant& Participant::Compensation(const std::string& path, Undo undo) {
 Participant& Participant::ExternalAction(const std::string& path, Validate validate,
                                          ExternalEffect effect) {
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(
-        path, i.serving->http.ExternalAction(validate, [effect](const guard::ExternalCall& call) {
-          Request request = Public(call.request);
-          return Internal(effect(ExternalCall{request, call.earlier_attempt, call.deadline}));
-        }));
+    auto& s = *i.serving;
+    auto internal = Internal(effect);
+    s.server.Post(path, s.guard ? s.http->ExternalAction(validate, internal)
+                                : s.http->Guarded("action", validate,
+                                                  [&s, internal](const guard::Request& r) {
+                                                    return s.redis_guard->RunExternal(r, internal);
+                                                  }));
   });
   return *this;
 }
 
 Participant& Participant::ExternalCompensation(const std::string& path, ExternalUndo undo) {
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(
-        path, i.serving->http.ExternalCompensation([undo](const guard::ExternalCall& call,
-                                                          const guard::ActionRecord& action) {
-          Request request = Public(call.request);
-          return undo(ExternalCall{request, call.earlier_attempt, call.deadline}, Public(action));
-        }));
+    auto& s = *i.serving;
+    auto internal = Internal(undo);
+    s.server.Post(path, s.guard ? s.http->ExternalCompensation(internal)
+                                : s.http->GuardedCompensation(
+                                      [&s, internal](const guard::Request& r,
+                                                     const std::string& action_key, bool applied) {
+                                        return s.redis_guard->CompensateExternal(r, action_key,
+                                                                                 internal, applied);
+                                      }));
   });
   return *this;
 }
@@ -132,13 +192,16 @@ Participant& Participant::ExternalCompensation(const std::string& path, External
 int Participant::Start(const std::string& host, int port) {
   auto& i = *impl_;
   if (i.serving) throw std::logic_error("participant " + i.options.name + ": started already");
-  if (i.options.database_url.empty()) {
+  const bool on_redis = !i.options.redis_url.empty();
+  if (on_redis) {
+    i.CheckRedis();
+  } else if (i.options.database_url.empty()) {
     throw std::invalid_argument("participant " + i.options.name + ": no database URL");
   }
   if (i.options.service_token.empty()) {
     throw std::invalid_argument("participant " + i.options.name + ": no service token");
   }
-  {
+  if (!on_redis) {
     pqxx::connection conn(common::pg::WithSessionTimeouts(i.options.database_url));
     common::pg::Migrate(conn, "guard");
     for (const auto& sql : i.schema) {
@@ -147,12 +210,19 @@ int Participant::Start(const std::string& host, int port) {
       tx.commit();
     }
   }
-  i.serving = std::make_unique<Impl::Serving>(i.options);
-  auto& s = *i.serving;
+  auto serving = std::make_unique<Impl::Serving>(i.options);
+  auto& s = *serving;
+  if (on_redis) s.redis_guard->CheckServer(*guard::ParseRedisFsync(i.options.redis_fsync));
+  i.serving = std::move(serving);
   for (const auto& add : i.routes) add(i);
-  s.server.Get(guard::kPolicyPath, s.http.Policy());
-  s.server.Get(guard::kKeysPath, s.http.Keys());
-  common::http::AddHealthRoutes(s.server, [&s] { return common::pg::Reachable(s.pool); });
+  s.server.Get(guard::kPolicyPath, s.http->Policy(s.guard_options.retention));
+  s.server.Get(guard::kKeysPath,
+               s.guard ? s.http->Keys()
+                       : s.http->Keys([&s](const std::string& tenant, std::chrono::seconds since,
+                                           const std::string& after, int limit) {
+                           return s.redis_guard->ListKeys(tenant, since, after, limit);
+                         }));
+  common::http::AddHealthRoutes(s.server, [&s] { return s.Ready(); });
   s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.metrics.Render(), common::metrics::kContentType);
   });
@@ -192,6 +262,12 @@ int Participant::Run(int argc, char** argv) {
       ->envname("IDEMSAGA_SERVICE_TOKEN");
   cli.add_option("--retention-hours", retention_hours, "how long step keys are kept")
       ->check(CLI::Range(1, 24 * 365))
+      ->capture_default_str();
+  cli.add_option("--redis-url", options.redis_url,
+                 "redis:// URL: keep the keys in Redis instead of PostgreSQL")
+      ->envname("IDEMSAGA_REDIS_URL");
+  cli.add_option("--redis-fsync", options.redis_fsync,
+                 "the persistence Redis must have: everysec, always or unchecked")
       ->capture_default_str();
   try {
     cli.parse(argc, argv);

@@ -45,5 +45,5 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libpqxx-dev, libcpp-httplib-dev, libssl-dev, nlohmann-json3-dev, libboost-dev, librabbitmq-dev, libcli11-dev, libjemalloc2")
+    "libpqxx-dev, libcpp-httplib-dev, libssl-dev, nlohmann-json3-dev, libboost-dev, librabbitmq-dev, libhiredis-dev, libcli11-dev, libjemalloc2")
 include(CPack)

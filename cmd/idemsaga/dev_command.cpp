@@ -11,13 +11,13 @@
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 
 namespace idemsaga::app {
 namespace {
 
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 
 struct DevFlags {
   std::string dir = ".idemsaga";
@@ -73,7 +73,7 @@ void AddDevCommand(CLI::App& app, Run& run) {
       using common::defaults::LocalUrl;
       std::string intake = LocalUrl(flags.orchestrator_port) + "/v1/traces";
       // The orchestrator's own intake takes the service token; a collector never gets it.
-      services_mock::ParticipantOptions participant{
+      demo::ParticipantOptions participant{
           .otlp_endpoint = intake,
           .otlp_headers = {
               {"Authorization", std::string("Bearer ") + common::defaults::kServiceToken}}};

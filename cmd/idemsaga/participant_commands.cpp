@@ -11,13 +11,13 @@
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 
 namespace idemsaga::app {
 namespace {
 
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 
 struct ParticipantFlags {
   std::string listen;
@@ -31,7 +31,7 @@ struct ParticipantFlags {
   std::string store = "postgres";
   std::string redis_url = "redis://127.0.0.1:6379";
   std::string redis_fsync = "everysec";
-  services_mock::FaultSettings faults;
+  demo::FaultSettings faults;
 };
 
 // Where `idemsaga <participant>` listens unless told: the ports `idemsaga dev` uses too.
@@ -50,7 +50,7 @@ std::string DefaultListen(ParticipantKind kind) {
 void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
   auto flags_ptr = std::make_shared<ParticipantFlags>();
   auto& flags = *flags_ptr;
-  const std::string name = services_mock::NameOf(kind);
+  const std::string name = demo::NameOf(kind);
   auto* cmd = app.add_subcommand(name, "Run the demo " + name + " participant");
   flags.listen = DefaultListen(kind);
   std::string upper_name = name;
@@ -127,7 +127,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
       auto& flags = *flags_ptr;
       if (flags.migrate) {
         pqxx::connection conn(common::pg::WithSessionTimeouts(flags.database_url));
-        common::pg::Migrate(conn, services_mock::NameOf(kind));
+        common::pg::Migrate(conn, demo::NameOf(kind));
       }
       auto [host, port] = common::SplitHostPort(flags.listen);
       ParticipantService svc(
@@ -142,11 +142,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
           flags.faults);
       int bound = svc.Bind(host, port);
       std::thread server([&] { svc.Serve(); });
-      std::cout << services_mock::NameOf(kind) << " ready on http://" << host << ":" << bound
+      std::cout << demo::NameOf(kind) << " ready on http://" << host << ":" << bound
                 << std::endl;
       int sig = idemsaga::app::WaitForStopSignal();
       common::Log("shutdown",
-                  {{"service", services_mock::NameOf(kind)}, {"signal", std::to_string(sig)}});
+                  {{"service", demo::NameOf(kind)}, {"signal", std::to_string(sig)}});
       svc.Stop();
       server.join();
     };

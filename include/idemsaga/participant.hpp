@@ -16,6 +16,13 @@
 // third party. A business refusal is a Problem(4xx, code, ...) the effect returns: stored and
 // replayed like a success, so such an effect must change nothing.
 //
+// Keys in Redis instead (ParticipantServiceOptions::redis_url): for a participant whose
+// effects are all outside a database, ExternalAction and ExternalCompensation keep the same
+// promise, and the service answers the same bytes as on PostgreSQL for the same calls, its
+// policy, key listing and /metrics included. Action, Compensation and Schema are
+// PostgreSQL-only (their effect is SQL on the guard's transaction): Start refuses them on
+// Redis (std::invalid_argument naming the route).
+//
 // Add routes, then Start (or Run); Stop once. Handlers run on the server's threads.
 //   idemsaga::Participant hotel({.name = "hotel", .database_url = url, .service_token = t});
 //   hotel.Schema("CREATE TABLE IF NOT EXISTS bookings (...)")
@@ -89,6 +96,13 @@ struct ParticipantServiceOptions {
   std::chrono::hours retention{24 * 7};
   size_t pool_size = 8;  // database connections
   size_t threads = 16;   // requests handled at once
+  // redis://[:password@]host[:port][/db]: keep the keys in that Redis instead of PostgreSQL;
+  // database_url is then not used. Redis must keep what it acknowledges: Start checks that it
+  // has appendonly yes, `redis_fsync`, and no eviction (maxmemory-policy noeviction).
+  std::string redis_url;
+  // With redis_url: "everysec" (appendfsync everysec or always: a crash of Redis' host may
+  // lose about a second of keys), "always", or "unchecked" (CONFIG disabled; you vouch).
+  std::string redis_fsync = "everysec";
 };
 
 class Participant {
@@ -111,11 +125,13 @@ class Participant {
   Participant& ExternalCompensation(const std::string& path, ExternalUndo undo);
 
   // Migrates, binds `host:port` (0: any free port) and serves on threads of its own;
-  // returns the port. Throws std::invalid_argument without a database URL or service token,
-  // std::runtime_error when the database or the port cannot be had.
+  // returns the port. Throws std::invalid_argument without a database URL (or Redis URL) or
+  // service token, or for a PostgreSQL-only route on Redis; std::runtime_error when the
+  // database (or Redis, or its persistence) or the port cannot be had.
   int Start(const std::string& host, int port);
   // A participant binary's main: --listen HOST:PORT, --database-url (IDEMSAGA_DATABASE_URL),
-  // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours; prints "<name> ready on
+  // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours, --redis-url
+  // (IDEMSAGA_REDIS_URL), --redis-fsync; prints "<name> ready on
   // <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
   int Run(int argc, char** argv);
   std::string Url() const;  // http://host:port once started

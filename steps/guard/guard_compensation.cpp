@@ -51,9 +51,8 @@ Found FindAction(pqxx::work& tx, const Request& req, const std::string& action_k
 }
 
 Response Undone(const std::string& action_key, Outcome outcome, const nlohmann::json& detail) {
-  nlohmann::json body = {{"action_key", action_key}, {"outcome", ToString(outcome)}};
-  if (detail.is_object()) body.update(detail);
-  return Response{200, body.dump(), "application/json", false, outcome};
+  return Response{200, CompensationBody(action_key, outcome, detail), "application/json", false,
+                  outcome};
 }
 
 }  // namespace detail

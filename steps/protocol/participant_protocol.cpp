@@ -17,6 +17,13 @@ nlohmann::json KeyRecord::ToJson() const {
           {"age_seconds", age_seconds}};
 }
 
+std::string CompensationBody(const std::string& action_key, Outcome outcome,
+                             const nlohmann::json& detail) {
+  nlohmann::json body = {{"action_key", action_key}, {"outcome", ToString(outcome)}};
+  if (detail.is_object()) body.update(detail);
+  return body.dump();
+}
+
 KeyRecord KeyRecord::FromJson(const nlohmann::json& json) {
   auto name = json.at("status").get<std::string>();
   auto status = ParseKeyStatus(name);

@@ -2,9 +2,9 @@
 // what it keeps under a key (KeyStatus, KeyRecord), the problems it answers itself (Refusal),
 // and where it serves its policy and its keys. One name table each, in the style of
 // orchestrator/store/saga_status.hpp: the wire, the metrics and the stored rows use exactly
-// these names. No database and no network here, so both sides include it: the guard
-// (steps/guard), a store of its own (services_mock/redis_inventory.cpp), the step client
-// (steps/client), the orchestrator's start-up check and its reconciler.
+// these names. No database and no network here, so both sides include it: the guards
+// (steps/guard, on PostgreSQL and on Redis), a store of its own (demo/redis_inventory.cpp), the
+// step client (steps/client), the orchestrator's start-up check and its reconciler.
 #pragma once
 
 #include <iosfwd>
@@ -220,10 +220,45 @@ constexpr const RefusalEntry& Describe(Refusal refusal) {
   return kRefusals[0];
 }
 
+// The one table between a refusal and its name: how a store that decides outside C++ (the
+// Redis guard's scripts) names the refusal it found, for Refuse to word.
+inline constexpr std::pair<Refusal, const char*> kRefusalNames[] = {
+    {Refusal::kKeyReused, "key_reused"},
+    {Refusal::kKeyPending, "key_pending"},
+    {Refusal::kKeyBusy, "key_busy"},
+    {Refusal::kKeyLockTimeout, "key_lock_timeout"},
+    {Refusal::kActionPending, "action_pending"},
+    {Refusal::kClaimTakenOver, "claim_taken_over"},
+    {Refusal::kCompensated, "compensated"},
+    {Refusal::kCutOff, "cut_off"},
+    {Refusal::kTombstone, "tombstone"},
+    {Refusal::kActionUnknown, "action_unknown"},
+};
+
+constexpr const char* ToString(Refusal refusal) {
+  for (const auto& [r, name] : kRefusalNames) {
+    if (r == refusal) return name;
+  }
+  return "unknown";
+}
+
+constexpr std::optional<Refusal> ParseRefusal(std::string_view name) {
+  for (const auto& [r, n] : kRefusalNames) {
+    if (name == n) return r;
+  }
+  return std::nullopt;
+}
+
 // The one Retry-After rule: a refusal tells the caller when to come back (Retry-After: 1)
 // exactly when its code is idempotency_key_in_progress.
 constexpr bool RetriesLater(GuardCode code) { return code == GuardCode::kInProgress; }
 inline constexpr const char* kRetryAfterSeconds = "1";
+
+// A compensation's answer body: {"action_key", "outcome": ToString(outcome), ...detail} (the
+// fields of `detail`, an object, after them; anything else adds nothing). Every store answers
+// a compensation with it.
+std::string CompensationBody(const std::string& action_key, Outcome outcome,
+                             const nlohmann::json& detail);
 
 // Where a participant serves {"key_retention_seconds": N} (service token), for the
 // orchestrator's start-up check.

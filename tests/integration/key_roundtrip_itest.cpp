@@ -11,14 +11,14 @@
 #include "common/idempotency_key.hpp"
 #include "common/percent_encode.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
 namespace {
 
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 using test_support::Call;
 using test_support::Order;
 using test_support::ScratchDatabase;
@@ -45,9 +45,9 @@ std::string GenerateKey(std::mt19937& rng, int i) {
 TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys) {
   ScratchDatabase orch_db("orchestrator"), inv_db("inventory"), pay_db("payment");
   Serving<ParticipantService> inventory(ParticipantKind::kInventory, inv_db.url(),
-                                        services_mock::ParticipantOptions{});
+                                        demo::ParticipantOptions{});
   Serving<ParticipantService> payment(ParticipantKind::kPayment, pay_db.url(),
-                                      services_mock::ParticipantOptions{});
+                                      demo::ParticipantOptions{});
   orchestrator::OrchestratorOptions options;
   options.database_url = orch_db.url();
   options.participants["inventory"].base_url = inventory.Url();

@@ -11,8 +11,8 @@
 #include "common/crypto.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "orchestrator/reconcile.hpp"
-#include "services_mock/participant.hpp"
-#include "services_mock/service.hpp"
+#include "demo/participant.hpp"
+#include "demo/service.hpp"
 #include "steps/place_order.hpp"
 #include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -23,8 +23,8 @@ namespace {
 
 using orchestrator::Orchestrator;
 using orchestrator::OrchestratorOptions;
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 using test_support::Call;
 using test_support::ErrorCode;
 using test_support::kDeclinedOrder;
@@ -84,8 +84,8 @@ class OrdersTest : public ::testing::Test {
       : orch_db_("orchestrator"),
         inv_db_("inventory"),
         pay_db_("payment"),
-        inventory_(ParticipantKind::kInventory, inv_db_.url(), services_mock::ParticipantOptions{}),
-        payment_(ParticipantKind::kPayment, pay_db_.url(), services_mock::ParticipantOptions{}) {}
+        inventory_(ParticipantKind::kInventory, inv_db_.url(), demo::ParticipantOptions{}),
+        payment_(ParticipantKind::kPayment, pay_db_.url(), demo::ParticipantOptions{}) {}
 
   void SetUp() override { Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url())); }
 
@@ -815,7 +815,7 @@ TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone)
   int pay_port = common::FreeLoopbackPort();
   auto pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
                                                            ParticipantKind::kPayment, pay_db_.url(),
-                                                           services_mock::ParticipantOptions{});
+                                                           demo::ParticipantOptions{});
   OrchestratorOptions options;
   options.database_url = orch_db_.url();
   options.participants["inventory"].base_url = inventory_.Url();
@@ -838,7 +838,7 @@ TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone)
   std::this_thread::sleep_until(down_at + 10s);  // the outage itself is what is tested
   pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
                                                       ParticipantKind::kPayment, pay_db_.url(),
-                                                      services_mock::ParticipantOptions{});
+                                                      demo::ParticipantOptions{});
   for (int i = 0; i < 5; ++i) {
     auto key = "outage-" + std::to_string(i);
     auto view = WaitForView(
@@ -941,7 +941,7 @@ TEST_F(OrdersTest, AnOrchestratorRefusesToStartWhenAParticipantForgetsKeysTooSoo
   ScratchDatabase short_db("payment");
   Serving<ParticipantService> forgetful(
       ParticipantKind::kPayment, short_db.url(),
-      services_mock::ParticipantOptions{.guard = {.retention = std::chrono::hours(12)}});
+      demo::ParticipantOptions{.guard = {.retention = std::chrono::hours(12)}});
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), forgetful.Url());
   options.store.retention = std::chrono::hours(24);
   Orchestrator too_long(options);

@@ -6,15 +6,15 @@
 #include <set>
 #include <thread>
 
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
 namespace {
 
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 using test_support::ScratchDatabase;
 
 constexpr const char* kToken = "dev-service-token";
@@ -30,7 +30,7 @@ class InventoryTest : public ::testing::Test {
   InventoryTest()
       : db_("inventory"),
         svc_(ParticipantKind::kInventory, db_.url(),
-             services_mock::ParticipantOptions{.pool_size = 8}),
+             demo::ParticipantOptions{.pool_size = 8}),
         client_(svc_.Client()) {}
   long long Available(const std::string& sku) {
     return db_.Count("SELECT available FROM stock WHERE sku = $1", sku);
@@ -472,7 +472,7 @@ class PaymentTest : public ::testing::Test {
   PaymentTest()
       : db_("payment"),
         svc_(ParticipantKind::kPayment, db_.url(),
-             services_mock::ParticipantOptions{.pool_size = 8}),
+             demo::ParticipantOptions{.pool_size = 8}),
         client_(svc_.Client()) {}
   long long Charges(const std::string& status) {
     return db_.Count("SELECT count(*) FROM charges WHERE status = $1", status);

@@ -19,8 +19,8 @@
 #include "common/http/problem.hpp"
 #include "common/net.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "services_mock/redis_inventory.hpp"
-#include "services_mock/service.hpp"
+#include "demo/redis_inventory.hpp"
+#include "demo/service.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -28,11 +28,12 @@
 
 namespace {
 
-using services_mock::ParticipantKind;
-using services_mock::ParticipantOptions;
-using services_mock::ParticipantService;
-using services_mock::RedisInventory;
-using services_mock::RedisPool;
+using demo::ParticipantKind;
+using demo::ParticipantOptions;
+using demo::ParticipantService;
+using demo::RedisInventory;
+using steps::guard::RedisGuard;
+using common::redis::Pool;
 using test_support::Call;
 using test_support::Post;
 using test_support::RedisServer;
@@ -57,7 +58,7 @@ class RedisInventoryTest : public ::testing::Test {
 
   long long Field(const std::string& key, const std::string& field) {
     auto r = inspect_.Command({"HGET", key, field});
-    return r.type == services_mock::RedisReply::Type::kString ? std::stoll(r.str) : -1;
+    return r.type == common::redis::Reply::Type::kString ? std::stoll(r.str) : -1;
   }
   long long Available(const std::string& sku) {
     return Field(RedisInventory::StockKey(sku), "available");
@@ -85,7 +86,7 @@ class RedisInventoryTest : public ::testing::Test {
   }
 
   RedisServer redis_;
-  RedisPool inspect_;
+  common::redis::Pool inspect_;
   std::unique_ptr<Running> svc_;
   httplib::Client client_;
 };
@@ -174,7 +175,7 @@ TEST_F(RedisInventoryTest, AReleaseBeforeItsReservationLeavesATombstoneThatRefus
   ASSERT_TRUE(release);
   EXPECT_EQ(release->status, 200);
   EXPECT_EQ(nlohmann::json::parse(release->body)["outcome"], "cancelled");
-  EXPECT_EQ(Status(RedisInventory::RecordKey("demo", "late-inventory")), "tombstone");
+  EXPECT_EQ(Status(RedisGuard::RecordKey("demo", "late-inventory")), "tombstone");
   auto late = Reserve("late-inventory");
   ASSERT_TRUE(late);
   EXPECT_EQ(late->status, 409);
@@ -221,14 +222,14 @@ TEST_F(RedisInventoryTest, KeysExpireAfterTheRetentionCountedFromTheirCompensati
   ASSERT_EQ(Reserve("ttl-inventory")->status, 201);
   const long long retention_ms = 168LL * 3600 * 1000;
   auto pttl = [&](const std::string& key) { return inspect_.Command({"PTTL", key}).integer; };
-  const auto record = RedisInventory::RecordKey("demo", "ttl-inventory");
+  const auto record = RedisGuard::RecordKey("demo", "ttl-inventory");
   EXPECT_GT(pttl(record), retention_ms - 60000);
   EXPECT_LE(pttl(record), retention_ms);
   EXPECT_GT(pttl(RedisInventory::ReservationKey("demo", "ttl-inventory")), 0);
   inspect_.Command({"PEXPIRE", record, "1000000"});  // as if most of its life had passed
   ASSERT_EQ(Release("ttl-inventory-compensate", "ttl-inventory")->status, 200);
   EXPECT_GT(pttl(record), retention_ms - 60000);
-  EXPECT_GT(pttl(RedisInventory::RecordKey("demo", "ttl-inventory-compensate")),
+  EXPECT_GT(pttl(RedisGuard::RecordKey("demo", "ttl-inventory-compensate")),
             retention_ms - 60000);
   // A key read past half its life is kept a full retention again.
   inspect_.Command({"PEXPIRE", record, "1000000"});
@@ -561,7 +562,7 @@ TEST(RedisInventoryOrderTest, OrdersCompleteAndADeclinedPaymentReleasesTheRedisS
   Serving<orchestrator::Orchestrator> orch(o);
   orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
   auto client = orch.Client();
-  RedisPool inspect({.url = redis.Url(), .size = 1});
+  common::redis::Pool inspect({.url = redis.Url(), .size = 1});
   auto available = [&] {
     return std::stoll(
         inspect.Command({"HGET", RedisInventory::StockKey("widget"), "available"}).str);

@@ -14,8 +14,8 @@
 #include "cmd/idemsaga/crash_points.hpp"
 #include "common/crypto.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "services_mock/participant.hpp"
-#include "services_mock/service.hpp"
+#include "demo/participant.hpp"
+#include "demo/service.hpp"
 #include "steps/saga/fields.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -26,8 +26,8 @@ namespace {
 
 using orchestrator::Orchestrator;
 using orchestrator::OrchestratorOptions;
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 using test_support::ErrorCode;
 using test_support::Order;
 using test_support::Post;
@@ -89,8 +89,8 @@ class Loyalty {
 
  private:
   common::pg::Pool pool_;
-  services_mock::Faults faults_;
-  services_mock::Participant participant_;
+  demo::Faults faults_;
+  demo::Participant participant_;
   Serving<common::http::Server> server_;
 };
 
@@ -229,9 +229,9 @@ class SagasTest : public ::testing::Test {
         pay_db_("payment"),
         loyalty_db_("payment"),  // a participant database: it has the guard's key table
         ship_db_("shipping"),
-        inventory_(ParticipantKind::kInventory, inv_db_.url(), services_mock::ParticipantOptions{}),
-        payment_(ParticipantKind::kPayment, pay_db_.url(), services_mock::ParticipantOptions{}),
-        shipping_(ParticipantKind::kShipping, ship_db_.url(), services_mock::ParticipantOptions{}) {
+        inventory_(ParticipantKind::kInventory, inv_db_.url(), demo::ParticipantOptions{}),
+        payment_(ParticipantKind::kPayment, pay_db_.url(), demo::ParticipantOptions{}),
+        shipping_(ParticipantKind::kShipping, ship_db_.url(), demo::ParticipantOptions{}) {
     loyalty_db_.Exec(
         "CREATE TABLE points (key text PRIMARY KEY, charge_id text NOT NULL, points int NOT NULL, "
         "revoked boolean NOT NULL DEFAULT false)");

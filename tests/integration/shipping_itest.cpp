@@ -1,4 +1,4 @@
-// The shipping participant (services_mock/shipping.cpp) over real HTTP (a server on port 0)
+// The shipping participant (demo/shipping.cpp) over real HTTP (a server on port 0)
 // against real PostgreSQL: what its guard promises, counted in its shipments table.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -8,14 +8,14 @@
 #include <thread>
 #include <vector>
 
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
 namespace {
 
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 using test_support::Call;
 using test_support::ErrorCode;
 using test_support::Post;
@@ -38,7 +38,7 @@ class ShippingTest : public ::testing::Test {
   ShippingTest()
       : db_("shipping"),
         svc_(ParticipantKind::kShipping, db_.url(),
-             services_mock::ParticipantOptions{.pool_size = 8}),
+             demo::ParticipantOptions{.pool_size = 8}),
         client_(svc_.Client()) {}
 
   long long Shipments() const { return db_.Count("SELECT count(*) FROM shipments"); }

@@ -13,15 +13,15 @@
 #include "common/crypto.hpp"
 #include "common/process.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
 namespace {
 
 using orchestrator::Orchestrator;
-using services_mock::ParticipantKind;
-using services_mock::ParticipantService;
+using demo::ParticipantKind;
+using demo::ParticipantService;
 using test_support::AtPort;
 using test_support::Call;
 using test_support::kDeclinedOrder;
@@ -54,7 +54,7 @@ class TracesTest : public ::testing::Test {
     orch_ = std::make_unique<Serving<Orchestrator>>(o);
     orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
     orch_->service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
-    services_mock::ParticipantOptions p{
+    demo::ParticipantOptions p{
         .otlp_endpoint = orch_->Url() + "/v1/traces",
         .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
     p.limits.keep_alive_timeout_s = 1;

@@ -1,6 +1,6 @@
 // The whole stack over real HTTP on loopback, in process: the orchestrator and the three demo
 // participants, each on a fresh database of the run's PostgreSQL; tenants `demo` and `acme`
-// (API keys dev-key-demo, dev-key-acme). Link idemsaga_orchestrator and idemsaga_services_mock.
+// (API keys dev-key-demo, dev-key-acme). Link idemsaga_orchestrator and idemsaga_demo.
 //   test_support::Stack stack;   // or Stack([](auto& o) { o.sagas.threads = 4; })
 //   auto c = stack.orch.Client();
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "common/crypto.hpp"
 #include "orchestrator/orchestrator.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
@@ -36,12 +36,12 @@ struct Stack {
         inv_db("inventory"),
         pay_db("payment"),
         ship_db("shipping"),
-        inventory(services_mock::ParticipantKind::kInventory, inv_db.url(),
-                  services_mock::ParticipantOptions{}),
-        payment(services_mock::ParticipantKind::kPayment, pay_db.url(),
-                services_mock::ParticipantOptions{}),
-        shipping(services_mock::ParticipantKind::kShipping, ship_db.url(),
-                 services_mock::ParticipantOptions{}),
+        inventory(demo::ParticipantKind::kInventory, inv_db.url(),
+                  demo::ParticipantOptions{}),
+        payment(demo::ParticipantKind::kPayment, pay_db.url(),
+                demo::ParticipantOptions{}),
+        shipping(demo::ParticipantKind::kShipping, ship_db.url(),
+                 demo::ParticipantOptions{}),
         orch(
             [&] {
               orchestrator::OrchestratorOptions o;
@@ -70,7 +70,7 @@ struct Stack {
   }
 
   ScratchDatabase orch_db, inv_db, pay_db, ship_db;
-  Serving<services_mock::ParticipantService> inventory, payment, shipping;
+  Serving<demo::ParticipantService> inventory, payment, shipping;
   Serving<orchestrator::Orchestrator> orch;
 };
 

@@ -34,10 +34,12 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"common", {}},
     {"common/trace", {"common"}},
     {"common/pg", {"common"}},
+    {"common/redis", {"common"}},
     {"common/http", {"common", "common/trace"}},
     {"steps/saga", {"common", "common/trace", "include/idemsaga"}},
     {"steps/protocol", {"common"}},
-    {"steps/guard", {"common", "common/trace", "common/pg", "common/http", "steps/protocol"}},
+    {"steps/guard",
+     {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps/protocol"}},
     {"steps/client",
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "include/idemsaga"}},
     {"steps", {"common", "steps/saga", "steps/client", "include/idemsaga"}},
@@ -49,18 +51,18 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "orchestrator",
       "orchestrator/store"}},
     {"orchestrator/amqp", {"common", "common/http", "orchestrator"}},
-    {"services_mock",
-     {"common", "common/trace", "common/pg", "common/http", "steps", "steps/protocol",
-      "steps/guard"}},
+    {"demo",
+     {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps",
+      "steps/protocol", "steps/guard"}},
     {"app",
-     {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/protocol",
-      "steps/guard", "steps/client", "steps", "orchestrator/store", "orchestrator",
-      "orchestrator/amqp", "include/idemsaga"}},
+     {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps/saga",
+      "steps/protocol", "steps/guard", "steps/client", "steps", "orchestrator/store",
+      "orchestrator", "orchestrator/amqp", "include/idemsaga"}},
     {"testing", {"common", "common/trace", "steps/saga", "include/idemsaga"}},
     {"cmd/idemsaga",
-     {"common", "common/trace", "common/pg", "common/http", "steps/saga", "steps/protocol",
-      "steps/guard", "steps/client", "steps", "orchestrator/store", "orchestrator",
-      "orchestrator/amqp", "services_mock", "app", "include/idemsaga"}},
+     {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps/saga",
+      "steps/protocol", "steps/guard", "steps/client", "steps", "orchestrator/store",
+      "orchestrator", "orchestrator/amqp", "demo", "app", "include/idemsaga"}},
 };
 
 // "file -> header": why it is allowed for now.
@@ -79,8 +81,7 @@ struct Include {
 std::vector<Include> ProductIncludes(const fs::path& root) {
   const std::regex include(R"(^\s*#\s*include\s+"([^"]+/[^"]+)\")");
   std::vector<Include> out;
-  for (const char* top :
-       {"common", "steps", "orchestrator", "services_mock", "testing", "app", "cmd"}) {
+  for (const char* top : {"common", "steps", "orchestrator", "demo", "testing", "app", "cmd"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
       auto ext = entry.path().extension();
       if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
@@ -132,7 +133,7 @@ TEST(Architecture, EveryProductFolderHasARow) {
 std::set<std::string> KillSwitches(const fs::path& root) {
   std::set<std::string> out;
   for (const char* top :
-       {"common", "steps", "orchestrator", "services_mock", "testing", "app", "include"}) {
+       {"common", "steps", "orchestrator", "demo", "testing", "app", "include"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
       if (!entry.is_regular_file()) continue;
       std::ifstream in(entry.path());

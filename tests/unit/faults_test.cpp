@@ -1,10 +1,10 @@
-#include "services_mock/faults.hpp"
+#include "demo/faults.hpp"
 
 #include <gtest/gtest.h>
 
 namespace {
 
-using services_mock::ParseFaultSettings;
+using demo::ParseFaultSettings;
 
 TEST(FaultSettings, ParsesEveryField) {
   std::string error;
@@ -46,7 +46,7 @@ TEST(FaultSettings, RejectsOutOfRangeWrongTypeAndUnknownFields) {
 }
 
 TEST(Faults, FailNextFailsExactlyThatManyRequests) {
-  services_mock::Faults faults({.fail_next = 2});
+  demo::Faults faults({.fail_next = 2});
   EXPECT_TRUE(faults.Fail("k-1"));
   EXPECT_TRUE(faults.Fail("k-2"));
   EXPECT_FALSE(faults.Fail("k-3"));
@@ -54,7 +54,7 @@ TEST(Faults, FailNextFailsExactlyThatManyRequests) {
 }
 
 TEST(Faults, RateOneAlwaysFiresAndRateZeroNever) {
-  services_mock::Faults faults({.error_rate = 1, .drop_after_commit_rate = 0});
+  demo::Faults faults({.error_rate = 1, .drop_after_commit_rate = 0});
   for (int i = 0; i < 100; ++i) {
     EXPECT_TRUE(faults.Fail("k"));
     EXPECT_FALSE(faults.ShouldDropAfterCommit());
@@ -62,14 +62,14 @@ TEST(Faults, RateOneAlwaysFiresAndRateZeroNever) {
 }
 
 TEST(Faults, AKeyPrefixFailsOnlyTheKeysThatStartWithItWithItsRetryAfter) {
-  services_mock::Faults faults({.error_rate = 1, .retry_after_s = 30, .key_prefix = "outage-"});
+  demo::Faults faults({.error_rate = 1, .retry_after_s = 30, .key_prefix = "outage-"});
   EXPECT_EQ(faults.Fail("outage-17-payment"), 30);
   EXPECT_FALSE(faults.Fail("healthy-17-payment"));
   EXPECT_FALSE(faults.Fail("outage"));
 }
 
 TEST(Faults, FailNextCountsOnlyTheSelectedKeys) {
-  services_mock::Faults faults({.fail_next = 1, .key_prefix = "a-"});
+  demo::Faults faults({.fail_next = 1, .key_prefix = "a-"});
   EXPECT_FALSE(faults.Fail("b-1"));
   EXPECT_EQ(faults.Fail("a-1"), 1);
   EXPECT_FALSE(faults.Fail("a-2"));

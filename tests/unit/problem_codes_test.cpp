@@ -52,7 +52,7 @@ struct Emitted {
 
 std::vector<fs::path> Sources() {
   std::vector<fs::path> out;
-  for (const char* dir : {"common", "orchestrator", "steps", "services_mock"}) {
+  for (const char* dir : {"common", "orchestrator", "steps", "demo"}) {
     for (const auto& e : fs::recursive_directory_iterator(kRoot / dir)) {
       auto ext = e.path().extension();
       if (ext == ".cpp" || ext == ".hpp") out.push_back(fs::relative(e.path(), kRoot));
@@ -106,7 +106,7 @@ std::set<std::string> ServicesOf(const fs::path& file) {
   if (f.find("inventory") != std::string::npos) return {"inventory"};
   if (f.find("payment") != std::string::npos) return {"payment"};
   if (f.find("shipping") != std::string::npos) return {"shipping"};
-  if (f.rfind("services_mock/", 0) == 0) return participants;
+  if (f.rfind("demo/", 0) == 0) return participants;
   return {};
 }
 

@@ -117,6 +117,12 @@ TEST(Readme, TheInProcessClientExampleIsTheTestsCode) {
   EXPECT_EQ(Block("docs/library.md", "## Start runs from your own code", "cpp", 1), code);
 }
 
+TEST(Readme, TheRedisParticipantExampleIsTestedCode) {
+  auto code = Marked("tests/integration/participant_stores_itest.cpp", "// [redis-participant]");
+  EXPECT_NE(code.find(".redis_url = redis_url"), std::string::npos);
+  EXPECT_EQ(Block("docs/participants.md", "## Keys in Redis", "cpp", 1), code);
+}
+
 // The README's short saga is the trip saga's definition, as examples/trip_booking has it.
 TEST(Readme, TheReadmesSagaIsTheExamplesCode) {
   auto block = Block("README.md", "## A saga", "cpp", 1);

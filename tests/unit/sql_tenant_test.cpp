@@ -50,7 +50,7 @@ TEST(SqlTenant, EveryStatementOnATenantsTableNamesItsTenant) {
   const std::filesystem::path root = IDEMSAGA_SOURCE_DIR;
   std::set<std::string> across;
   int statements = 0;
-  for (const char* dir : {"orchestrator", "steps", "services_mock", "examples"}) {
+  for (const char* dir : {"orchestrator", "steps", "demo", "examples"}) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root / dir)) {
       if (entry.path().extension() != ".cpp") continue;
       std::string text = Read(entry.path());

@@ -19,11 +19,11 @@
 #include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
-#include "services_mock/faults.hpp"
+#include "demo/faults.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
 
-namespace services_mock {
+namespace demo {
 
 struct ParticipantOptions {
   std::string service_token = common::defaults::kServiceToken;
@@ -40,7 +40,7 @@ struct ParticipantOptions {
   // redis://host:port[/db] URL keeps them in that Redis instead, and no database is used.
   std::string redis_url;
   // With redis_url: the persistence Redis must have at start-up, "everysec" (appendonly yes,
-  // appendfsync everysec or always), "always", or "unchecked" (services_mock::RedisFsync).
+  // appendfsync everysec or always), "always", or "unchecked" (steps::guard::RedisFsync).
   std::string redis_fsync = "everysec";
 };
 
@@ -105,4 +105,4 @@ class Participant {
   steps::guard::HttpGuard http_;
 };
 
-}  // namespace services_mock
+}  // namespace demo

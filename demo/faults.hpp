@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-namespace services_mock {
+namespace demo {
 
 struct FaultSettings {
   double error_rate = 0;
@@ -58,4 +58,4 @@ class Faults {
   std::atomic<bool> released_{false};
 };
 
-}  // namespace services_mock
+}  // namespace demo

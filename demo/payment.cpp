@@ -3,10 +3,10 @@
 #include "common/crypto.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/statement.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "steps/order_schema.hpp"
 
-namespace services_mock {
+namespace demo {
 namespace {
 
 using common::pg::Exec;
@@ -115,4 +115,4 @@ void RegisterPaymentRoutes(common::http::Server& server, Participant& participan
   participant.Compensation(server, "/v1/captures/refund", RefundCapture);
 }
 
-}  // namespace services_mock
+}  // namespace demo

@@ -9,10 +9,10 @@
 #include "common/crypto.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/statement.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "steps/order_schema.hpp"
 
-namespace services_mock {
+namespace demo {
 namespace {
 
 using common::pg::Exec;
@@ -221,4 +221,4 @@ void RegisterInventoryRoutes(common::http::Server& server, Participant& particip
              });
 }
 
-}  // namespace services_mock
+}  // namespace demo

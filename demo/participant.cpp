@@ -1,8 +1,8 @@
-#include "services_mock/participant.hpp"
+#include "demo/participant.hpp"
 
 #include "common/log.hpp"
 
-namespace services_mock {
+namespace demo {
 namespace {
 
 using common::http::SetError;
@@ -140,4 +140,4 @@ void Participant::AdminRoutes(common::http::Server& server) {
   });
 }
 
-}  // namespace services_mock
+}  // namespace demo

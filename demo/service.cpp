@@ -1,11 +1,11 @@
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 
 #include <stdexcept>
 
 #include "common/http/openapi.hpp"
 #include "common/pg/errors.hpp"
 
-namespace services_mock {
+namespace demo {
 
 const char* NameOf(ParticipantKind kind) {
   switch (kind) {
@@ -43,22 +43,22 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
       throw std::invalid_argument(std::string(NameOf(kind_)) +
                                   ": only the inventory can keep its store in Redis");
     }
-    auto fsync = ParseRedisFsync(options.redis_fsync);
+    auto fsync = steps::guard::ParseRedisFsync(options.redis_fsync);
     if (!fsync) throw std::invalid_argument("unknown Redis fsync '" + options.redis_fsync + "'");
-    redis_ = std::make_unique<RedisPool>(
-        RedisPool::Options{.url = options.redis_url, .size = options.pool_size});
+    redis_ = std::make_unique<common::redis::Pool>(
+        common::redis::Pool::Options{.url = options.redis_url, .size = options.pool_size});
     redis_inventory_ = std::make_unique<RedisInventory>(
         *redis_, std::chrono::duration_cast<std::chrono::seconds>(options.guard.retention));
-    redis_inventory_->CheckServer(*fsync);
+    redis_inventory_->guard().CheckServer(*fsync);
     redis_inventory_->Seed();
     auto* inventory = redis_inventory_.get();
     participant_ = std::make_unique<Participant>(
         NameOf(kind), faults_, options,
-        StoreHooks{.ready = [inventory] { return inventory->Ready(); },
+        StoreHooks{.ready = [inventory] { return inventory->guard().Ready(); },
                    .list_keys =
                        [inventory](const std::string& tenant, std::chrono::seconds since,
                                    const std::string& after, int limit) {
-                         return inventory->ListKeys(tenant, since, after, limit);
+                         return inventory->guard().ListKeys(tenant, since, after, limit);
                        }},
         tracer);
     participant_->AdminRoutes(server_);
@@ -108,4 +108,4 @@ void ParticipantService::Stop() {
   gc_.Stop();
 }
 
-}  // namespace services_mock
+}  // namespace demo

@@ -1,10 +1,10 @@
-#include "services_mock/faults.hpp"
+#include "demo/faults.hpp"
 
 #include <chrono>
 #include <random>
 #include <thread>
 
-namespace services_mock {
+namespace demo {
 
 std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::string& error) {
   if (!j.is_object()) {
@@ -114,4 +114,4 @@ void Faults::HoldWhileHung() const {
   while (Get().hang && !released_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
-}  // namespace services_mock
+}  // namespace demo

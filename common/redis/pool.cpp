@@ -1,17 +1,18 @@
-#include "services_mock/redis_pool.hpp"
+#include "common/redis/pool.hpp"
 
+#include <hiredis/hiredis.h>
 #include <sys/time.h>
 
 #include <memory>
 
-namespace services_mock {
+namespace common::redis {
 
-RedisAddress ParseRedisUrl(const std::string& url) {
+Address ParseUrl(const std::string& url) {
   constexpr std::string_view kScheme = "redis://";
   if (url.rfind(kScheme, 0) != 0) {
     throw std::invalid_argument("a Redis URL starts with redis:// (got '" + url + "')");
   }
-  RedisAddress out;
+  Address out;
   std::string rest = url.substr(kScheme.size());
   if (auto at = rest.rfind('@'); at != std::string::npos) {
     std::string auth = rest.substr(0, at);
@@ -50,23 +51,23 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
           static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
 }
 
-RedisReply Copy(const redisReply* r) {
-  RedisReply out;
+Reply Copy(const redisReply* r) {
+  Reply out;
   switch (r->type) {
     case REDIS_REPLY_INTEGER:
-      out.type = RedisReply::Type::kInteger;
+      out.type = Reply::Type::kInteger;
       out.integer = r->integer;
       break;
     case REDIS_REPLY_STRING:
     case REDIS_REPLY_STATUS:
     case REDIS_REPLY_ERROR:
-      out.type = r->type == REDIS_REPLY_STRING   ? RedisReply::Type::kString
-                 : r->type == REDIS_REPLY_STATUS ? RedisReply::Type::kStatus
-                                                 : RedisReply::Type::kError;
+      out.type = r->type == REDIS_REPLY_STRING   ? Reply::Type::kString
+                 : r->type == REDIS_REPLY_STATUS ? Reply::Type::kStatus
+                                                 : Reply::Type::kError;
       out.str.assign(r->str, r->len);
       break;
     case REDIS_REPLY_ARRAY:
-      out.type = RedisReply::Type::kArray;
+      out.type = Reply::Type::kArray;
       for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(Copy(r->element[i]));
       break;
     default:
@@ -77,29 +78,28 @@ RedisReply Copy(const redisReply* r) {
 
 }  // namespace
 
-RedisPool::RedisPool(Options options)
-    : options_(std::move(options)), address_(ParseRedisUrl(options_.url)) {}
+Pool::Pool(Options options) : options_(std::move(options)), address_(ParseUrl(options_.url)) {}
 
-RedisPool::~RedisPool() {
+Pool::~Pool() {
   for (auto* ctx : idle_) redisFree(ctx);
 }
 
-redisContext* RedisPool::Open() const {
+redisContext* Pool::Open() const {
   redisContext* ctx = redisConnectWithTimeout(address_.host.c_str(), address_.port,
                                               ToTimeval(options_.connect_timeout));
   if (ctx == nullptr || ctx->err != 0) {
     std::string why = ctx == nullptr ? "out of memory" : ctx->errstr;
     if (ctx != nullptr) redisFree(ctx);
-    throw RedisUnavailable("cannot connect to Redis at " + address_.host + ":" +
-                           std::to_string(address_.port) + ": " + why);
+    throw Unavailable("cannot connect to Redis at " + address_.host + ":" +
+                      std::to_string(address_.port) + ": " + why);
   }
   redisSetTimeout(ctx, ToTimeval(options_.command_timeout));
   bool broken = false;
   auto check = [&](const std::vector<std::string>& argv) {
     auto reply = Send(ctx, argv, broken);
-    if (broken || reply.type == RedisReply::Type::kError) {
+    if (broken || reply.type == Reply::Type::kError) {
       redisFree(ctx);
-      throw RedisUnavailable("Redis refused " + argv[0] + ": " + reply.str);
+      throw Unavailable("Redis refused " + argv[0] + ": " + reply.str);
     }
   };
   if (!address_.password.empty()) check({"AUTH", address_.password});
@@ -107,12 +107,12 @@ redisContext* RedisPool::Open() const {
   return ctx;
 }
 
-redisContext* RedisPool::Borrow(bool& fresh) {
+redisContext* Pool::Borrow(bool& fresh) {
   fresh = false;
   std::unique_lock lock(mutex_);
   if (!available_.wait_for(lock, options_.borrow_timeout,
                            [&] { return !idle_.empty() || open_ < options_.size; })) {
-    throw RedisUnavailable("no Redis connection became free in time");
+    throw Unavailable("no Redis connection became free in time");
   }
   if (!idle_.empty()) {
     auto* ctx = idle_.back();
@@ -132,7 +132,7 @@ redisContext* RedisPool::Borrow(bool& fresh) {
   }
 }
 
-void RedisPool::Return(redisContext* ctx, bool broken) {
+void Pool::Return(redisContext* ctx, bool broken) {
   std::lock_guard lock(mutex_);
   if (broken) {
     redisFree(ctx);
@@ -146,8 +146,7 @@ void RedisPool::Return(redisContext* ctx, bool broken) {
   available_.notify_one();
 }
 
-RedisReply RedisPool::Send(redisContext* ctx, const std::vector<std::string>& argv,
-                           bool& broken) const {
+Reply Pool::Send(redisContext* ctx, const std::vector<std::string>& argv, bool& broken) const {
   std::vector<const char*> args;
   std::vector<size_t> lens;
   for (const auto& a : argv) {
@@ -162,12 +161,12 @@ RedisReply RedisPool::Send(redisContext* ctx, const std::vector<std::string>& ar
     // An I/O error or a timeout: the context is unusable (a late reply would be read as the
     // next command's), and whether the command ran is unknown.
     broken = true;
-    return {RedisReply::Type::kError, 0, ctx->errstr, {}};
+    return {Reply::Type::kError, 0, ctx->errstr, {}};
   }
   return Copy(reply.get());
 }
 
-RedisReply RedisPool::Run(const std::vector<std::string>& argv) {
+Reply Pool::Run(const std::vector<std::string>& argv) {
   for (int attempt = 1;; ++attempt) {
     bool fresh = false;
     auto* ctx = Borrow(fresh);
@@ -176,19 +175,19 @@ RedisReply RedisPool::Run(const std::vector<std::string>& argv) {
     Return(ctx, broken);
     if (!broken) return reply;
     if (fresh || attempt > 1) {
-      throw RedisUnavailable("Redis did not answer " + argv[0] + ": " + reply.str);
+      throw Unavailable("Redis did not answer " + argv[0] + ": " + reply.str);
     }
   }
 }
 
-RedisReply RedisPool::Command(const std::vector<std::string>& argv) {
+Reply Pool::Command(const std::vector<std::string>& argv) {
   auto reply = Run(argv);
-  if (reply.type == RedisReply::Type::kError) throw RedisError(reply.str);
+  if (reply.type == Reply::Type::kError) throw Error(reply.str);
   return reply;
 }
 
-RedisReply RedisPool::Eval(const RedisScript& script, const std::vector<std::string>& keys,
-                           const std::vector<std::string>& args) {
+Reply Pool::Eval(const Script& script, const std::vector<std::string>& keys,
+                 const std::vector<std::string>& args) {
   auto sha_of = [&]() -> std::string {
     std::lock_guard lock(shas_mutex_);
     for (const auto& [s, sha] : shas_) {
@@ -215,15 +214,15 @@ RedisReply RedisPool::Eval(const RedisScript& script, const std::vector<std::str
   argv.insert(argv.end(), args.begin(), args.end());
   for (int attempt = 1;; ++attempt) {
     auto reply = Run(argv);
-    if (reply.type != RedisReply::Type::kError) return reply;
+    if (reply.type != Reply::Type::kError) return reply;
     // The server restarted (or flushed its scripts) since the load: load it again. A script
     // that was not found did not run.
     if (reply.str.rfind("NOSCRIPT", 0) == 0 && attempt == 1) {
       argv[1] = load();
       continue;
     }
-    throw RedisError(reply.str);
+    throw Error(reply.str);
   }
 }
 
-}  // namespace services_mock
+}  // namespace common::redis

@@ -12,11 +12,11 @@
 
 #include "common/periodic.hpp"
 #include "common/trace/exporter.hpp"
-#include "services_mock/faults.hpp"
-#include "services_mock/participant.hpp"
-#include "services_mock/redis_inventory.hpp"
+#include "demo/faults.hpp"
+#include "demo/participant.hpp"
+#include "demo/redis_inventory.hpp"
 
-namespace services_mock {
+namespace demo {
 
 enum class ParticipantKind { kInventory, kPayment, kShipping };
 
@@ -35,7 +35,7 @@ const std::map<std::string, std::string>& OpenApiTexts();
 class ParticipantService {
  public:
   // With options.redis_url (inventory only) `database_url` is unused: the store is Redis, whose
-  // server is checked (RedisInventory::CheckServer) and seeded here; throws when it is not
+  // server is checked (RedisGuard::CheckServer) and seeded here; throws when it is not
   // fit, or unreachable.
   ParticipantService(ParticipantKind kind, const std::string& database_url,
                      ParticipantOptions options, FaultSettings faults = {});
@@ -52,7 +52,7 @@ class ParticipantService {
  private:
   ParticipantKind kind_;
   std::unique_ptr<common::pg::Pool> pool_;           // null on Redis
-  std::unique_ptr<RedisPool> redis_;                 // null on PostgreSQL
+  std::unique_ptr<common::redis::Pool> redis_;       // null on PostgreSQL
   std::unique_ptr<RedisInventory> redis_inventory_;  // null on PostgreSQL
   Faults faults_;
   std::unique_ptr<common::trace::Exporter> exporter_;  // null when spans go nowhere
@@ -62,4 +62,4 @@ class ParticipantService {
   common::Periodic gc_;
 };
 
-}  // namespace services_mock
+}  // namespace demo

@@ -1,4 +1,4 @@
-#include "services_mock/redis_inventory.hpp"
+#include "demo/redis_inventory.hpp"
 
 #include <algorithm>
 #include <map>
@@ -6,11 +6,11 @@
 #include "common/crypto.hpp"
 #include "steps/order_schema.hpp"
 
-namespace services_mock {
+namespace demo {
 namespace {
 
-using steps::guard::KeyStatus;
 using steps::guard::Outcome;
+using steps::guard::RedisGuard;
 using steps::guard::Refusal;
 using steps::guard::Request;
 using steps::guard::Response;
@@ -19,49 +19,12 @@ using steps::guard::Response;
 const std::vector<std::pair<std::string, long long>> kSeedStock = {{"widget", 1000000},
                                                                    {"gadget", 10}};
 
-// Shared by every script. `#!lua` gives the scripts Redis 7's flags: a script that writes is
-// refused whole, before it runs, when Redis is out of memory, so no script stops half-way.
-// Every check comes before the first write, and a script's writes are only HSET, HINCRBY,
-// PEXPIRE and ZADD on keys of known types, so none fails once the first has run.
-constexpr std::string_view kPrelude = R"lua(#!lua
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- A key still in use (a stuck saga retries for as long as it takes) is kept a full retention
--- from now once past half its life, so ordinary replays stay cheap.
-local function keep_alive(key, retention_ms)
-  local ttl = redis.call('PTTL', key)
-  if ttl >= 0 and ttl < retention_ms / 2 then redis.call('PEXPIRE', key, retention_ms) end
-end
--- The reconciler's index of a tenant's keys by write time; entries past the retention go.
-local function index(idx, key, now, retention_ms)
-  redis.call('ZADD', idx, now, key)
-  redis.call('ZREMRANGEBYSCORE', idx, '-inf', '(' .. (now - retention_ms))
-  redis.call('PEXPIRE', idx, retention_ms)
-end
-local function store(key, hash, status, ctype, body, now, retention_ms)
-  redis.call('HSET', key, 'status', 'completed', 'hash', hash, 'rs', status, 'ct', ctype,
-             'body', body, 'comp', '0', 't', now)
-  redis.call('PEXPIRE', key, retention_ms)
-end
--- What an earlier request left under the key (rec: status, hash, rs, ct, body, comp), as
--- the PostgreSQL guard's Existing() answers it.
-local function existing(key, rec, hash, retention_ms)
-  keep_alive(key, retention_ms)
-  if rec[1] == 'tombstone' then return {'cancelled', rec[3], rec[4], rec[5]} end
-  if rec[2] ~= hash then return {'reused'} end
-  if rec[6] == '1' then return {'compensated'} end
-  return {'replayed', rec[3], rec[4], rec[5]}
-end
-)lua";
-
 // KEYS: record, reservation, index, then inv:stock:<sku> per SKU (in SKU order).
 // ARGV: fingerprint, retention ms, key, reservation id, 201 body, items JSON, the 409
 // problem's text before and after its detail, its content type, then SKU and quantity per SKU.
 constexpr std::string_view kReserveBody = R"lua(
 local retention = tonumber(ARGV[2])
-local rec = redis.call('HMGET', KEYS[1], 'status', 'hash', 'rs', 'ct', 'body', 'comp')
+local rec = load(KEYS[1])
 if rec[1] then
   keep_alive(KEYS[2], retention)
   return existing(KEYS[1], rec, ARGV[1], retention)
@@ -104,7 +67,7 @@ return {'applied', '201', 'application/json', ARGV[5]}
 // before and after the reservation id, then the quantity per SKU.
 constexpr std::string_view kReleaseBody = R"lua(
 local retention = tonumber(ARGV[2])
-local own = redis.call('HMGET', KEYS[1], 'status', 'hash', 'rs', 'ct', 'body', 'comp')
+local own = load(KEYS[1])
 if own[1] then return existing(KEYS[1], own, ARGV[1], retention) end
 local now = now_ms()
 keep_alive(KEYS[2], retention)
@@ -112,14 +75,8 @@ keep_alive(KEYS[3], retention)
 local action = redis.call('HMGET', KEYS[2], 'status', 'rs', 'comp')
 local outcome, body
 if not action[1] then
-  -- The caller saw the action succeed, yet there is no record of it: nothing can be undone,
-  -- and a tombstone would make that final. Nothing is stored.
-  if ARGV[5] == '1' then return {'action_unknown'} end
-  -- Compensated before it arrived: a tombstone refuses the late action.
-  redis.call('HSET', KEYS[2], 'status', 'tombstone', 'hash', '', 'rs', '409', 'ct', ARGV[8],
-             'body', ARGV[7], 'comp', '0', 't', now)
-  redis.call('PEXPIRE', KEYS[2], retention)
-  index(KEYS[4], ARGV[4], now, retention)
+  local refused = tombstone(KEYS[2], KEYS[4], ARGV[4], ARGV[5], ARGV[7], ARGV[8], now, retention)
+  if refused then return refused end
   outcome, body = 'cancelled', ARGV[9]
 elseif action[1] == 'tombstone' then
   outcome, body = 'cancelled', ARGV[9]
@@ -155,8 +112,11 @@ index(KEYS[4], ARGV[3], now, retention)
 return {outcome, '200', 'application/json', body}
 )lua";
 
-const RedisScript kReserve{std::string(kPrelude) + std::string(kReserveBody)};
-const RedisScript kRelease{std::string(kPrelude) + std::string(kReleaseBody)};
+// Written over the guard's Lua: its record (load, existing, store) and its index.
+const common::redis::Script kReserve{std::string(RedisGuard::kLuaPrelude) +
+                                     std::string(kReserveBody)};
+const common::redis::Script kRelease{std::string(RedisGuard::kLuaPrelude) +
+                                     std::string(kReleaseBody)};
 
 // A JSON text split around the string value "\x01": the parts a script joins around a value
 // it computes (one that needs no JSON escaping: digits, [a-z0-9_-], quotes of SKUs).
@@ -166,37 +126,8 @@ std::pair<std::string, std::string> Around(const std::string& dumped) {
   return {dumped.substr(0, at), dumped.substr(at + kHole.size())};
 }
 
-std::string Text(const RedisReply& r, size_t i) {
+std::string Text(const common::redis::Reply& r, size_t i) {
   return i < r.elements.size() ? r.elements[i].str : std::string();
-}
-
-// A script's answer: {outcome} for a refusal the guard words (Refuse), else {outcome, status,
-// content type, body}. The scripts spell the outcomes as participant_protocol.hpp names them.
-Response FromScript(const RedisReply& reply) {
-  if (reply.type != RedisReply::Type::kArray || reply.elements.empty()) {
-    throw RedisError("unexpected reply from the inventory script");
-  }
-  const auto outcome = steps::guard::ParseOutcome(Text(reply, 0));
-  if (!outcome || *outcome == Outcome::kNone) {
-    throw RedisError("the inventory script answered the outcome '" + Text(reply, 0) + "'");
-  }
-  switch (*outcome) {
-    case Outcome::kReused:
-      return steps::guard::Refuse(Refusal::kKeyReused);
-    case Outcome::kCompensated:
-      return steps::guard::Refuse(Refusal::kCompensated);
-    case Outcome::kActionUnknown:
-      return steps::guard::Refuse(Refusal::kActionUnknown);
-    default:
-      break;
-  }
-  Response res;
-  res.status = std::stoi(Text(reply, 1));
-  res.content_type = Text(reply, 2);
-  res.body = Text(reply, 3);
-  res.outcome = *outcome;
-  res.replayed = *outcome == Outcome::kReplayed;
-  return res;
 }
 
 // Quantities per SKU, in SKU order (the order the script names the stock keys in).
@@ -208,71 +139,19 @@ std::map<std::string, long long> BySku(const nlohmann::json& items) {
   return out;
 }
 
-std::string ConfigValue(RedisPool& redis, const std::string& name) {
-  auto reply = redis.Command({"CONFIG", "GET", name});
-  return reply.elements.size() == 2 ? reply.elements[1].str : std::string();
-}
-
 }  // namespace
 
-std::optional<RedisFsync> ParseRedisFsync(const std::string& name) {
-  if (name == "everysec") return RedisFsync::kEverysec;
-  if (name == "always") return RedisFsync::kAlways;
-  if (name == "unchecked") return RedisFsync::kUnchecked;
-  return std::nullopt;
-}
-
 std::string RedisInventory::StockKey(const std::string& sku) { return "inv:stock:" + sku; }
-// A tenant id is [A-Za-z0-9_-]: the first ':' after the prefix ends it, whatever the key holds.
-std::string RedisInventory::RecordKey(const std::string& tenant_id, const std::string& key) {
-  return "idem:" + tenant_id + ":" + key;
-}
 std::string RedisInventory::ReservationKey(const std::string& tenant_id, const std::string& key) {
   return "inv:res:" + tenant_id + ":" + key;
 }
-std::string RedisInventory::IndexKey(const std::string& tenant_id) {
-  return "idem-index:" + tenant_id;
-}
-
-RedisInventory::RedisInventory(RedisPool& redis, std::chrono::seconds retention)
-    : redis_(redis), retention_(retention) {}
-
-void RedisInventory::CheckServer(RedisFsync fsync) {
-  if (fsync == RedisFsync::kUnchecked) return;
-  const std::string fix = " (redis.conf, or CONFIG SET; --redis-fsync unchecked skips the check)";
-  if (ConfigValue(redis_, "appendonly") != "yes") {
-    throw std::runtime_error(
-        "Redis keeps no append-only file: a restart would forget every key and replay nothing; "
-        "set appendonly yes" +
-        fix);
-  }
-  auto appendfsync = ConfigValue(redis_, "appendfsync");
-  if (appendfsync != "always" && (fsync == RedisFsync::kAlways || appendfsync != "everysec")) {
-    throw std::runtime_error("Redis has appendfsync " + appendfsync + "; set appendfsync " +
-                             (fsync == RedisFsync::kAlways ? "always" : "everysec or always") +
-                             fix);
-  }
-  // An evicted key is a promise silently broken (a retry applied twice, a tombstone gone).
-  if (ConfigValue(redis_, "maxmemory") != "0" &&
-      ConfigValue(redis_, "maxmemory-policy") != "noeviction") {
-    throw std::runtime_error("Redis may evict keys (maxmemory-policy " +
-                             ConfigValue(redis_, "maxmemory-policy") +
-                             "); set maxmemory-policy noeviction" + fix);
-  }
-}
+RedisInventory::RedisInventory(common::redis::Pool& redis, std::chrono::seconds retention)
+    : redis_(redis), retention_(retention), guard_(redis, {.retention = retention}) {}
 
 void RedisInventory::Seed() {
   for (const auto& [sku, units] : kSeedStock) {
     redis_.Command({"HSETNX", StockKey(sku), "available", std::to_string(units)});
     redis_.Command({"HSETNX", StockKey(sku), "reserved", "0"});
-  }
-}
-
-bool RedisInventory::Ready() {
-  try {
-    return redis_.Command({"PING"}).str == "PONG";
-  } catch (const std::exception&) {
-    return false;
   }
 }
 
@@ -286,8 +165,9 @@ Response RedisInventory::Reserve(const Request& req) {
   const std::string id = "res_" + common::RandomHex(16);
   const nlohmann::json body = {{"reservation_id", id}, {"items", items}};
   const auto [before, after] = Around(common::http::ProblemBody(409, "insufficient_stock", "\x01"));
-  std::vector<std::string> keys = {RecordKey(req.tenant_id, req.key),
-                                   ReservationKey(req.tenant_id, req.key), IndexKey(req.tenant_id)};
+  std::vector<std::string> keys = {RedisGuard::RecordKey(req.tenant_id, req.key),
+                                   ReservationKey(req.tenant_id, req.key),
+                                   RedisGuard::IndexKey(req.tenant_id)};
   std::vector<std::string> args = {steps::guard::Fingerprint(req),
                                    std::to_string(retention_.count() * 1000),
                                    req.key,
@@ -302,15 +182,13 @@ Response RedisInventory::Reserve(const Request& req) {
     args.push_back(sku);
     args.push_back(std::to_string(quantity));
   }
-  return FromScript(redis_.Eval(kReserve, keys, args));
+  return RedisGuard::AnswerOf(redis_.Eval(kReserve, keys, args));
 }
 
 Response RedisInventory::Release(const Request& req, const std::string& action_key,
                                  bool action_applied) {
   auto undone = [&](Outcome outcome, const nlohmann::json& detail) {
-    nlohmann::json body = {{"action_key", action_key}, {"outcome", ToString(outcome)}};
-    if (detail.is_object()) body.update(detail);
-    return body.dump();
+    return steps::guard::CompensationBody(action_key, outcome, detail);
   };
   const auto [id_before, id_after] =
       Around(undone(Outcome::kUndone, {{"released", true}, {"reservation_id", "\x01"}}));
@@ -321,9 +199,10 @@ Response RedisInventory::Release(const Request& req, const std::string& action_k
         redis_.Command({"HGET", ReservationKey(req.tenant_id, action_key), "items"}).str;
     std::map<std::string, long long> items;
     if (!items_text.empty()) items = BySku(nlohmann::json::parse(items_text));
-    std::vector<std::string> keys = {
-        RecordKey(req.tenant_id, req.key), RecordKey(req.tenant_id, action_key),
-        ReservationKey(req.tenant_id, action_key), IndexKey(req.tenant_id)};
+    std::vector<std::string> keys = {RedisGuard::RecordKey(req.tenant_id, req.key),
+                                     RedisGuard::RecordKey(req.tenant_id, action_key),
+                                     ReservationKey(req.tenant_id, action_key),
+                                     RedisGuard::IndexKey(req.tenant_id)};
     std::vector<std::string> args = {steps::guard::Fingerprint(req),
                                      std::to_string(retention_.count() * 1000),
                                      req.key,
@@ -343,46 +222,17 @@ Response RedisInventory::Release(const Request& req, const std::string& action_k
       args.push_back(std::to_string(quantity));
     }
     auto reply = redis_.Eval(kRelease, keys, args);
-    if (Text(reply, 0) != "retry") return FromScript(reply);
+    if (Text(reply, 0) != "retry") return RedisGuard::AnswerOf(reply);
   }
-  throw RedisError("the reservation changed under its release three times");
+  throw common::redis::Error("the reservation changed under its release three times");
 }
 
 std::optional<StockLevel> RedisInventory::Stock(const std::string& sku) {
   auto reply = redis_.Command({"HMGET", StockKey(sku), "available", "reserved"});
-  if (reply.elements.size() != 2 || reply.elements[0].type != RedisReply::Type::kString) {
+  if (reply.elements.size() != 2 || reply.elements[0].type != common::redis::Reply::Type::kString) {
     return std::nullopt;
   }
   return StockLevel{std::stoll(reply.elements[0].str), std::stoll(reply.elements[1].str)};
-}
-
-std::vector<steps::guard::KeyRecord> RedisInventory::ListKeys(const std::string& tenant_id,
-                                                              std::chrono::seconds since,
-                                                              const std::string& after, int limit) {
-  since = std::min(since, retention_);
-  auto now_reply = redis_.Command({"TIME"});
-  long long now_ms = std::stoll(now_reply.elements.at(0).str) * 1000 +
-                     std::stoll(now_reply.elements.at(1).str) / 1000;
-  auto members = redis_.Command({"ZRANGEBYSCORE", IndexKey(tenant_id),
-                                 std::to_string(now_ms - since.count() * 1000), "+inf"});
-  std::vector<std::string> keys;
-  for (const auto& m : members.elements) {
-    if (m.str > after) keys.push_back(m.str);
-  }
-  std::sort(keys.begin(), keys.end());
-  std::vector<steps::guard::KeyRecord> out;
-  for (const auto& key : keys) {
-    if (static_cast<int>(out.size()) == limit) break;
-    auto rec = redis_.Command({"HMGET", RecordKey(tenant_id, key), "status", "rs", "comp", "t"});
-    if (rec.elements.size() != 4 || rec.elements[0].type != RedisReply::Type::kString) {
-      continue;  // expired since it was indexed
-    }
-    auto status = steps::guard::ParseKeyStatus(rec.elements[0].str);
-    if (!status) throw RedisError("a key record with the status '" + rec.elements[0].str + "'");
-    out.push_back({key, *status, std::stoi(rec.elements[1].str), rec.elements[2].str == "1",
-                   static_cast<double>(now_ms - std::stoll(rec.elements[3].str)) / 1000.0});
-  }
-  return out;
 }
 
 void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& participant,
@@ -414,4 +264,4 @@ void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& par
              });
 }
 
-}  // namespace services_mock
+}  // namespace demo

@@ -5,10 +5,10 @@
 #include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/pg/statement.hpp"
-#include "services_mock/service.hpp"
+#include "demo/service.hpp"
 #include "steps/order_schema.hpp"
 
-namespace services_mock {
+namespace demo {
 namespace {
 
 using common::pg::Exec;
@@ -89,4 +89,4 @@ void RegisterShippingRoutes(common::http::Server& server, Participant& participa
   });
 }
 
-}  // namespace services_mock
+}  // namespace demo

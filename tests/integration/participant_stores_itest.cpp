@@ -1,0 +1,359 @@
+// idemsaga::Participant with its keys in PostgreSQL or in Redis (ParticipantServiceOptions::
+// redis_url), over real HTTP against the run's PostgreSQL and a private redis-server
+// (tests/support/redis_harness.hpp): one table of cases run on each store (effects counted in
+// the participant's own code, replay bytes compared), and the whole transcript of answers,
+// the key listing and /metrics compared byte for byte between the two stores.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <idemsaga/participant.hpp>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "tests/support/pg_harness.hpp"
+#include "tests/support/redis_harness.hpp"
+#include "tests/support/serving.hpp"
+
+namespace {
+
+using test_support::Call;
+using test_support::Post;
+
+enum class Store { kPostgres, kRedis };
+
+std::string NameOf(Store store) { return store == Store::kPostgres ? "postgres" : "redis"; }
+
+constexpr const char* kToken = "dev-service-token";
+
+// The participant's side effects, counted per key where its code runs them: at most once per
+// key is the promise under test.
+struct Effects {
+  std::mutex mutex;
+  std::map<std::string, int> sent, recalled;
+  int Sent(const std::string& key) {
+    std::lock_guard lock(mutex);
+    return sent[key];
+  }
+  int Recalled(const std::string& key) {
+    std::lock_guard lock(mutex);
+    return recalled[key];
+  }
+};
+
+// A mail service whose effect is elsewhere (a provider): the external shapes, which both
+// stores serve.
+class Mail {
+ public:
+  Mail(Store store, Effects& effects) : effects_(effects) {
+    idemsaga::ParticipantServiceOptions options{.name = "mail", .service_token = kToken};
+    if (store == Store::kPostgres) {
+      db_ = std::make_unique<test_support::ScratchDatabase>("guard");
+      options.database_url = db_->url();
+    } else {
+      redis_ = std::make_unique<test_support::RedisServer>();
+      options.redis_url = redis_->Url();
+      options.redis_fsync = "always";
+    }
+    participant_ = std::make_unique<idemsaga::Participant>(options);
+    participant_
+        ->ExternalAction(
+            "/v1/emails",
+            [](const nlohmann::json& body) {
+              return body.contains("to") && body["to"].is_string() ? "" : "to is required";
+            },
+            [this](const idemsaga::ExternalCall& call) { return Send(call); })
+        .ExternalCompensation("/v1/emails/recall", [this](const idemsaga::ExternalCall&,
+                                                          const idemsaga::ActionRecord& action) {
+          std::lock_guard lock(effects_.mutex);
+          ++effects_.recalled[action.key];
+          return nlohmann::json{{"recalled", action.body.value("email_id", "")}};
+        });
+    port_ = participant_->Start("127.0.0.1", 0);
+  }
+
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20);
+    return c;
+  }
+
+ private:
+  idemsaga::Response Send(const idemsaga::ExternalCall& call) {
+    const auto to = call.request.body["to"].get<std::string>();
+    // A slow provider, for duplicates that arrive while the first is out.
+    if (to == "slow@example.com") std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    {
+      std::lock_guard lock(effects_.mutex);
+      ++effects_.sent[call.request.key];
+    }
+    if (to == "nobody@example.com") {
+      return idemsaga::Problem(422, "no_such_recipient", "no mailbox " + to);
+    }
+    const std::string id = "em_" + call.request.key;
+    return {201,
+            nlohmann::json{{"email_id", id}, {"to", to}}.dump(),
+            {{"Location", "/v1/emails/" + id}}};
+  }
+
+  Effects& effects_;
+  std::unique_ptr<test_support::ScratchDatabase> db_;
+  std::unique_ptr<test_support::RedisServer> redis_;
+  std::unique_ptr<idemsaga::Participant> participant_;
+  int port_ = 0;
+};
+
+std::string Email(const std::string& to) { return nlohmann::json{{"to", to}}.dump(); }
+
+std::string Recall(const std::string& action_key, bool applied = false) {
+  nlohmann::json body = {{"action_key", action_key}};
+  if (applied) body["action_applied"] = true;
+  return body.dump();
+}
+
+// An answer as a caller sees it: status, the headers the guard sets, and the body.
+std::string Seen(const httplib::Result& r) {
+  if (!r) return "no answer";
+  std::string out = std::to_string(r->status);
+  for (const char* h : {"Content-Type", "Idempotent-Replayed", "Retry-After", "Location"}) {
+    if (r->has_header(h)) out += std::string("\n") + h + ": " + r->get_header_value(h);
+  }
+  return out + "\n" + r->body;
+}
+
+std::string Code(const httplib::Result& r) {
+  auto body = nlohmann::json::parse(r->body, nullptr, false);
+  return body.is_object() ? body.value("code", body.value("outcome", "")) : "";
+}
+
+// The table of cases, run in order on one participant; asserts each case's invariant and
+// returns every answer seen, for comparing the stores.
+std::vector<std::string> RunCases(Mail& mail, Effects& effects) {
+  auto c = mail.Client();
+  std::vector<std::string> seen;
+  auto post = [&](const std::string& path, const std::string& key, const std::string& body) {
+    auto r = Post(c, path, {.key = key, .body = body});
+    EXPECT_TRUE(r) << path << " " << key;
+    seen.push_back(key + " " + Seen(r));
+    return r;
+  };
+
+  // Applied once; every retry replays the same bytes, Location included.
+  auto first = post("/v1/emails", "a-mail", Email("ann@example.com"));
+  EXPECT_EQ(first->status, 201);
+  EXPECT_EQ(first->get_header_value("Location"), "/v1/emails/em_a-mail");
+  for (int i = 0; i < 3; ++i) {
+    auto again = post("/v1/emails", "a-mail", Email("ann@example.com"));
+    EXPECT_EQ(again->status, 201);
+    EXPECT_EQ(again->body, first->body);
+    EXPECT_EQ(again->get_header_value("Location"), "/v1/emails/em_a-mail");
+    EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  }
+  EXPECT_EQ(effects.Sent("a-mail"), 1);
+
+  // The same key with another body: 422, nothing applied, nothing stored.
+  auto reused = post("/v1/emails", "a-mail", Email("bob@example.com"));
+  EXPECT_EQ(reused->status, 422);
+  EXPECT_EQ(Code(reused), "idempotency_key_reused");
+  EXPECT_EQ(effects.Sent("a-mail"), 1);
+
+  // A business refusal is stored and replayed like a success.
+  auto refused = post("/v1/emails", "b-mail", Email("nobody@example.com"));
+  EXPECT_EQ(refused->status, 422);
+  EXPECT_EQ(Code(refused), "no_such_recipient");
+  auto refused_again = post("/v1/emails", "b-mail", Email("nobody@example.com"));
+  EXPECT_EQ(refused_again->body, refused->body);
+  EXPECT_EQ(refused_again->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(effects.Sent("b-mail"), 1);
+
+  // A compensation after its action undoes it once; its retry replays; the action is then
+  // refused as compensated, never replayed as in effect.
+  auto undone = post("/v1/emails/recall", "a-mail-compensate", Recall("a-mail"));
+  EXPECT_EQ(undone->status, 200);
+  EXPECT_EQ(undone->body, R"({"action_key":"a-mail","outcome":"undone","recalled":"em_a-mail"})");
+  auto undone_again = post("/v1/emails/recall", "a-mail-compensate", Recall("a-mail"));
+  EXPECT_EQ(undone_again->body, undone->body);
+  EXPECT_EQ(undone_again->get_header_value("Idempotent-Replayed"), "true");
+  // Under another compensation key: the action is undone already.
+  auto other = post("/v1/emails/recall", "a-mail-compensate-2", Recall("a-mail"));
+  EXPECT_EQ(Code(other), "already_undone");
+  EXPECT_EQ(effects.Recalled("a-mail"), 1);
+  auto late_retry = post("/v1/emails", "a-mail", Email("ann@example.com"));
+  EXPECT_EQ(late_retry->status, 409);
+  EXPECT_EQ(Code(late_retry), "compensated");
+  EXPECT_EQ(effects.Sent("a-mail"), 1);
+
+  // The refused action has nothing to undo.
+  auto nothing = post("/v1/emails/recall", "b-mail-compensate", Recall("b-mail"));
+  EXPECT_EQ(Code(nothing), "nothing_to_undo");
+  EXPECT_EQ(effects.Recalled("b-mail"), 0);
+
+  // A compensation that arrives first leaves a tombstone: the late action is refused.
+  auto first_comp = post("/v1/emails/recall", "c-mail-compensate", Recall("c-mail"));
+  EXPECT_EQ(first_comp->status, 200);
+  EXPECT_EQ(Code(first_comp), "cancelled");
+  auto late = post("/v1/emails", "c-mail", Email("cy@example.com"));
+  EXPECT_EQ(late->status, 409);
+  EXPECT_EQ(Code(late), "cancelled");
+  EXPECT_EQ(effects.Sent("c-mail"), 0);
+  EXPECT_EQ(effects.Recalled("c-mail"), 0);
+
+  // A compensation of an action the caller saw applied, of which there is no record: 409,
+  // nothing stored (no tombstone: the action is then applied if it arrives).
+  auto unknown = post("/v1/emails/recall", "d-mail-compensate", Recall("d-mail", true));
+  EXPECT_EQ(unknown->status, 409);
+  EXPECT_EQ(Code(unknown), "action_unknown");
+  EXPECT_EQ(post("/v1/emails", "d-mail", Email("di@example.com"))->status, 201);
+  EXPECT_EQ(effects.Sent("d-mail"), 1);
+
+  // Bad input: 400 naming the field, nothing applied.
+  auto invalid = post("/v1/emails", "e-mail", R"({"subject":"hi"})");
+  EXPECT_EQ(invalid->status, 400);
+  EXPECT_EQ(effects.Sent("e-mail"), 0);
+  return seen;
+}
+
+class ParticipantStoreTest : public ::testing::TestWithParam<Store> {};
+
+TEST_P(ParticipantStoreTest, KeepsTheGuardsPromiseForEveryCase) {
+  Effects effects;
+  Mail mail(GetParam(), effects);
+  RunCases(mail, effects);
+}
+
+TEST_P(ParticipantStoreTest, ConcurrentDuplicatesSendOnceAndTheRestReplayOrWait) {
+  Effects effects;
+  Mail mail(GetParam(), effects);
+  constexpr int kDuplicates = 8;
+  std::vector<std::string> seen(kDuplicates);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kDuplicates; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = mail.Client();
+      seen[i] = Seen(Post(c, "/v1/emails", {.key = "dup-mail", .body = Email("slow@example.com")}));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(effects.Sent("dup-mail"), 1);
+  auto c = mail.Client();
+  auto settled = Post(c, "/v1/emails", {.key = "dup-mail", .body = Email("slow@example.com")});
+  ASSERT_EQ(settled->status, 201);
+  for (const auto& s : seen) {
+    // Either the answer (first or replayed) or 409 in progress with Retry-After.
+    bool answer = s.find(settled->body) != std::string::npos;
+    bool busy = s.rfind("409", 0) == 0 && s.find("Retry-After: 1") != std::string::npos &&
+                s.find("idempotency_key_in_progress") != std::string::npos;
+    EXPECT_TRUE(answer || busy) << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ParticipantStoreTest,
+                         ::testing::Values(Store::kPostgres, Store::kRedis),
+                         [](const auto& info) { return NameOf(info.param); });
+
+// What a participant serves besides its routes, with what varies by the clock taken out.
+std::string Served(Mail& mail, const std::string& path) {
+  auto c = mail.Client();
+  auto r = c.Get(path.c_str(), {{"Authorization", std::string("Bearer ") + kToken}});
+  if (!r) return "no answer";
+  auto body = nlohmann::json::parse(r->body, nullptr, false);
+  if (body.is_object() && body.contains("keys")) {
+    for (auto& k : body["keys"]) k.erase("age_seconds");
+  }
+  return std::to_string(r->status) + "\n" + (body.is_discarded() ? r->body : body.dump());
+}
+
+TEST(ParticipantStores, AnswerTheSameBytesOnPostgresAndRedis) {
+  Effects pg_effects, redis_effects;
+  Mail on_pg(Store::kPostgres, pg_effects);
+  Mail on_redis(Store::kRedis, redis_effects);
+  auto pg = RunCases(on_pg, pg_effects);
+  auto redis = RunCases(on_redis, redis_effects);
+  ASSERT_EQ(pg.size(), redis.size());
+  for (size_t i = 0; i < pg.size(); ++i) EXPECT_EQ(redis[i], pg[i]) << "call " << i;
+  EXPECT_EQ(pg_effects.sent, redis_effects.sent);
+  EXPECT_EQ(pg_effects.recalled, redis_effects.recalled);
+  for (const char* path :
+       {"/v1/idempotency", "/v1/idempotency/keys?tenant=demo&since_seconds=3600", "/metrics"}) {
+    EXPECT_EQ(Served(on_redis, path), Served(on_pg, path)) << path;
+  }
+}
+
+// docs/participants.md's "Keys in Redis" example (readme_test compares the two).
+std::atomic<int> emails_sent{0}, emails_recalled{0};
+
+std::string ValidateEmail(const nlohmann::json& body) {
+  return body.contains("to") && body["to"].is_string() ? "" : "to is required";
+}
+
+idemsaga::Response SendEmail(const idemsaga::ExternalCall& call) {
+  ++emails_sent;  // the provider's API, called with the key (call.request.key)
+  return {201, nlohmann::json{{"email_id", "em_" + call.request.key}}.dump()};
+}
+
+nlohmann::json RecallEmail(const idemsaga::ExternalCall&, const idemsaga::ActionRecord& sent) {
+  ++emails_recalled;
+  return {{"recalled", sent.body.value("email_id", "")}};
+}
+
+// [redis-participant]
+std::unique_ptr<idemsaga::Participant> MailOnRedis(const std::string& redis_url,
+                                                   const std::string& token) {
+  auto mail = std::make_unique<idemsaga::Participant>(idemsaga::ParticipantServiceOptions{
+      .name = "mail", .service_token = token, .redis_url = redis_url});
+  mail->ExternalAction("/v1/emails", ValidateEmail, SendEmail)
+      .ExternalCompensation("/v1/emails/recall", RecallEmail);
+  return mail;
+}
+// [redis-participant]
+
+TEST(ParticipantStores, TheDocsExampleSendsOnceAndRecallsOnce) {
+  test_support::RedisServer redis;
+  auto mail = MailOnRedis(redis.Url(), kToken);
+  httplib::Client c("127.0.0.1", mail->Start("127.0.0.1", 0));
+  auto first = Post(c, "/v1/emails", {.key = "A-mail", .body = Email("ann@example.com")});
+  auto again = Post(c, "/v1/emails", {.key = "A-mail", .body = Email("ann@example.com")});
+  ASSERT_EQ(first->status, 201);
+  EXPECT_EQ(again->body, first->body);
+  EXPECT_EQ(emails_sent, 1);
+  for (int i = 0; i < 2; ++i) {
+    auto recall =
+        Post(c, "/v1/emails/recall", {.key = "A-mail-compensate", .body = Recall("A-mail")});
+    EXPECT_EQ(recall->body, R"({"action_key":"A-mail","outcome":"undone","recalled":"em_A-mail"})");
+  }
+  EXPECT_EQ(emails_recalled, 1);
+}
+
+TEST(ParticipantStores, RefusesAnActionInSqlOnRedisAtStartNamingTheRoute) {
+  idemsaga::Participant p(
+      {.name = "hotel", .service_token = kToken, .redis_url = "redis://127.0.0.1:1"});
+  p.Action("/v1/bookings", nullptr,
+           [](pqxx::work&, const idemsaga::Request&) { return idemsaga::Response{}; });
+  try {
+    p.Start("127.0.0.1", 0);
+    FAIL() << "started";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("Action /v1/bookings is PostgreSQL-only"),
+              std::string::npos)
+        << e.what();
+  }
+  idemsaga::Participant with_schema(
+      {.name = "hotel", .service_token = kToken, .redis_url = "redis://127.0.0.1:1"});
+  with_schema.Schema("CREATE TABLE IF NOT EXISTS bookings (id text)");
+  EXPECT_THROW(with_schema.Start("127.0.0.1", 0), std::invalid_argument);
+}
+
+TEST(ParticipantStores, RefusesARedisThatWouldForgetKeys) {
+  test_support::RedisServer redis({.appendfsync = "everysec"});
+  idemsaga::Participant p(
+      {.name = "mail", .service_token = kToken, .redis_url = redis.Url(), .redis_fsync = "always"});
+  try {
+    p.Start("127.0.0.1", 0);
+    FAIL() << "started";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("appendfsync"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
