@@ -195,22 +195,15 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
       std::thread server([&] { o.Serve(); });
       std::optional<orchestrator::amqp::Intake> intake, events;
       if (!flags.amqp.url.empty()) {
-        intake.emplace(
-            flags.amqp,
-            [&o](const httplib::Request& req, httplib::Response& res) {
-              return o.StartRun(req, res);
-            },
-            &o.metrics());
+        const auto& limits = o.server().limits();
+        orchestrator::amqp::IntakeServices services{
+            o.runs(), o.events(), o.auth(), {limits.max_body_bytes, limits.max_json_depth}};
+        intake.emplace(flags.amqp, services, &o.metrics());
         auto events_options = flags.amqp;
         events_options.carries = orchestrator::amqp::Carries::kEvents;
         events_options.queue = flags.amqp_events_queue.empty() ? flags.amqp.queue + ".events"
                                                                : flags.amqp_events_queue;
-        events.emplace(
-            events_options,
-            [&o](const httplib::Request& req, httplib::Response& res) {
-              return o.DeliverEvent(req, res);
-            },
-            &o.metrics());
+        events.emplace(events_options, services, &o.metrics());
         intake->Start();
         events->Start();
       }

@@ -68,6 +68,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
           }(),
           &tracer_, &metrics_),
       runs_(sagas_, registry_, tracer_),
+      receiver_(events_, registry_, store_),
       recovery_(store_, sagas_, options_.recovery),
       auth_(store_, options_.tenant_cache_ttl),
       server_(
@@ -102,7 +103,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
   http::AddRunRoutes(server_, {runs_, registry_, store_, auth_, options_.limits});
-  http::AddEventRoutes(server_, {events_, registry_, store_, auth_, options_.limits});
+  http::AddEventRoutes(server_, {receiver_, auth_, options_.limits});
   http::AddAdminRoutes(server_, {store_, sagas_, recovery_, auth_, metrics_, options_.limits});
   http::AddPageRoutes(server_, registry_);
   AddMetrics();
@@ -218,14 +219,6 @@ void Orchestrator::Serve() {
   recovery_.Start();
   if (options_.reconcile_interval.count() > 0) reconciler_.Start();
   server_.Serve();
-}
-
-KeyOutcome Orchestrator::StartRun(const httplib::Request& req, httplib::Response& res) {
-  return http::StartRunAt({runs_, registry_, store_, auth_, options_.limits}, req, res);
-}
-
-KeyOutcome Orchestrator::DeliverEvent(const httplib::Request& req, httplib::Response& res) {
-  return http::DeliverEvent({events_, registry_, store_, auth_, options_.limits}, req, res);
 }
 
 void Orchestrator::Shutdown(std::chrono::milliseconds grace) {

@@ -22,12 +22,14 @@
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
 #include "orchestrator/http/routes.hpp"
+#include "orchestrator/receive_event.hpp"
 #include "orchestrator/reconcile.hpp"
 #include "orchestrator/recovery.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/start_run.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
+#include "orchestrator/tenant_auth.hpp"
 #include "steps/client/participants.hpp"
 #include "steps/saga/definition.hpp"
 #include "steps/saga/registry.hpp"
@@ -104,17 +106,11 @@ class Orchestrator {
   // This orchestrator's retention plus its longest saga.
   std::chrono::seconds RequiredParticipantRetention() const;
 
-  // Starts a run that came by another way than the server (the AMQP intake): the same checks,
-  // claim and answer as POST /v1/orders or /v1/runs/{saga}, whichever `req.path` is, under the
-  // same fingerprint, so one key sent both ways is one run. See http::StartRunAt.
-  KeyOutcome StartRun(const httplib::Request& req, httplib::Response& res);
-  // Delivers an external event that came by another way (the AMQP intake): the same checks,
-  // store and answer as POST /v1/runs/{saga}/{key}/events/{name}, whose path `req` carries,
-  // under the same fingerprint. See http::DeliverEvent.
-  KeyOutcome DeliverEvent(const httplib::Request& req, httplib::Response& res);
-
-  // The "start a run" use case, for an adapter of the process's own (the in-process client).
+  // The use cases and who a caller is, for the adapters of the process's own (the
+  // in-process client, the AMQP intake).
   const RunStarter& runs() const { return runs_; }
+  const EventReceiver& events() const { return receiver_; }
+  TenantAuth& auth() { return auth_; }
   ParentStore& store() { return store_; }
   // One reconciliation of `since` against every configured participant (what the periodic
   // job runs; also counted in the metrics).
@@ -144,8 +140,9 @@ class Orchestrator {
   saga::Registry registry_;
   SagaService sagas_;
   RunStarter runs_;
+  EventReceiver receiver_;
   Recovery recovery_;
-  http::TenantAuth auth_;
+  TenantAuth auth_;
   common::http::Server server_;
   common::metrics::Gauge& reconcile_discrepancies_;
   common::metrics::Family<common::metrics::Counter>& reconcile_runs_;

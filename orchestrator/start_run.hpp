@@ -54,6 +54,9 @@ class RunStarter {
   // What became of `request` (kUnknownSaga, kInvalid before anything is stored). The outcome
   // carries the request span's traceparent, for the adapter to hand back.
   RunOutcome Start(const RunRequest& request) const;
+  // Whether a saga of this name is served (Start answers kUnknownSaga otherwise): for an
+  // adapter that tells which sagas are served only to a caller it knows.
+  bool Serves(std::string_view saga) const { return registry_.Latest(saga) != nullptr; }
 
  private:
   SagaService& sagas_;

@@ -8,21 +8,7 @@ namespace common::http {
 namespace detail {
 
 void AnswerFailure(httplib::Response& res, const ClassifiedFailure& failure) {
-  switch (failure.kind) {
-    case Failure::kUnavailable:
-      SetUnavailable(res, "the database is unavailable");
-      break;
-    case Failure::kRejectedValue:
-      // Not an outage: the same request would fail the same way, so no Retry-After and no
-      // promise that a retry helps. Nothing was stored (the transaction rolled back).
-      SetError(res, 500, "internal_error",
-               "the database refused a value of this request (SQLSTATE " + failure.sqlstate +
-                   "); nothing was stored, and sending it again fails the same way");
-      break;
-    case Failure::kDefect:
-      SetError(res, 500, "internal_error", "internal error; retrying with the same key is safe");
-      break;
-  }
+  SetAnswer(res, FailureAnswer(failure));
 }
 
 void AnswerException(const httplib::Request& req, httplib::Response& res,
@@ -49,8 +35,7 @@ ClassifiedFailure SetFailure(httplib::Response& res, const std::exception_ptr& e
 }
 
 void SetUnavailable(httplib::Response& res, const std::string& what) {
-  SetError(res, 503, "unavailable", what + "; retrying with the same key is safe");
-  res.set_header("Retry-After", "1");
+  SetAnswer(res, UnavailableAnswer(what));
 }
 
 }  // namespace common::http

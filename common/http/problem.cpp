@@ -51,6 +51,33 @@ std::string ProblemBody(int status, std::string_view code, std::string_view deta
   return Problem(status, code, detail, extra).dump();
 }
 
+Answer ProblemAnswer(int status, std::string_view code, std::string_view detail) {
+  return {status, ProblemBody(status, code, detail), kProblemContentType, {}};
+}
+
+Answer UnavailableAnswer(const std::string& what) {
+  Answer a = ProblemAnswer(503, "unavailable", what + "; retrying with the same key is safe");
+  a.headers["Retry-After"] = "1";
+  return a;
+}
+
+Answer FailureAnswer(const ClassifiedFailure& failure) {
+  switch (failure.kind) {
+    case Failure::kUnavailable:
+      return UnavailableAnswer("the database is unavailable");
+    case Failure::kRejectedValue:
+      // Not an outage: the same request would fail the same way, so no Retry-After and no
+      // promise that a retry helps. Nothing was stored (the transaction rolled back).
+      return ProblemAnswer(500, "internal_error",
+                           "the database refused a value of this request (SQLSTATE " +
+                               failure.sqlstate +
+                               "); nothing was stored, and sending it again fails the same way");
+    case Failure::kDefect:
+      break;
+  }
+  return ProblemAnswer(500, "internal_error", "internal error; retrying with the same key is safe");
+}
+
 std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
   if (!body.is_object()) return {"", ""};
   auto text = [](const nlohmann::json& j, const char* name) {

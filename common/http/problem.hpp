@@ -7,10 +7,13 @@
 // `step`, `compensated`, ...) sit beside them.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "common/failure.hpp"
 
 namespace common::http {
 
@@ -25,6 +28,22 @@ std::string ProblemBody(int status, std::string_view code, std::string_view deta
 // "Card declined" for card_declined: the code's words, or a fixed title for the codes that
 // have one.
 std::string ProblemTitle(std::string_view code);
+
+// An answer as data, before any wire carries it: what a route sends (SetAnswer) and what the
+// AMQP intake replies, built once for both.
+struct Answer {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::map<std::string, std::string> headers;  // besides Content-Type
+};
+// The problem answer (SetError's).
+Answer ProblemAnswer(int status, std::string_view code, std::string_view detail);
+// What a failure is answered (SetFailure's): an outage is 503 `unavailable` + Retry-After; a
+// value the database refused, or a defect, a 500.
+Answer FailureAnswer(const ClassifiedFailure& failure);
+// 503 `unavailable` + Retry-After (SetUnavailable's): a retry with the same key is safe.
+Answer UnavailableAnswer(const std::string& what);
 
 // The code and detail of an error body, a problem (`code`, `detail`); {"", ""} for anything
 // else.

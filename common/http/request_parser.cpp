@@ -35,17 +35,6 @@ bool HasObsFold(std::string_view raw) {
 
 namespace detail {
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out,
                    std::string_view keep_encoded) {
   auto hex = [](char c) -> int {

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "common/http/server.hpp"
+#include "common/strings.hpp"
 
 namespace common::http {
 
@@ -96,8 +97,7 @@ namespace detail {
 bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out,
                    std::string_view keep_encoded = {});
 
-// ASCII case-insensitive equality (header names, tokens, schemes).
-bool IEquals(std::string_view a, std::string_view b);
+using ::common::IEquals;
 bool IsValidUtf8(std::string_view s);
 }  // namespace detail
 

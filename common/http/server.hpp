@@ -61,6 +61,7 @@
 
 #include "common/failure.hpp"
 #include "common/http/problem.hpp"
+#include "common/request_input.hpp"
 
 namespace common::http {
 
@@ -180,17 +181,17 @@ void DeferAnswer(httplib::Response& res);
 
 // Answers the one error body, a problem (common/http/problem.hpp).
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message);
+// Answers `answer` as it is: its status, body, Content-Type and headers.
+void SetAnswer(httplib::Response& res, const Answer& answer);
 
 // Asks the server to close the connection without sending any response, as if the process
 // had died after doing the work (fault injection: "commit, then drop"). The client sees the
 // connection closed with no status line. `res.status` becomes 500 for logs and spans only.
 void CloseWithoutResponse(httplib::Response& res);
 
-// Parses the body as JSON once, within the server's depth limit. On failure sets a 400 or 415
-// on `res` and returns nullopt. A string with U+0000 anywhere (which no store takes) is a 400
-// `invalid_json`, unless the route checks each field itself (kRouteChecksFields: the OTLP
-// intake refuses such a span alone and keeps the rest of its batch).
-enum class NulInJson { kRefuse, kRouteChecksFields };
+// Parses the body as JSON once, within the server's limits (common::ReadJsonBody). On failure
+// sets a 400, 413 or 415 on `res` and returns nullopt.
+using NulInJson = ::common::NulInJson;
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
                                             const Limits& limits,
                                             NulInJson nul = NulInJson::kRefuse);
@@ -209,8 +210,7 @@ void SetUnavailable(httplib::Response& res, const std::string& what);
 // `database_ready`, e.g. common::pg::Reachable).
 void AddHealthRoutes(Server& server, std::function<bool()> database_ready);
 
-// The token of an `Authorization: Bearer <token>` header (the scheme in any case, RFC 9110
-// §11.1), or "" when absent or malformed.
+// The token of the request's `Authorization: Bearer <token>` (common::BearerTokenOf).
 std::string BearerToken(const httplib::Request& req);
 
 }  // namespace common::http

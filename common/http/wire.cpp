@@ -102,8 +102,13 @@ void Complete(const httplib::Request& req, httplib::Response& res) {
 }  // namespace detail
 
 void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message) {
-  res.status = status;
-  res.set_content(ProblemBody(status, code, message), kProblemContentType);
+  SetAnswer(res, ProblemAnswer(status, code, message));
+}
+
+void SetAnswer(httplib::Response& res, const Answer& answer) {
+  res.status = answer.status;
+  res.set_content(answer.body, answer.content_type);
+  for (const auto& [name, value] : answer.headers) res.set_header(name, value);
 }
 
 void DeferAnswer(httplib::Response& res) { res.set_header(detail::kDeferMarker, "1"); }

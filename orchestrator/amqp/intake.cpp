@@ -1,26 +1,50 @@
 #include "orchestrator/amqp/intake.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <optional>
 
+#include "common/failure.hpp"
 #include "common/http/problem.hpp"
-#include "common/http/request_parser.hpp"
-#include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/strings.hpp"
 #include "orchestrator/amqp/connection.hpp"
+#include "orchestrator/http/answers.hpp"
 
 namespace orchestrator::amqp {
 namespace {
 
 // Header names match as HTTP's do: in any case.
-using common::http::detail::IEquals;
+using common::IEquals;
+using common::http::Answer;
 
-// The one string value of the header `name` (in any case) of an event's message; nullopt
-// after answering 400 when it is missing, empty, not a string, or given twice.
-std::optional<std::string> TargetHeader(const Message& m, const char* name,
-                                        httplib::Response& refusal) {
+// A message's answer (HTTP's, orchestrator/http/answers.hpp), and what its key said: kNone
+// when it was refused before the key was consulted (nothing stored).
+struct Answered {
+  Answer answer;
+  KeyOutcome outcome = KeyOutcome::kNone;
+};
+
+bool Named(const Message& m, const char* name) {
+  return std::any_of(m.headers.begin(), m.headers.end(),
+                     [&](const auto& h) { return IEquals(h.first, name); }) ||
+         std::any_of(m.other_headers.begin(), m.other_headers.end(),
+                     [&](const auto& h) { return IEquals(h.first, name); });
+}
+
+// The first string value of the header `name` (in any case), as a route reads a header given
+// twice; "" when there is none.
+std::string First(const Message& m, const char* name) {
+  for (const auto& [n, v] : m.headers) {
+    if (IEquals(n, name)) return v;
+  }
+  return "";
+}
+
+// The one string value of the header `name` (in any case) that names a message's target;
+// nullopt, with the refusal in `refused`, when it is missing, empty, not a string, or given
+// twice.
+std::optional<std::string> TargetHeader(const Message& m, const char* name, Answered& refused) {
   std::vector<const std::string*> values;
   for (const auto& [n, v] : m.headers) {
     if (IEquals(n, name)) values.push_back(&v);
@@ -28,8 +52,8 @@ std::optional<std::string> TargetHeader(const Message& m, const char* name,
   bool other = std::any_of(m.other_headers.begin(), m.other_headers.end(),
                            [&](const auto& h) { return IEquals(h.first, name); });
   if (values.size() == 1 && !other && !values[0]->empty()) return *values[0];
-  common::http::SetError(
-      refusal, 400, "invalid_request",
+  refused.answer = common::http::ProblemAnswer(
+      400, "invalid_request",
       values.empty() && !other
           ? std::string("an event's message names its run in the headers saga, run and event: `") +
                 name + "` is missing"
@@ -37,100 +61,107 @@ std::optional<std::string> TargetHeader(const Message& m, const char* name,
   return std::nullopt;
 }
 
-// A path segment as the server hands a route's capture: only `/` and `%` stay encoded, so
-// the route's decode gives the value's bytes back, whatever they are.
-std::string Segment(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '%') {
-      out += "%25";
-    } else if (c == '/') {
-      out += "%2F";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-// The path of the route the message stands for: POST /v1/orders, a run's /v1/runs/{saga}
-// (the header `saga`), or an event's
-// /v1/runs/{saga}/{run}/events/{event} from its headers (the run's key as its raw bytes).
-// nullopt after answering `refusal` when an event's message does not name its target.
-std::optional<std::string> RoutePath(const Message& m, Carries carries,
-                                     httplib::Response& refusal) {
-  if (carries == Carries::kOrders) {
-    // A run of any served saga names it in the header `saga`; without one, an order.
-    bool named = std::any_of(m.headers.begin(), m.headers.end(),
-                             [](const auto& h) { return IEquals(h.first, "saga"); }) ||
-                 std::any_of(m.other_headers.begin(), m.other_headers.end(),
-                             [](const auto& h) { return IEquals(h.first, "saga"); });
-    if (!named) return "/v1/orders";
-    auto saga = TargetHeader(m, "saga", refusal);
-    if (!saga) return std::nullopt;
-    return "/v1/runs/" + Segment(*saga);
-  }
-  auto saga = TargetHeader(m, "saga", refusal);
-  if (!saga) return std::nullopt;
-  auto run = TargetHeader(m, "run", refusal);
-  if (!run) return std::nullopt;
-  auto event = TargetHeader(m, "event", refusal);
-  if (!event) return std::nullopt;
-  return "/v1/runs/" + Segment(*saga) + "/" + Segment(*run) + "/events/" + Segment(*event);
-}
-
-// The HTTP request the message stands for: POST `path` with the message's body and the
-// headers the route reads. Header names are matched as HTTP matches them (any case); every
-// match is passed on, so a key given twice is refused as it would be over HTTP.
-httplib::Request ToRequest(const Message& m, std::string path) {
-  httplib::Request req;
-  req.method = "POST";
-  req.path = std::move(path);
-  req.body = m.body;
-  bool has_key = false;
+// The message's Idempotency-Key, read as a route reads its header: every header of that name
+// (in any case) counts, so a key given twice is refused as it is over HTTP; a key that is not
+// a string (a number, a table) is no key (an sf-string of it would be a guess) and is refused
+// as a bad one; without any, the message id is the key's bytes as they are.
+common::ParsedKey MessageKey(const Message& m) {
+  size_t lines = 0;
+  std::string first;
   for (const auto& [name, value] : m.headers) {
-    for (const char* wanted : {"Authorization", "Idempotency-Key", "traceparent"}) {
-      if (!IEquals(name, wanted)) continue;
-      req.headers.emplace(wanted, value);
-      has_key |= IEquals(name, "Idempotency-Key");
-    }
+    if (IEquals(name, "Idempotency-Key") && lines++ == 0) first = value;
   }
   for (const auto& [name, kind] : m.other_headers) {
-    // A key that is not a string (a number, a table) is no key: an sf-string of it would be
-    // a guess. Passed on as something the route refuses as a bad key.
-    if (IEquals(name, "Idempotency-Key")) {
-      req.headers.emplace("Idempotency-Key", "(" + std::string(1, kind) + ")");
-      has_key = true;
-    }
+    if (IEquals(name, "Idempotency-Key") && lines++ == 0) first = "(" + std::string(1, kind) + ")";
   }
-  // The message id is the key's bytes as they are, so it travels as an sf-string.
-  if (!has_key && !m.message_id.empty()) {
-    req.headers.emplace("Idempotency-Key", common::FormatIdempotencyKey(m.message_id));
+  if (lines == 0 && !m.message_id.empty()) {
+    lines = 1;
+    first = common::FormatIdempotencyKey(m.message_id);
   }
-  req.headers.emplace("Content-Type",
-                      m.content_type.empty() ? std::string("application/json") : m.content_type);
-  return req;
+  return common::ParseIdempotencyKey(lines, first, kMaxParentKeyLength);
 }
 
-Message Reply(const Message& request, const httplib::Response& res) {
+common::JsonBody Body(const Message& m, const common::JsonLimits& limits) {
+  return common::ReadJsonBody(m.content_type.empty() ? "application/json" : m.content_type, m.body,
+                              limits);
+}
+
+Answered Refused(const common::InputRefusal& r) {
+  return {common::http::ProblemAnswer(r.status, r.code, r.detail)};
+}
+
+// An order (no header `saga`: POST /v1/orders), or a run of the saga the header `saga` names
+// (POST /v1/runs/{saga}), refused in the order the route refuses.
+Answered StartRun(const IntakeServices& s, const Message& m) {
+  Answered refused;
+  std::optional<std::string> saga;
+  if (Named(m, "saga")) {
+    saga = TargetHeader(m, "saga", refused);
+    if (!saga) return refused;
+  }
+  const bool as_order = !saga && s.runs.Serves(kOrderSaga);
+  auto tenant = s.auth(common::BearerTokenOf(First(m, "Authorization")));
+  if (!tenant) return {http::UnauthorizedRunAnswer()};
+  // Which sagas are served is for a known caller only.
+  if (!as_order && (!saga || !s.runs.Serves(*saga))) {
+    RunOutcome unknown;
+    unknown.kind = RunOutcome::Kind::kUnknownSaga;
+    return {http::RunAnswer(unknown, "", "")};
+  }
+  auto key = MessageKey(m);
+  if (!key.ok()) return {common::http::ProblemAnswer(400, key.error, key.message)};
+  auto body = Body(m, s.json);
+  if (!body.value) return Refused(body.refusal);
+  const std::string name = as_order ? std::string(kOrderSaga) : *saga;
+  RunOutcome outcome = s.runs.Start({.saga = name,
+                                     .tenant_id = *tenant,
+                                     .key = key.key,
+                                     .input = std::move(*body.value),
+                                     .traceparent = First(m, "traceparent"),
+                                     .as_order = as_order});
+  return {http::RunAnswer(outcome, name, key.key), outcome.outcome};
+}
+
+// An event for the run its headers `saga`, `run` (the run's key, its bytes as they are) and
+// `event` name (POST /v1/runs/{saga}/{run}/events/{event}), refused in the route's order.
+Answered DeliverEvent(const IntakeServices& s, const Message& m) {
+  Answered refused;
+  auto saga = TargetHeader(m, "saga", refused);
+  if (!saga) return refused;
+  auto run = TargetHeader(m, "run", refused);
+  if (!run) return refused;
+  auto event = TargetHeader(m, "event", refused);
+  if (!event) return refused;
+  auto tenant = s.auth(common::BearerTokenOf(First(m, "Authorization")));
+  if (!tenant) return {http::UnauthorizedAnswer()};
+  auto target =
+      s.events.Find({.tenant_id = *tenant, .saga = *saga, .run_key = *run, .event = *event});
+  if (!target.Found()) return {http::EventAnswer(target.refused)};
+  auto key = MessageKey(m);
+  if (!key.ok()) return {common::http::ProblemAnswer(400, key.error, key.message)};
+  auto body = Body(m, s.json);
+  if (!body.value) return Refused(body.refusal);
+  EventOutcome outcome = s.events.Deliver(target, key.key, *body.value);
+  return {http::EventAnswer(outcome), outcome.Key()};
+}
+
+Message Reply(const Message& request, const Answer& answer) {
   Message reply;
   reply.correlation_id = request.correlation_id;
-  reply.body = res.body;
-  reply.content_type = res.get_header_value("Content-Type");
-  for (const auto& [name, value] : res.headers) {
-    if (!IEquals(name, "Content-Type")) reply.headers[name] = value;
-  }
-  reply.headers["status"] = std::to_string(res.status);
+  reply.body = answer.body;
+  reply.content_type = answer.content_type;
+  reply.headers = answer.headers;
+  reply.headers["status"] = std::to_string(answer.status);
   return reply;
 }
 
 // The message as it came, minus the tenant's credential (a dead-letter queue is read by
 // operators, not tenants), with why it was refused.
-Message DeadLetterMessage(const Message& m, const httplib::Response& res) {
+Message DeadLetterMessage(const Message& m, const Answer& answer) {
   Message dead = m;
   std::erase_if(dead.headers, [](const auto& h) { return IEquals(h.first, "Authorization"); });
-  auto [code, detail] = common::http::ErrorOf(nlohmann::json::parse(res.body, nullptr, false));
-  dead.headers["x-idemsaga-status"] = std::to_string(res.status);
+  auto [code, detail] = common::http::ErrorOf(nlohmann::json::parse(answer.body, nullptr, false));
+  dead.headers["x-idemsaga-status"] = std::to_string(answer.status);
   dead.headers["x-idemsaga-error"] = code;
   dead.headers["x-idemsaga-detail"] = detail;
   return dead;
@@ -138,8 +169,8 @@ Message DeadLetterMessage(const Message& m, const httplib::Response& res) {
 
 }  // namespace
 
-Intake::Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics)
-    : options_(std::move(options)), submit_(std::move(submit)) {
+Intake::Intake(IntakeOptions options, IntakeServices services, common::metrics::Registry* metrics)
+    : options_(std::move(options)), services_(std::move(services)) {
   CheckUrl(options_.url);
   if (metrics == nullptr) return;
   if (options_.carries == Carries::kOrders) {
@@ -199,28 +230,25 @@ class Intake::Consumer {
   void Handle(const Delivery& d) {
     if (d.redelivered) intake_.Count("redelivered");
     const Message& m = d.message;
-    httplib::Response refusal;
-    auto path = RoutePath(m, intake_.options_.carries, refusal);
-    if (!path) return DeadLetter(d, refusal);
-    httplib::Request req = ToRequest(m, std::move(*path));
+    const bool orders = intake_.options_.carries == Carries::kOrders;
     auto deadline = std::chrono::steady_clock::now() + intake_.options_.max_wait;
     auto wait = std::chrono::milliseconds(100);
     bool logged_outage = false;
     for (;;) {
-      httplib::Response res;
-      std::optional<KeyOutcome> outcome;
+      std::optional<Answered> answered;
       try {
-        outcome = intake_.submit_(req, res);
+        answered = orders ? StartRun(intake_.services_, m) : DeliverEvent(intake_.services_, m);
       } catch (...) {
-        auto failure = common::http::SetFailure(res, std::current_exception(),
-                                                  intake_.options_.classify);
-        if (failure.kind != common::pg::Failure::kUnavailable) {
+        const auto& classify = intake_.options_.classify;
+        auto failure = classify ? classify(std::current_exception())
+                                : common::ClassifyPlain(std::current_exception());
+        if (failure.kind != common::Failure::kUnavailable) {
           // Not an outage (a value the database refused, a defect): asking again fails the
-          // same way, so the message is dead-lettered with the 500 below.
+          // same way, so the message is dead-lettered with the 500 a route would answer.
           common::Log(Event("failed"), {{"queue", intake_.options_.queue},
                                         {"sqlstate", failure.sqlstate},
                                         {"error", failure.what}});
-          outcome = KeyOutcome::kNone;
+          answered = Answered{common::http::FailureAnswer(failure)};
         } else if (!logged_outage) {
           common::Log(Event("unavailable"),
                       {{"queue", intake_.options_.queue}, {"error", failure.what}});
@@ -231,17 +259,19 @@ class Intake::Consumer {
       // "try again" (503 while shutting down): asked again, with the message kept in hand
       // rather than requeued, since a requeue counts against a quorum queue's delivery-limit
       // and an outage must not use it up.
-      bool unavailable = !outcome || (*outcome == KeyOutcome::kNone && res.status == 503);
-      if (!unavailable && (*outcome == KeyOutcome::kNone || *outcome == KeyOutcome::kMismatch)) {
-        return DeadLetter(d, res);
+      bool unavailable =
+          !answered || (answered->outcome == KeyOutcome::kNone && answered->answer.status == 503);
+      if (!unavailable &&
+          (answered->outcome == KeyOutcome::kNone || answered->outcome == KeyOutcome::kMismatch)) {
+        return DeadLetter(d, answered->answer);
       }
       // Whatever status the saga's stored answer has (a 502 `<step>_unavailable` included),
       // it is final: replayed to every later copy of the message. An order's 202 is a saga
       // still running; an event's 202 is its stored answer, final.
-      bool running = outcome == KeyOutcome::kInProgress ||
-                     (intake_.options_.carries == Carries::kOrders && res.status == 202);
+      bool running = !unavailable && (answered->outcome == KeyOutcome::kInProgress ||
+                                      (orders && answered->answer.status == 202));
       if (!unavailable && !running) {
-        if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, res));
+        if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, answered->answer));
         conn_.Ack(d.tag);
         intake_.Count("replied");
         return;
@@ -264,15 +294,15 @@ class Intake::Consumer {
   }
 
   // Refused for good: to `<queue>.dead` with the reason, the refusal replied, acked.
-  void DeadLetter(const Delivery& d, const httplib::Response& res) {
+  void DeadLetter(const Delivery& d, const Answer& answer) {
     const Message& m = d.message;
     // Mandatory: a dead-letter queue deleted meanwhile fails the publish (the message is
     // then redelivered and the queue declared again), never loses the message.
-    conn_.Publish(intake_.options_.queue + ".dead", DeadLetterMessage(m, res), true);
-    if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, res));
+    conn_.Publish(intake_.options_.queue + ".dead", DeadLetterMessage(m, answer), true);
+    if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, answer));
     conn_.Ack(d.tag);
     common::Log(Event("dead_lettered"), {{"queue", intake_.options_.queue},
-                                         {"status", std::to_string(res.status)},
+                                         {"status", std::to_string(answer.status)},
                                          {"message_id", m.message_id}});
     intake_.Count("dead_lettered");
   }

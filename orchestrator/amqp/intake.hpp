@@ -1,5 +1,7 @@
-// Orders, or external events, from a RabbitMQ queue, each message standing for one HTTP
-// request and going through that route's own function (the same checks, key and answer):
+// Orders, or external events, from a RabbitMQ queue: an adapter over the use cases ("start a
+// run", RunStarter; "deliver an event", EventReceiver), each message read as the HTTP route
+// reads its request (the same checks in the same order, the same key and fingerprint) and
+// answered with the HTTP adapter's answer (orchestrator/http/answers.hpp), byte for byte:
 // - runs (Carries::kOrders): a message is an order as POST /v1/orders takes it (the body;
 //   `Idempotency-Key` and `Authorization: Bearer <API key>` as headers), or, with the string
 //   header `saga`, a run of that saga as POST /v1/runs/{saga} takes it;
@@ -28,16 +30,13 @@
 //
 // Thread-safe: Start() once, Stop() from any thread.
 //   amqp::Intake intake({.url = url, .queue = "orders"},
-//                       [&](auto& req, auto& res) { return orch.StartRun(req, res); });
+//                       {orch.runs(), orch.events(), orch.auth(), {.max_bytes = 65536}});
 //   intake.Start(); ...; intake.Stop();
 #pragma once
-
-#include <httplib.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -45,7 +44,10 @@
 
 #include "common/failure.hpp"
 #include "common/metrics.hpp"
-#include "orchestrator/saga_service.hpp"
+#include "common/request_input.hpp"
+#include "orchestrator/receive_event.hpp"
+#include "orchestrator/start_run.hpp"
+#include "orchestrator/tenant_auth.hpp"
 
 namespace orchestrator::amqp {
 
@@ -70,18 +72,24 @@ struct IntakeOptions {
   common::FailureClassifier classify;
 };
 
+// What the intake adapts (the Orchestrator's): the use cases, who a caller is, and the
+// limits a message's JSON body is read under (the HTTP server's).
+struct IntakeServices {
+  const RunStarter& runs;
+  const EventReceiver& events;
+  TenantAuth& auth;
+  common::JsonLimits json;
+};
+
 class Intake {
  public:
-  // Places one order (Orchestrator::StartRun) or delivers one event
-  // (Orchestrator::DeliverEvent): answers `res`, returns what the key said.
-  using Submit = std::function<KeyOutcome(const httplib::Request&, httplib::Response&)>;
-
   // Throws std::invalid_argument for a URL that is not amqp://... Counts messages in
   // `metrics` (may be null), in idemsaga_amqp_messages_total{outcome} for orders and
   // idemsaga_amqp_event_messages_total{outcome} for events: replied (final answer published,
   // acked), dead_lettered, requeued (stopping, or a saga that outlived max_wait), and
   // redelivered (deliveries the broker marked as seen before).
-  Intake(IntakeOptions options, Submit submit, common::metrics::Registry* metrics = nullptr);
+  Intake(IntakeOptions options, IntakeServices services,
+         common::metrics::Registry* metrics = nullptr);
   ~Intake();
 
   void Start();
@@ -97,7 +105,7 @@ class Intake {
   bool Pause(std::chrono::milliseconds d);
 
   IntakeOptions options_;
-  Submit submit_;
+  IntakeServices services_;
   common::metrics::Family<common::metrics::Counter>* messages_ = nullptr;
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;

@@ -9,24 +9,8 @@ namespace orchestrator::http {
 
 using common::http::SetError;
 
-std::optional<std::string> TenantAuth::operator()(const httplib::Request& req) {
-  std::string token = common::http::BearerToken(req);
-  if (token.empty() || token.size() > 256) return std::nullopt;
-  std::string hash = common::Sha256Hex(token);
-  auto now = std::chrono::steady_clock::now();
-  {
-    std::lock_guard lock(mutex_);
-    auto it = cache_.find(hash);
-    if (it != cache_.end() && it->second.second > now) return it->second.first;
-  }
-  // Cached so that an order costs no extra transaction for authentication.
-  auto tenant = store_.TenantForKeyHash(hash);
-  if (tenant) {
-    std::lock_guard lock(mutex_);
-    if (cache_.size() > 10000) cache_.clear();
-    cache_[hash] = {*tenant, now + ttl_};
-  }
-  return tenant;
+std::optional<std::string> Tenant(TenantAuth& auth, const httplib::Request& req) {
+  return auth(common::http::BearerToken(req));
 }
 
 namespace {
@@ -78,7 +62,7 @@ std::optional<Decision> ReadDecision(const httplib::Request& req, httplib::Respo
 
 void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
   server.Get("/v1/sagas", [d](const httplib::Request& req, httplib::Response& res) {
-    auto tenant = d.auth(req);
+    auto tenant = Tenant(d.auth, req);
     if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
     std::optional<SagaStatus> status;
     if (auto name = req.get_param_value("status"); !name.empty()) {

@@ -1,34 +1,55 @@
 // A RunOutcome (the "start a run" use case's answer) as HTTP: the one place where its
 // in-progress, reused, invalid, unknown-saga, unavailable and still-running answers get their
 // status, problem body and headers. A finished run's stored answer goes out as stored.
-#include "orchestrator/http/routes.hpp"
+#include "orchestrator/http/answers.hpp"
+#include "orchestrator/start_run.hpp"
 #include "steps/protocol/participant_protocol.hpp"
 
 namespace orchestrator::http {
 
-using common::http::SetError;
+using common::http::ProblemAnswer;
 
-void SetInProgress(httplib::Response& res, std::chrono::seconds retry_after) {
+Answer InProgressAnswer(std::chrono::seconds retry_after) {
   // The guard's wording and code for the same situation: one 409 for either side of a step.
   using steps::guard::Describe;
   const auto& in_progress = Describe(steps::guard::Refusal::kKeyLockTimeout);
-  SetError(res, Describe(in_progress.code).status, Describe(in_progress.code).name,
-           in_progress.detail);
-  res.set_header("Retry-After", std::to_string(std::max<long long>(1, retry_after.count())));
+  Answer a = ProblemAnswer(Describe(in_progress.code).status, Describe(in_progress.code).name,
+                           in_progress.detail);
+  a.headers["Retry-After"] = std::to_string(std::max<long long>(1, retry_after.count()));
+  return a;
 }
 
-void SendRunOutcome(const RunOutcome& o, const std::string& saga, const std::string& key,
-                    httplib::Response& res) {
+Answer UnauthorizedRunAnswer() {
+  Answer a =
+      ProblemAnswer(401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
+  a.headers["WWW-Authenticate"] = "Bearer";
+  return a;
+}
+
+Answer UnauthorizedAnswer() {
+  return ProblemAnswer(401, "unauthorized", "a valid API key is required");
+}
+
+Answer InvalidPathKeyAnswer() {
+  return ProblemAnswer(400, "idempotency_key_invalid",
+                       "the key in the path must be 1-" + std::to_string(kMaxParentKeyLength) +
+                           " printable ASCII characters (percent-encoded in the URL)");
+}
+
+Answer RunAnswer(const RunOutcome& o, const std::string& saga, const std::string& key) {
   using Kind = RunOutcome::Kind;
+  Answer a;
   switch (o.kind) {
     case Kind::kFinished:
     case Kind::kReplayed: {
-      res.status = o.answer.status;
-      auto type = o.answer.headers.find("Content-Type");
-      res.set_content(o.answer.body,
-                      type == o.answer.headers.end() ? "application/json" : type->second.c_str());
+      a.status = o.answer.status;
+      a.body = o.answer.body;
       for (const auto& [k, v] : o.answer.headers) {
-        if (k != "Content-Type") res.set_header(k.c_str(), v);
+        if (k == "Content-Type") {
+          a.content_type = v;
+        } else {
+          a.headers[k] = v;
+        }
       }
       break;
     }
@@ -40,35 +61,36 @@ void SendRunOutcome(const RunOutcome& o, const std::string& saga, const std::str
       if (o.waiting) body["waiting"] = true;
       if (o.stuck) body["stuck"] = true;
       if (!o.waiting_for.is_null()) body["waiting_for"] = o.waiting_for;
-      res.status = 202;
-      res.set_content(body.dump(), "application/json");
-      res.set_header("Location", StatusPath(saga, key));
+      a.status = 202;
+      a.body = body.dump();
+      a.headers["Location"] = StatusPath(saga, key);
       break;
     }
     case Kind::kInProgress:
-      SetInProgress(res, o.retry_after);
+      a = InProgressAnswer(o.retry_after);
       break;
     case Kind::kReused:
-      SetError(res, 422, "idempotency_key_reused",
-               "this Idempotency-Key was used with a different request body");
+      a = ProblemAnswer(422, "idempotency_key_reused",
+                        "this Idempotency-Key was used with a different request body");
       break;
     case Kind::kInvalid:
-      SetError(res, 400, "invalid_request", o.detail);
+      a = ProblemAnswer(400, "invalid_request", o.detail);
       break;
     case Kind::kUnknownSaga:
-      SetError(res, 404, "saga_not_found",
-               "no saga of this name is served here (GET /v1/runs lists them)");
+      a = ProblemAnswer(404, "saga_not_found",
+                        "no saga of this name is served here (GET /v1/runs lists them)");
       break;
     case Kind::kUnavailable:
       // An outage: the client is told when to retry (with the same key, which is safe).
-      SetError(res, 503, "unavailable", o.detail);
-      res.set_header("Retry-After", "1");
+      a = ProblemAnswer(503, "unavailable", o.detail);
+      a.headers["Retry-After"] = "1";
       break;
     case Kind::kInternal:
-      SetError(res, 500, "internal_error", o.detail);
+      a = ProblemAnswer(500, "internal_error", o.detail);
       break;
   }
-  if (!o.traceparent.empty()) res.set_header("traceparent", o.traceparent);
+  if (!o.traceparent.empty()) a.headers["traceparent"] = o.traceparent;
+  return a;
 }
 
 }  // namespace orchestrator::http

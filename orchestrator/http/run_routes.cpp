@@ -6,28 +6,27 @@
 namespace orchestrator::http {
 namespace {
 
+using common::http::SetAnswer;
 using common::http::SetError;
 
 // Starts `saga` for the request (as an order for POST /v1/orders): the caller, key and JSON
 // off the wire, the rest the use case's.
-KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
-                    const common::http::EarlyAnswer& early, const std::string& saga,
-                    bool as_order) {
-  auto tenant = d.auth(req);
+void StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+              const common::http::EarlyAnswer& early, const std::string& saga, bool as_order) {
+  auto tenant = Tenant(d.auth, req);
   if (!tenant) {
-    SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
-    res.set_header("WWW-Authenticate", "Bearer");
-    return KeyOutcome::kNone;
+    SetAnswer(res, UnauthorizedRunAnswer());
+    return;
   }
   auto key =
       common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
                                   req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
   if (!key.ok()) {
     SetError(res, 400, key.error, key.message);
-    return KeyOutcome::kNone;
+    return;
   }
   auto body = common::http::ParseJsonBody(req, res, d.limits);
-  if (!body) return KeyOutcome::kNone;
+  if (!body) return;
   RunRequest run{
       .saga = saga,
       .tenant_id = *tenant,
@@ -40,7 +39,7 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
     // The saga's 202 when it outlives the response budget, or its answer after that.
     run.answer_early = [early, saga, key = key.key](const RunOutcome& o) {
       httplib::Response r;
-      SendRunOutcome(o, saga, key, r);
+      SetAnswer(r, RunAnswer(o, saga, key));
       return early.Send(std::move(r));
     };
   }
@@ -49,15 +48,36 @@ KeyOutcome StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Re
     // The saga's answer follows through `early`.
     res.status = 202;
     common::http::DeferAnswer(res);
-    return outcome.outcome;
+    return;
   }
-  SendRunOutcome(outcome, saga, key.key, res);
-  return outcome.outcome;
+  SetAnswer(res, RunAnswer(outcome, saga, key.key));
 }
 
-}  // namespace
-
-namespace {
+// Starts the saga the path names (POST /v1/orders: place_order; POST /v1/runs/{saga}: its
+// latest version), or refuses: who asks first, which sagas are served next.
+void StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
+                const common::http::EarlyAnswer& early) {
+  constexpr std::string_view kRuns = "/v1/runs/";
+  if (req.path == "/v1/orders" && d.registry.Latest(kOrderSaga) != nullptr) {
+    return StartRun(d, req, res, early, kOrderSaga, true);
+  }
+  // Who asks first: which sagas are served is not for anyone without a key.
+  if (!Tenant(d.auth, req)) {
+    SetAnswer(res, UnauthorizedRunAnswer());
+    return;
+  }
+  const saga::Definition* definition = nullptr;
+  if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
+    definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
+  }
+  if (definition == nullptr) {
+    RunOutcome unknown;
+    unknown.kind = RunOutcome::Kind::kUnknownSaga;
+    SetAnswer(res, RunAnswer(unknown, "", ""));
+    return;
+  }
+  return StartRun(d, req, res, early, definition->name(), false);
+}
 
 // What became of an operator's cancel: "pending" (no step boundary reached yet),
 // "compensating" (the saga is being undone), "took_effect" (it ended undone for the cancel:
@@ -146,9 +166,9 @@ nlohmann::json SagaView(const SagaRow& row) {
 
 std::optional<SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
                                 TenantAuth& auth, ParentStore& store, size_t group) {
-  auto tenant = auth(req);
+  auto tenant = Tenant(auth, req);
   if (!tenant) {
-    SetError(res, 401, "unauthorized", "a valid API key is required");
+    SetAnswer(res, UnauthorizedAnswer());
     return std::nullopt;
   }
   auto key = PathKey(req, res, group);
@@ -162,9 +182,7 @@ std::optional<std::string> PathKey(const httplib::Request& req, httplib::Respons
                                    size_t group) {
   std::string key = common::http::DecodeCapture(req.matches[group].str());
   if (common::IsValidKeyBytes(key, kMaxParentKeyLength)) return key;
-  SetError(res, 400, "idempotency_key_invalid",
-           "the key in the path must be 1-" + std::to_string(kMaxParentKeyLength) +
-               " printable ASCII characters (percent-encoded in the URL)");
+  SetAnswer(res, InvalidPathKeyAnswer());
   return std::nullopt;
 }
 
@@ -181,31 +199,6 @@ void View(const SagaRow& row, const std::string& saga, httplib::Response& res) {
 
 }  // namespace
 
-KeyOutcome StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
-                      const common::http::EarlyAnswer& early) {
-  constexpr std::string_view kRuns = "/v1/runs/";
-  if (req.path == "/v1/orders" && d.registry.Latest(kOrderSaga) != nullptr) {
-    return StartRun(d, req, res, early, kOrderSaga, true);
-  }
-  // Who asks first: which sagas are served is not for anyone without a key.
-  if (!d.auth(req)) {
-    SetError(res, 401, "unauthorized", "a valid API key is required (Authorization: Bearer)");
-    res.set_header("WWW-Authenticate", "Bearer");
-    return KeyOutcome::kNone;
-  }
-  const saga::Definition* definition = nullptr;
-  if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
-    definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
-  }
-  if (definition == nullptr) {
-    RunOutcome unknown;
-    unknown.kind = RunOutcome::Kind::kUnknownSaga;
-    SendRunOutcome(unknown, "", "", res);
-    return KeyOutcome::kNone;
-  }
-  return StartRun(d, req, res, early, definition->name(), false);
-}
-
 void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
   auto start = [d](const httplib::Request& req, httplib::Response& res,
@@ -219,7 +212,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
     if (auto row = PathSaga(req, res, d.auth, d.store, 2)) View(*row, req.matches[1].str(), res);
   });
   server.Get("/v1/runs", [d](const httplib::Request& req, httplib::Response& res) {
-    if (!d.auth(req)) return SetError(res, 401, "unauthorized", "a valid API key is required");
+    if (!Tenant(d.auth, req)) return SetAnswer(res, UnauthorizedAnswer());
     nlohmann::json sagas = nlohmann::json::array();
     for (const auto* def : d.registry.All()) {
       nlohmann::json steps = nlohmann::json::array();

@@ -19,7 +19,7 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
     }
     // Each span's text is checked by DecodeOtlp, which refuses a span with a NUL alone.
     auto body = common::http::ParseJsonBody(req, res, server.limits(),
-                                            common::http::NulInJson::kRouteChecksFields);
+                                            common::NulInJson::kCallerChecksFields);
     if (!body) return;
     std::string error;
     auto decoded = common::trace::DecodeOtlp(*body, error);

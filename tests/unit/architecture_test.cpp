@@ -3,6 +3,7 @@
 // else. The edges that run the wrong way today are listed one by one (file and header) with
 // why; a new wrong-way include, or an exception that is gone, fails the test.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -50,7 +51,8 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"orchestrator/http",
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "orchestrator",
       "orchestrator/store"}},
-    {"orchestrator/amqp", {"common", "common/http", "orchestrator"}},
+    // orchestrator/http for its answers only (answers.hpp, no HTTP types): see below.
+    {"orchestrator/amqp", {"common", "common/http", "orchestrator", "orchestrator/http"}},
     {"demo",
      {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps",
       "steps/protocol", "steps/guard"}},
@@ -120,6 +122,53 @@ TEST(Architecture, EveryIncludeRunsDownTheLayersOrIsAKnownException) {
   for (const auto& [edge, why] : kKnownExceptions) {
     EXPECT_TRUE(wrong.count(edge) != 0) << edge << " is gone: remove it from kKnownExceptions";
   }
+}
+
+// Folders whose own files must not name an HTTP library's types (an adapter of another wire
+// that reaches the use cases directly, not through a request made up for a route), and the
+// headers they may take from the HTTP adapter (built as data, no HTTP types in them).
+const std::map<std::string, std::set<std::string>> kNoHttp = {
+    {"orchestrator/amqp", {"common/http/problem.hpp", "orchestrator/http/answers.hpp"}},
+};
+
+// "file -> header" for every HTTP include of a kNoHttp folder: <httplib.h>, or a header of
+// common/http or orchestrator/http other than the ones its row lists.
+std::set<std::string> HttpIncludes(const fs::path& root) {
+  const std::regex include(R"(^\s*#\s*include\s+[<"]([^>"]+)[>"])");
+  std::set<std::string> out;
+  for (const auto& [folder, allowed] : kNoHttp) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / folder)) {
+      if (!entry.is_regular_file()) continue;
+      std::ifstream in(entry.path());
+      std::string file = fs::relative(entry.path(), root).generic_string();
+      std::smatch m;
+      for (std::string line; std::getline(in, line);) {
+        if (!std::regex_search(line, m, include)) continue;
+        std::string header = m[1];
+        bool http = header == "httplib.h" || LayerOf(header) == "common/http" ||
+                    LayerOf(header) == "orchestrator/http";
+        if (http && allowed.count(header) == 0) out.insert(file + " -> " + header);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Architecture, TheAmqpIntakeUsesNoHttpTypes) {
+  EXPECT_EQ(HttpIncludes(IDEMSAGA_SOURCE_DIR), std::set<std::string>{});
+}
+
+// The check itself: a planted <httplib.h> in orchestrator/amqp is caught.
+TEST(Architecture, APlantedHttplibIncludeInTheAmqpIntakeIsCaught) {
+  auto root = fs::temp_directory_path() / ("arch_test_" + std::to_string(::getpid()));
+  fs::create_directories(root / "orchestrator/amqp");
+  std::ofstream(root / "orchestrator/amqp/x.cpp")
+      << "#include <httplib.h>\n#include \"orchestrator/http/answers.hpp\"\n"
+      << "#include \"common/http/server.hpp\"\n";
+  auto found = HttpIncludes(root);
+  fs::remove_all(root);
+  EXPECT_EQ(found, (std::set<std::string>{"orchestrator/amqp/x.cpp -> httplib.h",
+                                          "orchestrator/amqp/x.cpp -> common/http/server.hpp"}));
 }
 
 TEST(Architecture, EveryProductFolderHasARow) {

@@ -10,6 +10,7 @@
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/pg/url.hpp"
+#include "common/request_input.hpp"
 
 namespace {
 
@@ -179,6 +180,46 @@ TEST(Log, JsonFormatWritesOneObjectPerLineWhateverTheValuesHold) {
   EXPECT_EQ(j["key"], "a \"quoted\" key\nwith a newline");
   EXPECT_EQ(j["bytes"], "\xef\xbf\xbd\xef\xbf\xbd");  // invalid UTF-8 replaced, line still valid
   EXPECT_EQ(j["ts"].get<std::string>().size(), 24u);
+}
+
+// What every wire (the HTTP routes, the AMQP intake) reads a request's body and caller with.
+TEST(RequestInput, ReadsAJsonBodyOrSaysWhyNot) {
+  const common::JsonLimits limits{.max_bytes = 32, .max_depth = 2};
+  struct Case {
+    std::string_view type, body;
+    int status;  // 0: accepted
+    std::string code;
+  } cases[] = {
+      {"application/json", R"({"a":1})", 0, ""},
+      {"Application/JSON ; charset=utf-8", R"({"a":[1]})", 0, ""},
+      {"text/plain", R"({"a":1})", 415, "unsupported_media_type"},
+      {"", "{}", 415, "unsupported_media_type"},
+      {"application/json", R"({"a":"0123456789012345678901234567890"})", 413, "payload_too_large"},
+      {"application/json", R"({"a":[[1]]})", 400, "invalid_json"},
+      {"application/json", R"({"a":"\u0000"})", 400, "invalid_json"},
+      {"application/json", "{", 400, "invalid_json"},
+  };
+  for (const auto& c : cases) {
+    auto body = common::ReadJsonBody(c.type, c.body, limits);
+    EXPECT_EQ(body.value.has_value(), c.status == 0) << c.type << " " << c.body;
+    if (c.status == 0) continue;
+    EXPECT_EQ(body.refusal.status, c.status) << c.body;
+    EXPECT_EQ(body.refusal.code, c.code) << c.body;
+  }
+  // The OTLP intake checks each span's strings itself.
+  EXPECT_TRUE(common::ReadJsonBody("application/json", R"({"a":"\u0000"})", limits,
+                                   common::NulInJson::kCallerChecksFields)
+                  .value);
+}
+
+TEST(RequestInput, TakesTheTokenOfABearerAuthorizationOnly) {
+  EXPECT_EQ(common::BearerTokenOf("Bearer abc"), "abc");
+  EXPECT_EQ(common::BearerTokenOf("bEaReR   abc"), "abc");
+  EXPECT_EQ(common::BearerTokenOf("Basic abc"), "");
+  EXPECT_EQ(common::BearerTokenOf("Bearerabc"), "");
+  EXPECT_EQ(common::BearerTokenOf("Bearer "), "");
+  EXPECT_EQ(common::BearerTokenOf("Bearer    "), "");
+  EXPECT_EQ(common::BearerTokenOf(""), "");
 }
 
 }  // namespace

@@ -1,0 +1,26 @@
+#include "orchestrator/tenant_auth.hpp"
+
+#include "common/crypto.hpp"
+
+namespace orchestrator {
+
+std::optional<std::string> TenantAuth::operator()(const std::string& token) {
+  if (token.empty() || token.size() > 256) return std::nullopt;
+  std::string hash = common::Sha256Hex(token);
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    auto it = cache_.find(hash);
+    if (it != cache_.end() && it->second.second > now) return it->second.first;
+  }
+  // Cached so that an order costs no extra transaction for authentication.
+  auto tenant = store_.TenantForKeyHash(hash);
+  if (tenant) {
+    std::lock_guard lock(mutex_);
+    if (cache_.size() > 10000) cache_.clear();
+    cache_[hash] = {*tenant, now + ttl_};
+  }
+  return tenant;
+}
+
+}  // namespace orchestrator
