@@ -45,7 +45,7 @@ nlohmann::json FailureToJson(const saga::StepResult& r) {
 
 saga::StepResult FailureFromJson(const nlohmann::json& j) {
   if (!j.is_object()) return saga::StepResult::Retryable("unknown");
-  if (j.value("outcome", "") == "terminal") {
+  if (j.value("outcome", "") == saga::ToString(saga::Outcome::kTerminal)) {
     return saga::StepResult::Terminal(j.value("http_status", 0), j.value("error_code", ""),
                                       j.value("detail", ""));
   }

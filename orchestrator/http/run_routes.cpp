@@ -107,28 +107,29 @@ nlohmann::json SagaView(const SagaRow& row) {
   // else the latest step that recorded an error (a retried attempt, say).
   nlohmann::json last_error;
   int last_error_rank = 0;
-  for (const auto& s : row.steps) {
-    if (!s.is_object()) {  // a row this build cannot read: show it as it is
-      steps.push_back({{"unreadable", s}});
+  for (const auto& json : row.steps) {
+    saga::StepRecord s;
+    try {
+      s = saga::StepRecord::FromJson(json);
+    } catch (const std::exception&) {  // a row this build cannot read: show it as it is
+      steps.push_back({{"unreadable", json}});
       continue;
     }
-    std::string status = s.value("status", "");
-    nlohmann::json step = {{"name", s.value("name", "")},
-                           {"derived_key", s.value("action_key", "")},
-                           {"status", status},
-                           {"attempts", s.value("attempts", 0)},
-                           {"compensation_attempts", s.value("compensation_attempts", 0)},
-                           {"replayed", s.value("replayed", false)}};
-    std::string detail = s.value("detail", "");
-    if (!detail.empty()) {
-      step["detail"] = detail;
-      bool compensating = status == "compensating";
-      int rank = compensating ? 3 : step["name"] == row.failed_step ? 2 : 1;
+    nlohmann::json step = {{"name", s.name},
+                           {"derived_key", s.action_key},
+                           {"status", saga::ToString(s.status)},
+                           {"attempts", s.attempts},
+                           {"compensation_attempts", s.compensation_attempts},
+                           {"replayed", s.replayed}};
+    if (!s.detail.empty()) {
+      step["detail"] = s.detail;
+      bool compensating = s.status == saga::StepStatus::kCompensating;
+      int rank = compensating ? 3 : s.name == row.failed_step ? 2 : 1;
       if (rank >= last_error_rank) {
         last_error_rank = rank;
-        last_error = {{"step", step["name"]},
-                      {"detail", detail},
-                      {"attempts", compensating ? step["compensation_attempts"] : step["attempts"]},
+        last_error = {{"step", s.name},
+                      {"detail", s.detail},
+                      {"attempts", compensating ? s.compensation_attempts : s.attempts},
                       {"compensation", compensating}};
       }
     }
