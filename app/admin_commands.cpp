@@ -5,7 +5,6 @@
 #include "app/app.hpp"
 #include "app/commands.hpp"
 #include "common/crypto.hpp"
-#include "common/defaults.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
@@ -131,7 +130,7 @@ void AddTenantCommand(CLI::App& app, Run& run) {
 struct ReconcileFlags {
   std::string database_url;
   std::vector<std::string> participants;
-  std::string service_token = common::defaults::kServiceToken;
+  std::string service_token;  // the binary's default, if it has one (App::Impl)
   std::string since = "1h";
   std::string format = "text";
   int retention_hours = 24;
@@ -167,6 +166,10 @@ void AddReconcileCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& set
       ->capture_default_str();
   flags.service_token = setup.default_service_token;
   cmd->callback([flags_ptr, &run, &setup] {
+    // As the orchestrator command: a team's binary has no token to fall back on.
+    if (flags_ptr->service_token.empty()) {
+      throw CLI::RequiredError("--service-token (or IDEMSAGA_SERVICE_TOKEN)");
+    }
     run = [flags_ptr, &setup] {
       auto& flags = *flags_ptr;
       std::map<std::string, orchestrator::ReconcileParticipant> participants;

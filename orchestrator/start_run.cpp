@@ -15,6 +15,23 @@ RunOutcome Refused(RunOutcome::Kind kind, std::string detail) {
   return o;
 }
 
+const char* RefusalName(RunOutcome::Kind kind) {
+  switch (kind) {
+    case RunOutcome::Kind::kInProgress:
+      return "in progress";
+    case RunOutcome::Kind::kReused:
+      return "key reused";
+    case RunOutcome::Kind::kInvalid:
+      return "invalid input";
+    case RunOutcome::Kind::kUnknownSaga:
+      return "unknown saga";
+    case RunOutcome::Kind::kUnavailable:
+      return "unavailable";
+    default:
+      return "internal error";
+  }
+}
+
 // Records on the request's span how it ended, and hands the outcome on.
 RunOutcome Ended(common::trace::Span& span, RunOutcome o) {
   o.traceparent = common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id);
@@ -24,7 +41,9 @@ RunOutcome Ended(common::trace::Span& span, RunOutcome o) {
   } else if (o.Final()) {
     span.Error("HTTP " + std::to_string(o.answer.status));
   } else {
-    span.Error(o.detail.empty() ? ToString(o.outcome) : o.detail);
+    // Named by kind, never by `detail`: a refusal's detail can quote the client's own bytes,
+    // and spans are stored.
+    span.Error(RefusalName(o.kind));
   }
   return o;
 }
@@ -60,13 +79,12 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
     return Ended(span, Refused(RunOutcome::Kind::kInvalid, e.what()));
   }
   // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
-  ClaimRequest request{
-      .tenant_id = r.tenant_id,
-      .key = r.key,
-      .request_hash = common::RequestFingerprint("POST", route, r.input),
-      .request_body = r.input,
-      .trace_id = span.context().trace_id,
-      .root_span_id = span.context().span_id};
+  ClaimRequest request{.tenant_id = r.tenant_id,
+                       .key = r.key,
+                       .request_hash = common::RequestFingerprint("POST", route, r.input),
+                       .request_body = r.input,
+                       .trace_id = span.context().trace_id,
+                       .root_span_id = span.context().span_id};
   Submission s{definition, std::move(input), std::move(request)};
   if (r.answer_early) {
     // The saga's "still running" when it outlives the response budget, or its answer later;

@@ -141,6 +141,19 @@ assert "/v1/orders" not in doc["paths"], "documents /v1/orders, which it does no
   fail "/openapi.json does not document the trip saga alone"
 ok "/openapi.json documents POST /v1/runs/{saga} for trip, and no /v1/orders"
 
+# Reconcile from the team's binary: no token of the stock binary's to fall back on; with the
+# participants' token, both trips agree with what the hotel and the car desk hold.
+if "$bin/trip_orchestrator" reconcile --database-url "$(url orchestrator)" \
+  --participant hotel=$hotel --participant car=$car 2>"$work/reconcile.err"; then
+  fail "reconcile ran without a service token"
+fi
+grep -q -- --service-token "$work/reconcile.err" || fail "reconcile did not ask for --service-token"
+"$bin/trip_orchestrator" reconcile --database-url "$(url orchestrator)" --service-token $token \
+  --participant hotel=$hotel --participant car=$car >"$work/reconcile.out" ||
+  { cat "$work/reconcile.out"; fail "reconcile found a discrepancy or could not read a participant"; }
+grep -q "2 sagas" "$work/reconcile.out" || { cat "$work/reconcile.out"; fail "reconcile did not check both trips"; }
+ok "reconcile needs the service token, then finds both trips in agreement with the participants"
+
 kill -TERM "$orch_pid"
 status=0
 wait "$orch_pid" || status=$?

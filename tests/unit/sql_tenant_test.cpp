@@ -25,11 +25,11 @@ const std::regex kNamesTenant(
 
 // file: statement -> why it reads or writes across tenants (a multi-shard query on Citus).
 const std::map<std::string, std::string> kAcrossTenants = {
-    {"orchestrator/store/parent_store.cpp: kCounts",
+    {"orchestrator/store/parent_listing.cpp: kCounts",
      "the running and stuck gauges of /metrics count every tenant's sagas"},
-    {"orchestrator/store/parent_store.cpp: kDeleteExpired",
+    {"orchestrator/store/parent_gc.cpp: kDeleteExpired",
      "garbage collection deletes expired keys of every tenant, in batches"},
-    {"orchestrator/store/parent_store.cpp: kDeleteUnownedSpans",
+    {"orchestrator/store/parent_gc.cpp: kDeleteUnownedSpans",
      "garbage collection of spans whose saga is gone"},
     {"orchestrator/store/parent_store.cpp: kReleaseLeases",
      "shutdown releases every lease this process holds, whoever the tenant"},
