@@ -181,8 +181,7 @@ TEST(Architecture, EveryProductFolderHasARow) {
 // "file: what it names" for each file that names a crash point's switch or its kill.
 std::set<std::string> KillSwitches(const fs::path& root) {
   std::set<std::string> out;
-  for (const char* top :
-       {"common", "steps", "orchestrator", "demo", "testing", "app", "include"}) {
+  for (const char* top : {"common", "steps", "orchestrator", "demo", "testing", "app", "include"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
       if (!entry.is_regular_file()) continue;
       std::ifstream in(entry.path());
@@ -205,6 +204,36 @@ TEST(Architecture, NoLibraryCanBeKilledThroughCrashPoints) {
   EXPECT_EQ(KillSwitches(IDEMSAGA_SOURCE_DIR), std::set<std::string>{});
   EXPECT_TRUE(fs::exists(fs::path(IDEMSAGA_SOURCE_DIR) / "cmd/idemsaga/crash_points.cpp"))
       << "the check looks for what crash_points.cpp names: it moved, move the check";
+}
+
+// A file past kMaxLines does too many jobs unless it says at its top why it does not: the words
+// "over 450 lines" and the reason, in its first comment lines.
+constexpr size_t kMaxLines = 450;
+
+std::set<std::string> LongFilesWithoutAReason(const fs::path& root) {
+  std::set<std::string> out;
+  for (const char* top :
+       {"common", "steps", "orchestrator", "demo", "testing", "app", "cmd", "include"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      auto ext = entry.path().extension();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      std::ifstream in(entry.path());
+      size_t lines = 0;
+      bool reason = false;
+      for (std::string line; std::getline(in, line); ++lines) {
+        if (lines < 10 && line.find("over 450 lines") != std::string::npos) reason = true;
+      }
+      if (lines > kMaxLines && !reason) {
+        out.insert(fs::relative(entry.path(), root).generic_string() + ": " +
+                   std::to_string(lines) + " lines");
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Architecture, NoSourceFileIsOver450LinesWithoutAReasonAtItsTop) {
+  EXPECT_EQ(LongFilesWithoutAReason(IDEMSAGA_SOURCE_DIR), std::set<std::string>{});
 }
 
 // The check itself: a planted include from the engine into the database layer is caught.
