@@ -10,9 +10,7 @@ namespace {
 
 using common::pg::Exec;
 using common::pg::ExecOne;
-using detail::kColumns;
 using detail::Seconds;
-using detail::ToRow;
 
 // Batched so that a large backlog never holds long locks or a long transaction. A key's
 // spans go with it.
