@@ -83,9 +83,9 @@ void AddTenantCommand(CLI::App& app, Run& run) {
     cmd->add_option("name", flags.name, "tenant id: 1-64 of [A-Za-z0-9_-]")->required();
   }
   // The tenant store of `flags`, for one command.
-  auto with_store = [flags_ptr](const std::function<void(orchestrator::ParentStore&)>& f) {
+  auto with_store = [flags_ptr](const std::function<void(orchestrator::store::ParentStore&)>& f) {
     common::pg::Pool pool({.url = flags_ptr->database_url, .size = 1});
-    orchestrator::ParentStore store(pool, {});
+    orchestrator::store::ParentStore store(pool, {});
     f(store);
   };
   create->callback([flags_ptr, with_store, &run] {
@@ -94,7 +94,7 @@ void AddTenantCommand(CLI::App& app, Run& run) {
       if (!common::IsValidTenantId(flags.name)) {
         throw CLI::ValidationError("name", "must be 1-64 of [A-Za-z0-9_-]");
       }
-      with_store([&](orchestrator::ParentStore& store) {
+      with_store([&](orchestrator::store::ParentStore& store) {
         std::string api_key = "isk_" + common::RandomHex(32);
         store.UpsertTenant(flags.name, common::Sha256Hex(api_key));
         std::cout << "tenant " << flags.name << " API key (shown once, store it now):\n"
@@ -104,14 +104,14 @@ void AddTenantCommand(CLI::App& app, Run& run) {
   });
   list->callback([with_store, &run] {
     run = [with_store] {
-      with_store([](orchestrator::ParentStore& store) {
+      with_store([](orchestrator::store::ParentStore& store) {
         for (const auto& id : store.TenantIds()) std::cout << id << "\n";
       });
     };
   });
   revoke->callback([flags_ptr, with_store, &run] {
     run = [flags_ptr, with_store] {
-      with_store([&](orchestrator::ParentStore& store) {
+      with_store([&](orchestrator::store::ParentStore& store) {
         auto ids = store.TenantIds();
         if (std::find(ids.begin(), ids.end(), flags_ptr->name) == ids.end()) {
           std::cerr << "no tenant " << flags_ptr->name << std::endl;
@@ -183,8 +183,8 @@ void AddReconcileCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& set
         participants[p.substr(0, eq)] = {p.substr(eq + 1), flags.service_token};
       }
       common::pg::Pool pool({.url = flags.database_url, .size = 1});
-      orchestrator::ParentStore store(pool,
-                                      {.retention = std::chrono::hours(flags.retention_hours)});
+      orchestrator::store::ParentStore store(
+          pool, {.retention = std::chrono::hours(flags.retention_hours)});
       auto report = orchestrator::Reconciler(store, participants,
                                              {.since = *orchestrator::ParseDuration(flags.since)})
                         .Run();

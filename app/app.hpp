@@ -34,7 +34,7 @@ struct App::Impl {
   std::vector<std::function<void(CLI::App&, app::Run&)>> commands;
   // Told each boundary of a saga's run (SagaServiceOptions::at_boundary): the stock binary's
   // fault injection; unset for a team's.
-  saga::Runner::AtBoundary at_boundary;
+  steps::saga::Runner::AtBoundary at_boundary;
 };
 
 App::Impl& AppImpl(App& app);

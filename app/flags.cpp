@@ -39,7 +39,7 @@ void SetExitCode(int code) { exit_code = code; }
 
 std::string CheckParticipantFlag(const std::string& value) {
   auto eq = value.find('=');
-  if (eq == std::string::npos || !saga::IsValidStepName(value.substr(0, eq)) ||
+  if (eq == std::string::npos || !steps::saga::IsValidStepName(value.substr(0, eq)) ||
       value.compare(eq + 1, 7, "http://") != 0) {
     return "expected NAME=http://HOST:PORT with NAME of [a-z0-9_]";
   }

@@ -215,8 +215,8 @@ int Participant::Start(const std::string& host, int port) {
   if (on_redis) s.redis_guard->CheckServer(*guard::ParseRedisFsync(i.options.redis_fsync));
   i.serving = std::move(serving);
   for (const auto& add : i.routes) add(i);
-  s.server.Get(guard::kPolicyPath, s.http->Policy(s.guard_options.retention));
-  s.server.Get(guard::kKeysPath,
+  s.server.Get(steps::protocol::kPolicyPath, s.http->Policy(s.guard_options.retention));
+  s.server.Get(steps::protocol::kKeysPath,
                s.guard ? s.http->Keys()
                        : s.http->Keys([&s](const std::string& tenant, std::chrono::seconds since,
                                            const std::string& after, int limit) {

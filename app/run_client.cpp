@@ -122,8 +122,8 @@ void Drive(std::shared_ptr<Serving> serving, std::weak_ptr<RunHandle::State> wea
     bool serving_now = serving->With([&](orchestrator::Orchestrator& o) {
       try {
         auto row = o.store().Get(request.tenant_id, request.key);
-        if (row && (row->status == orchestrator::SagaStatus::kCompleted ||
-                    row->status == orchestrator::SagaStatus::kFailed)) {
+        if (row && (row->status == orchestrator::store::SagaStatus::kCompleted ||
+                    row->status == orchestrator::store::SagaStatus::kFailed)) {
           now = Answered(row->response_status, row->response_body, !owns, trace_id);
         }
       } catch (...) {  // an outage: ask again later

@@ -11,30 +11,31 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
-#include "common/crypto.hpp"
-#include "common/pg/migrate.hpp"
-#include "common/pg/url.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include <iostream>
 #include <thread>
 
+#include "common/crypto.hpp"
 #include "common/net.hpp"
+#include "common/pg/migrate.hpp"
+#include "common/pg/url.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "steps/order_schema.hpp"
 #include "steps/place_order.hpp"
 
 namespace {
 
-saga::Definition MakeReserveStockSaga(idemsaga::Participants& participants) {
+idemsaga::steps::saga::Definition MakeReserveStockSaga(idemsaga::Participants& participants) {
   auto& inventory = participants.Get("inventory");
-  return std::move(saga::Definition("reserve_stock", /*version=*/1)
+  return std::move(idemsaga::steps::saga::Definition("reserve_stock", /*version=*/1)
                        .Input<nlohmann::json>([](const nlohmann::json& body) {
-                         if (auto problem = steps::ValidateReservation(body); !problem.empty()) {
-                           throw saga::InvalidInput(problem);
+                         if (auto problem = idemsaga::steps::ValidateReservation(body);
+                             !problem.empty()) {
+                           throw idemsaga::steps::saga::InvalidInput(problem);
                          }
                          return body;
                        })
-                       .Step("inventory", steps::ReserveItems(inventory),
-                             steps::ReleaseItems(inventory)));
+                       .Step("inventory", idemsaga::steps::ReserveItems(inventory),
+                             idemsaga::steps::ReleaseItems(inventory)));
 }
 
 // "NAME=VALUE" -> {NAME, VALUE}; throws CLI::ValidationError without a '='.
@@ -49,7 +50,7 @@ std::pair<std::string, std::string> SplitPair(const std::string& flag, const std
 int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> participants, api_keys;
-  orchestrator::OrchestratorOptions options;
+  idemsaga::orchestrator::OrchestratorOptions options;
   CLI::App app{"idemsaga benchmark orchestrator (shipped sagas + reserve_stock)"};
   app.add_option("--database-url", options.database_url, "its database")->required();
   app.add_option("--listen", listen, "HOST:PORT")->capture_default_str();
@@ -58,13 +59,11 @@ int main(int argc, char** argv) {
   app.add_option("--saga-threads", options.sagas.threads,
                  "the saga pool (recovery's resumptions, hand-offs past the inline limit)")
       ->capture_default_str();
-  app.add_option("--server-threads", options.limits.threads, "HTTP workers")
-      ->capture_default_str();
+  app.add_option("--server-threads", options.limits.threads, "HTTP workers")->capture_default_str();
   app.add_option("--inline-limit", options.sagas.inline_limit,
                  "sagas run on their requests' workers at most (below --server-threads)")
       ->capture_default_str();
-  app.add_option("--pool-size", options.pool_size, "PostgreSQL connections")
-      ->capture_default_str();
+  app.add_option("--pool-size", options.pool_size, "PostgreSQL connections")->capture_default_str();
   app.add_option("--participant-max-in-flight", options.participant_max_in_flight,
                  "the bulkhead: calls in flight to each participant (0: no limit)")
       ->capture_default_str();
@@ -83,17 +82,17 @@ int main(int argc, char** argv) {
       options.participants[name].base_url = url;
     }
     {
-      pqxx::connection conn(common::pg::WithSessionTimeouts(options.database_url));
-      common::pg::Migrate(conn, "orchestrator");
+      pqxx::connection conn(idemsaga::common::pg::WithSessionTimeouts(options.database_url));
+      idemsaga::common::pg::Migrate(conn, "orchestrator");
     }
-    auto sagas = steps::ShippedSagas();
+    auto sagas = idemsaga::steps::ShippedSagas();
     sagas.push_back(MakeReserveStockSaga);
-    orchestrator::Orchestrator o(options, sagas);
+    idemsaga::orchestrator::Orchestrator o(options, sagas);
     for (const auto& k : api_keys) {
       auto [tenant, key] = SplitPair("--api-key", k);
-      o.store().UpsertTenant(tenant, common::Sha256Hex(key));
+      o.store().UpsertTenant(tenant, idemsaga::common::Sha256Hex(key));
     }
-    auto [host, port] = common::SplitHostPort(listen);
+    auto [host, port] = idemsaga::common::SplitHostPort(listen);
     int bound = o.Bind(host, port);
     std::thread server([&] { o.Serve(); });
     std::cout << "bench orchestrator ready on http://" << host << ":" << bound << std::endl;

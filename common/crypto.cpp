@@ -9,7 +9,7 @@
 #include <system_error>
 #include <vector>
 
-namespace common {
+namespace idemsaga::common {
 namespace {
 
 std::string ToHex(const unsigned char* data, size_t n) {
@@ -52,4 +52,4 @@ std::string RandomHex(size_t bytes) {
   return ToHex(buf.data(), bytes);
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-namespace common {
+namespace idemsaga::common {
 
 // Lower-case hex SHA-256 of `data`.
 std::string Sha256Hex(std::string_view data);
@@ -15,4 +15,4 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // `bytes` random bytes from the OS CSPRNG, as lower-case hex.
 std::string RandomHex(size_t bytes);
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -5,7 +5,7 @@
 
 #include "common/log.hpp"
 
-namespace common {
+namespace idemsaga::common {
 
 DeadlineWatch::DeadlineWatch(std::chrono::milliseconds granularity)
     : granularity_(granularity), thread_([this] { Loop(); }) {}
@@ -77,4 +77,4 @@ void DeadlineWatch::Loop() {
   }
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

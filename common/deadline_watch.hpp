@@ -18,7 +18,7 @@
 #include <mutex>
 #include <thread>
 
-namespace common {
+namespace idemsaga::common {
 
 class DeadlineWatch {
  public:
@@ -55,4 +55,4 @@ class DeadlineWatch {
   std::thread thread_;
 };
 
-}  // namespace common
+}  // namespace idemsaga::common

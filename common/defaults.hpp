@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace common::defaults {
+namespace idemsaga::common::defaults {
 
 inline constexpr const char* kServiceToken = "dev-service-token";
 inline constexpr int kPostgresPort = 54329;
@@ -19,4 +19,4 @@ inline std::string LocalUrl(int port) { return "http://127.0.0.1:" + std::to_str
 // "127.0.0.1:PORT": a --listen value.
 inline std::string LocalListen(int port) { return "127.0.0.1:" + std::to_string(port); }
 
-}  // namespace common::defaults
+}  // namespace idemsaga::common::defaults

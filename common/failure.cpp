@@ -2,7 +2,7 @@
 
 #include "common/unavailable.hpp"
 
-namespace common {
+namespace idemsaga::common {
 
 ClassifiedFailure ClassifyPlain(const std::exception_ptr& ep) {
   ClassifiedFailure out;
@@ -19,4 +19,4 @@ ClassifiedFailure ClassifyPlain(const std::exception_ptr& ep) {
   return out;
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -15,7 +15,7 @@
 #include <functional>
 #include <string>
 
-namespace common {
+namespace idemsaga::common {
 
 enum class Failure { kUnavailable, kRejectedValue, kDefect };
 
@@ -31,4 +31,4 @@ using FailureClassifier = std::function<ClassifiedFailure(const std::exception_p
 // common::Unavailable is an outage, anything else a defect.
 ClassifiedFailure ClassifyPlain(const std::exception_ptr& ep);
 
-}  // namespace common
+}  // namespace idemsaga::common

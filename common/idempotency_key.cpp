@@ -2,7 +2,7 @@
 
 #include "common/crypto.hpp"
 
-namespace common {
+namespace idemsaga::common {
 namespace {
 
 ParsedKey Invalid(std::string message) {
@@ -107,4 +107,4 @@ std::string RequestFingerprint(std::string_view method, std::string_view path,
   return Sha256Hex(data);
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

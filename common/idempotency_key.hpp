@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace common {
+namespace idemsaga::common {
 
 // The longest key a participant's guard takes: a derived key ("<parent>-<step>-compensate")
 // under an orchestrator's parent key of at most 200 bytes.
@@ -52,4 +52,4 @@ std::string RequestFingerprint(std::string_view method, std::string_view path,
 // Tenant ids travel in headers and name key scopes: 1..64 of [A-Za-z0-9_-].
 bool IsValidTenantId(std::string_view tenant);
 
-}  // namespace common
+}  // namespace idemsaga::common

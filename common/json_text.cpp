@@ -1,6 +1,6 @@
 #include "common/json_text.hpp"
 
-namespace common::json {
+namespace idemsaga::common::json {
 namespace {
 
 // Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no
@@ -76,4 +76,4 @@ void AppendString(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
-}  // namespace common::json
+}  // namespace idemsaga::common::json

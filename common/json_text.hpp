@@ -8,10 +8,10 @@
 #include <string>
 #include <string_view>
 
-namespace common::json {
+namespace idemsaga::common::json {
 
 // Appends `s` as a JSON string, quotes included. Bytes that are not UTF-8 become U+FFFD (as
 // nlohmann's error_handler_t::replace does), so the result always parses.
 void AppendString(std::string& out, std::string_view s);
 
-}  // namespace common::json
+}  // namespace idemsaga::common::json

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-namespace common {
+namespace idemsaga::common {
 namespace {
 
 std::atomic<bool> log_enabled{true};
@@ -87,4 +87,4 @@ void Log(std::string_view event, std::initializer_list<LogField> fields) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

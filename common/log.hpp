@@ -11,7 +11,7 @@
 #include <string_view>
 #include <utility>
 
-namespace common {
+namespace idemsaga::common {
 
 using LogField = std::pair<std::string_view, std::string_view>;
 
@@ -23,4 +23,4 @@ void SetLogFormat(LogFormat format);
 // Silences Log (tests that expect noisy failures).
 void SetLogEnabled(bool enabled);
 
-}  // namespace common
+}  // namespace idemsaga::common

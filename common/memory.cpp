@@ -18,7 +18,7 @@ const char* malloc_conf =  // NOLINT: the name and type are jemalloc's
     "background_thread:true";
 }
 
-namespace common {
+namespace idemsaga::common {
 namespace {
 
 bool UsingJemalloc() { return mallctl != nullptr; }
@@ -41,4 +41,4 @@ void ReturnFreeMemory() {
   malloc_trim(0);
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

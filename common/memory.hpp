@@ -12,7 +12,7 @@
 // threshold; ReturnFreeMemory(), run every few seconds, hands free pages back.
 #pragma once
 
-namespace common {
+namespace idemsaga::common {
 
 // Call first thing in main(), before any thread starts.
 void TuneAllocator();
@@ -21,4 +21,4 @@ void TuneAllocator();
 // Cheap when there is nothing to return.
 void ReturnFreeMemory();
 
-}  // namespace common
+}  // namespace idemsaga::common

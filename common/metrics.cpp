@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <variant>
 
-namespace common::metrics {
+namespace idemsaga::common::metrics {
 
 void Counter::Inc(double by) { value_.fetch_add(by, std::memory_order_relaxed); }
 
@@ -260,4 +260,4 @@ std::string Registry::Render() const {
   return out;
 }
 
-}  // namespace common::metrics
+}  // namespace idemsaga::common::metrics

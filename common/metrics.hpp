@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace common::metrics {
+namespace idemsaga::common::metrics {
 
 inline constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -128,4 +128,4 @@ class Registry {
 // A label value escaped for the exposition format (backslash, double quote, newline).
 std::string EscapeLabel(const std::string& value);
 
-}  // namespace common::metrics
+}  // namespace idemsaga::common::metrics

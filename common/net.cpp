@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace common {
+namespace idemsaga::common {
 
 int FreeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -36,4 +36,4 @@ std::pair<std::string, int> SplitHostPort(const std::string& listen) {
   return {listen.substr(0, colon), port};
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

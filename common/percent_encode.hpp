@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace common {
+namespace idemsaga::common {
 
 inline std::string PercentEncode(std::string_view v) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -23,4 +23,4 @@ inline std::string PercentEncode(std::string_view v) {
   return out;
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

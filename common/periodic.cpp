@@ -4,7 +4,7 @@
 
 #include "common/log.hpp"
 
-namespace common {
+namespace idemsaga::common {
 
 Periodic::Periodic(std::string name, std::chrono::milliseconds interval, std::function<void()> fn)
     : name_(std::move(name)), interval_(interval), fn_(std::move(fn)), timer_(io_) {}
@@ -47,4 +47,4 @@ void Periodic::Arm() {
   });
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-namespace common {
+namespace idemsaga::common {
 
 class Periodic {
  public:
@@ -39,4 +39,4 @@ class Periodic {
   bool stopped_ = false;
 };
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <stdexcept>
 
-namespace common {
+namespace idemsaga::common {
 namespace {
 
 std::vector<char*> Argv(const std::vector<std::string>& argv) {
@@ -74,4 +74,4 @@ std::string ReadProgramOutput(const std::vector<std::string>& argv) {
   return out;
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace common {
+namespace idemsaga::common {
 
 // Runs argv[0] (searched on PATH) with stdout and stderr appended to `log_path` ("" keeps
 // them). Returns the exit status, or -1 if it could not start or died on a signal.
@@ -14,4 +14,4 @@ int RunProgram(const std::vector<std::string>& argv, const std::string& log_path
 // Throws std::runtime_error when it exits non-zero.
 std::string ReadProgramOutput(const std::vector<std::string>& argv);
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -5,7 +5,7 @@
 
 #include "common/strings.hpp"
 
-namespace common {
+namespace idemsaga::common {
 namespace {
 
 // Any member name or string, at any depth (bounded by the parser's depth limit), with a NUL.
@@ -73,4 +73,4 @@ std::string BearerTokenOf(std::string_view value) {
   return token == std::string_view::npos ? "" : std::string(value.substr(token));
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

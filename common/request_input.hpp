@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace common {
+namespace idemsaga::common {
 
 // Why a request's input was refused before anything was stored: a status and a problem code
 // (common/http/problem.hpp) with its detail.
@@ -47,4 +47,4 @@ JsonBody ReadJsonBody(std::string_view content_type, std::string_view body,
 // §11.1), or "" when absent or malformed.
 std::string BearerTokenOf(std::string_view authorization);
 
-}  // namespace common
+}  // namespace idemsaga::common

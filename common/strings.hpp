@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace common {
+namespace idemsaga::common {
 
 // "a, b, c" for Join({"a", "b", "c"}, ", ").
 inline std::string Join(const std::vector<std::string>& parts, std::string_view separator) {
@@ -30,4 +30,4 @@ inline bool IEquals(std::string_view a, std::string_view b) {
   return true;
 }
 
-}  // namespace common
+}  // namespace idemsaga::common

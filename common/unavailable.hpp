@@ -6,11 +6,11 @@
 
 #include <stdexcept>
 
-namespace common {
+namespace idemsaga::common {
 
 class Unavailable : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace common
+}  // namespace idemsaga::common

@@ -4,7 +4,7 @@
 #include <random>
 #include <thread>
 
-namespace demo {
+namespace idemsaga::demo {
 
 std::optional<FaultSettings> ParseFaultSettings(const nlohmann::json& j, std::string& error) {
   if (!j.is_object()) {
@@ -114,4 +114,4 @@ void Faults::HoldWhileHung() const {
   while (Get().hang && !released_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

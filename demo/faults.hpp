@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-namespace demo {
+namespace idemsaga::demo {
 
 struct FaultSettings {
   double error_rate = 0;
@@ -58,4 +58,4 @@ class Faults {
   std::atomic<bool> released_{false};
 };
 
-}  // namespace demo
+}  // namespace idemsaga::demo

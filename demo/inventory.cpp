@@ -12,7 +12,7 @@
 #include "demo/service.hpp"
 #include "steps/order_schema.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 namespace {
 
 using common::pg::Exec;
@@ -221,4 +221,4 @@ void RegisterInventoryRoutes(common::http::Server& server, Participant& particip
              });
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

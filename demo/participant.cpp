@@ -2,7 +2,7 @@
 
 #include "common/log.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 namespace {
 
 using common::http::SetError;
@@ -114,11 +114,11 @@ void Participant::AdminRoutes(common::http::Server& server) {
   // What an orchestrator checks at start-up: that its keys outlive every parent that may
   // still retry or compensate them.
   if (guard_) {
-    server.Get(steps::guard::kPolicyPath, http_.Policy());
-    server.Get(steps::guard::kKeysPath, http_.Keys());
+    server.Get(steps::protocol::kPolicyPath, http_.Policy());
+    server.Get(steps::protocol::kKeysPath, http_.Keys());
   } else {
-    server.Get(steps::guard::kPolicyPath, http_.Policy(options_.guard.retention));
-    if (store_.list_keys) server.Get(steps::guard::kKeysPath, http_.Keys(store_.list_keys));
+    server.Get(steps::protocol::kPolicyPath, http_.Policy(options_.guard.retention));
+    if (store_.list_keys) server.Get(steps::protocol::kKeysPath, http_.Keys(store_.list_keys));
   }
   server.Get("/admin/faults", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
@@ -140,4 +140,4 @@ void Participant::AdminRoutes(common::http::Server& server) {
   });
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

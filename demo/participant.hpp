@@ -23,7 +23,7 @@
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 
 struct ParticipantOptions {
   std::string service_token = common::defaults::kServiceToken;
@@ -105,4 +105,4 @@ class Participant {
   steps::guard::HttpGuard http_;
 };
 
-}  // namespace demo
+}  // namespace idemsaga::demo

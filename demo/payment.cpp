@@ -6,7 +6,7 @@
 #include "demo/service.hpp"
 #include "steps/order_schema.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 namespace {
 
 using common::pg::Exec;
@@ -115,4 +115,4 @@ void RegisterPaymentRoutes(common::http::Server& server, Participant& participan
   participant.Compensation(server, "/v1/captures/refund", RefundCapture);
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

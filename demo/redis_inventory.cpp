@@ -6,14 +6,14 @@
 #include "common/crypto.hpp"
 #include "steps/order_schema.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 namespace {
 
-using steps::guard::Outcome;
 using steps::guard::RedisGuard;
-using steps::guard::Refusal;
 using steps::guard::Request;
 using steps::guard::Response;
+using steps::protocol::Outcome;
+using steps::protocol::Refusal;
 
 // The demo stock, as sql/inventory/V001__stock_and_reservations.sql seeds it.
 const std::vector<std::pair<std::string, long long>> kSeedStock = {{"widget", 1000000},
@@ -188,7 +188,7 @@ Response RedisInventory::Reserve(const Request& req) {
 Response RedisInventory::Release(const Request& req, const std::string& action_key,
                                  bool action_applied) {
   auto undone = [&](Outcome outcome, const nlohmann::json& detail) {
-    return steps::guard::CompensationBody(action_key, outcome, detail);
+    return steps::protocol::CompensationBody(action_key, outcome, detail);
   };
   const auto [id_before, id_after] =
       Around(undone(Outcome::kUndone, {{"released", true}, {"reservation_id", "\x01"}}));
@@ -264,4 +264,4 @@ void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& par
              });
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

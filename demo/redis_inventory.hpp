@@ -30,7 +30,7 @@
 #include "demo/participant.hpp"
 #include "steps/guard/redis_guard.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 
 struct StockLevel {
   long long available = 0;
@@ -71,4 +71,4 @@ class RedisInventory {
 void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& participant,
                                   RedisInventory& inventory);
 
-}  // namespace demo
+}  // namespace idemsaga::demo

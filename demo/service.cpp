@@ -5,7 +5,7 @@
 #include "common/http/openapi.hpp"
 #include "common/pg/errors.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 
 const char* NameOf(ParticipantKind kind) {
   switch (kind) {
@@ -108,4 +108,4 @@ void ParticipantService::Stop() {
   gc_.Stop();
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

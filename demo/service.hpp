@@ -16,7 +16,7 @@
 #include "demo/participant.hpp"
 #include "demo/redis_inventory.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 
 enum class ParticipantKind { kInventory, kPayment, kShipping };
 
@@ -62,4 +62,4 @@ class ParticipantService {
   common::Periodic gc_;
 };
 
-}  // namespace demo
+}  // namespace idemsaga::demo

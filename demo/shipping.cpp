@@ -8,7 +8,7 @@
 #include "demo/service.hpp"
 #include "steps/order_schema.hpp"
 
-namespace demo {
+namespace idemsaga::demo {
 namespace {
 
 using common::pg::Exec;
@@ -89,4 +89,4 @@ void RegisterShippingRoutes(common::http::Server& server, Participant& participa
   });
 }
 
-}  // namespace demo
+}  // namespace idemsaga::demo

@@ -11,7 +11,7 @@
 #include "orchestrator/http/pages.hpp"
 #include "steps/protocol/participant_protocol.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 namespace {
 
 steps::client::Participants MakeParticipants(const OrchestratorOptions& o) {
@@ -53,7 +53,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
       tracer_("orchestrator", &exporter_),
       participants_(MakeParticipants(options_)),
       registry_([&] {
-        saga::Registry registry;
+        steps::saga::Registry registry;
         for (const auto& make : sagas) {
           if (auto saga = make(participants_)) registry.Add(std::move(*saga));
         }
@@ -152,7 +152,7 @@ std::chrono::seconds Orchestrator::RequiredParticipantRetention() const {
   // Actions and compensations: every step's deadline twice over, for the longest saga.
   std::chrono::milliseconds longest{0};
   for (const auto* def : registry_.All()) {
-    longest = std::max(longest, 2 * saga::LongestRun(options_.retry, *def));
+    longest = std::max(longest, 2 * steps::saga::LongestRun(options_.retry, *def));
   }
   return options_.store.retention + std::chrono::ceil<std::chrono::seconds>(longest);
 }
@@ -163,7 +163,7 @@ int Orchestrator::CheckParticipantRetention() {
   for (auto [name, client] : participants_.All()) {
     std::string error;
     int status = 0;
-    auto policy = client->GetJson(steps::guard::kPolicyPath, error, status);
+    auto policy = client->GetJson(steps::protocol::kPolicyPath, error, status);
     if (status == 0) {
       // Not up yet (participants may start after us): nothing to compare, nothing wrong.
       common::Log("retention_unchecked", {{"participant", client->base_url()}, {"error", error}});
@@ -172,7 +172,7 @@ int Orchestrator::CheckParticipantRetention() {
     // A wrong token or URL (401, 404) is a misconfiguration the check must not hide.
     if (!policy || !policy->is_object() || !policy->contains("key_retention_seconds") ||
         !(*policy)["key_retention_seconds"].is_number_integer()) {
-      throw std::runtime_error("participant " + client->base_url() + steps::guard::kPolicyPath +
+      throw std::runtime_error("participant " + client->base_url() + steps::protocol::kPolicyPath +
                                " did not say how long it keeps keys (" + error +
                                "); check its URL and the service token");
     }
@@ -256,4 +256,4 @@ void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
   });
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -36,7 +36,7 @@
 #include "steps/saga/runner.hpp"
 #include "steps/sagas.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 struct OrchestratorOptions {
   std::string database_url;
@@ -58,8 +58,8 @@ struct OrchestratorOptions {
   // The bulkhead: calls in flight to each participant at most (0: no limit); a step past it
   // waits, parked, instead of holding a thread (ParticipantClient::Options::max_in_flight).
   size_t participant_max_in_flight = 64;
-  saga::RetryPolicy retry;
-  StoreOptions store;
+  steps::saga::RetryPolicy retry;
+  store::StoreOptions store;
   SagaServiceOptions sagas;
   RecoveryOptions recovery;
   common::http::Limits limits;
@@ -111,11 +111,11 @@ class Orchestrator {
   const RunStarter& runs() const { return runs_; }
   const EventReceiver& events() const { return receiver_; }
   TenantAuth& auth() { return auth_; }
-  ParentStore& store() { return store_; }
+  store::ParentStore& store() { return store_; }
   // One reconciliation of `since` against every configured participant (what the periodic
   // job runs; also counted in the metrics).
   ReconcileReport Reconcile(std::chrono::seconds since);
-  const saga::Registry& registry() const { return registry_; }
+  const steps::saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
   const common::metrics::Registry& metrics() const { return metrics_; }
   common::metrics::Registry& metrics() { return metrics_; }
@@ -128,16 +128,16 @@ class Orchestrator {
   OrchestratorOptions options_;
   common::metrics::Registry metrics_;  // first: every other member may count into it
   common::pg::Pool pool_;
-  ParentStore store_;
-  EventStore events_;
+  store::ParentStore store_;
+  store::EventStore events_;
   // Span batches (up to a few MB of JSON) on their own two connections: libpq never shrinks a
   // connection's buffers, and spread over the order pool they held megabytes on every one.
   common::pg::Pool span_pool_;
-  SpanStore span_store_;
+  store::SpanStore span_store_;
   common::trace::Exporter exporter_;
   common::trace::Tracer tracer_;
   steps::client::Participants participants_;
-  saga::Registry registry_;
+  steps::saga::Registry registry_;
   SagaService sagas_;
   RunStarter runs_;
   EventReceiver receiver_;
@@ -153,4 +153,4 @@ class Orchestrator {
 // "host:pid:random": unique per process, readable in the parent row and the logs.
 std::string MakeOwnerId();
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -8,7 +8,7 @@
 #include "common/strings.hpp"
 #include "orchestrator/start_run.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 namespace {
 
 EventOutcome Refused(EventOutcome::Kind kind, std::string detail = "") {
@@ -20,18 +20,18 @@ EventOutcome Refused(EventOutcome::Kind kind, std::string detail = "") {
 
 // Whether the run still takes `event`: it runs its actions, and the step that awaits the
 // event has not ended. "" when it does; otherwise why not.
-std::string WhyNotAccepted(const SagaRow& row, const saga::StepDefinition& step) {
-  if (row.status == SagaStatus::kCompensating) {
+std::string WhyNotAccepted(const store::SagaRow& row, const steps::saga::StepDefinition& step) {
+  if (row.status == store::SagaStatus::kCompensating) {
     return "the run is being compensated: it takes no more events";
   }
-  if (row.status != SagaStatus::kStarted) {
+  if (row.status != store::SagaStatus::kStarted) {
     return std::string("the run has ended (") + ToString(row.status) + "): it takes no more events";
   }
   for (const auto& s : row.steps) {
     if (!s.is_object() || s.value("name", "") != step.name) continue;
-    auto status = saga::ParseStepStatus(s.value("status", ""));
-    if (status == saga::StepStatus::kSucceeded || status == saga::StepStatus::kFailed ||
-        status == saga::StepStatus::kSkipped) {
+    auto status = steps::saga::ParseStepStatus(s.value("status", ""));
+    if (status == steps::saga::StepStatus::kSucceeded ||
+        status == steps::saga::StepStatus::kFailed || status == steps::saga::StepStatus::kSkipped) {
       return "the step that awaits this event (" + step.name + ") has ended";
     }
   }
@@ -69,7 +69,7 @@ EventReceiver::Target EventReceiver::Find(const EventRequest& r) const {
     return t;
   }
   t.event = r.event;
-  const saga::Definition* definition = registry_.Find(t.run->saga_name, t.run->saga_version);
+  const steps::saga::Definition* definition = registry_.Find(t.run->saga_name, t.run->saga_version);
   t.step = definition ? definition->Awaiting(r.event) : nullptr;
   if (t.step == nullptr) {
     // A child's events included: they are addressed to this run.
@@ -86,7 +86,7 @@ EventReceiver::Target EventReceiver::Find(const EventRequest& r) const {
 EventOutcome EventReceiver::Deliver(const Target& t, const std::string& event_key,
                                     const nlohmann::json& payload) const {
   if (!t.Found()) return t.refused;
-  const SagaRow& row = *t.run;
+  const store::SagaRow& row = *t.run;
   const std::string& name = t.event;
   if (t.step->wait->validate) {
     try {
@@ -117,28 +117,28 @@ EventOutcome EventReceiver::Deliver(const Target& t, const std::string& event_ke
                        .response_body = answer.dump()},
                       why_not.empty());
   switch (delivered.kind) {
-    case Delivered::kStored:
+    case store::Delivered::kStored:
       common::Log("event_received", {{"tenant", row.tenant_id},
                                      {"key", row.key},
                                      {"event", name},
                                      {"event_key", event_key},
                                      {"trace_id", row.trace_id}});
       [[fallthrough]];
-    case Delivered::kReplayed: {
+    case store::Delivered::kReplayed: {
       EventOutcome o;
-      o.kind = delivered.kind == Delivered::kStored ? EventOutcome::Kind::kStored
-                                                    : EventOutcome::Kind::kReplayed;
+      o.kind = delivered.kind == store::Delivered::kStored ? EventOutcome::Kind::kStored
+                                                           : EventOutcome::Kind::kReplayed;
       o.status = delivered.response_status;
       o.body = delivered.response_body;
       o.saga = row.saga_name;
       o.run_key = row.key;
       return o;
     }
-    case Delivered::kKeyReused:
+    case store::Delivered::kKeyReused:
       return Refused(EventOutcome::Kind::kReused);
-    case Delivered::kAlreadyReceived:
+    case store::Delivered::kAlreadyReceived:
       return Refused(EventOutcome::Kind::kAlreadyReceived);
-    case Delivered::kNotAccepted:
+    case store::Delivered::kNotAccepted:
       return Refused(EventOutcome::Kind::kNotAccepted,
                      why_not.empty() ? "the run has taken another event of this wait, or ended: "
                                        "it takes this one no more"
@@ -147,4 +147,4 @@ EventOutcome EventReceiver::Deliver(const Target& t, const std::string& event_ke
   throw std::logic_error("unhandled event delivery outcome");
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

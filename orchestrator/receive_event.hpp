@@ -24,7 +24,7 @@
 #include "orchestrator/store/parent_store.hpp"
 #include "steps/saga/registry.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 struct EventRequest {
   std::string tenant_id;  // who asks (the adapter authenticated it)
@@ -59,12 +59,13 @@ struct EventOutcome {
 
 class EventReceiver {
  public:
-  EventReceiver(EventStore& events, const saga::Registry& registry, ParentStore& store)
+  EventReceiver(store::EventStore& events, const steps::saga::Registry& registry,
+                store::ParentStore& store)
       : events_(events), registry_(registry), store_(store) {}
 
   struct Target {
-    std::optional<SagaRow> run;
-    const saga::StepDefinition* step = nullptr;  // the step that awaits the event
+    std::optional<store::SagaRow> run;
+    const steps::saga::StepDefinition* step = nullptr;  // the step that awaits the event
     std::string event;
     EventOutcome refused;  // when not Found()
     bool Found() const { return step != nullptr; }
@@ -77,9 +78,9 @@ class EventReceiver {
                        const nlohmann::json& payload) const;
 
  private:
-  EventStore& events_;
-  const saga::Registry& registry_;
-  ParentStore& store_;
+  store::EventStore& events_;
+  const steps::saga::Registry& registry_;
+  store::ParentStore& store_;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

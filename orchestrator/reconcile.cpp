@@ -9,16 +9,16 @@
 #include "steps/saga/definition.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 namespace {
 
-using steps::guard::KeyStatus;
+using steps::protocol::KeyStatus;
 
 constexpr int kPage = 500;
 
 struct Found {
   std::string participant;
-  steps::guard::KeyRecord record;
+  steps::protocol::KeyRecord record;
 };
 
 // Reads every key `tenant` wrote in the window from one participant, page by page, with the
@@ -33,7 +33,7 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
   std::string after;
   for (;;) {
     std::string path =
-        std::string(steps::guard::kKeysPath) + "?tenant=" + common::PercentEncode(tenant) +
+        std::string(steps::protocol::kKeysPath) + "?tenant=" + common::PercentEncode(tenant) +
         "&since_seconds=" + std::to_string(since.count()) + "&limit=" + std::to_string(kPage);
     if (!after.empty()) path += "&after=" + common::PercentEncode(after);
     std::string error;
@@ -41,7 +41,7 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
     auto body = client.GetJson(path, error, status);
     if (!body) throw std::runtime_error(name + ": " + error);
     for (const auto& k : body->at("keys")) {
-      auto rec = steps::guard::KeyRecord::FromJson(k);
+      auto rec = steps::protocol::KeyRecord::FromJson(k);
       keys[rec.key] = {name, rec};
     }
     if (body->at("next").is_null()) return;
@@ -52,14 +52,15 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
 // Every call `steps` (the records of a saga run under `key`, or of a child run under its
 // derived key) made, judged against what the participants hold; a child's records are judged
 // as its parent's, since the child ends as its parent does.
-void JudgeSteps(const std::string& tenant, const SagaRow& row, const std::string& key,
+void JudgeSteps(const std::string& tenant, const store::SagaRow& row, const std::string& key,
                 const nlohmann::json& steps, const std::map<std::string, Found>& keys,
                 std::set<std::string>& derived, ReconcileReport& report) {
-  bool finished = row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed;
+  bool finished =
+      row.status == store::SagaStatus::kCompleted || row.status == store::SagaStatus::kFailed;
   for (const auto& json : steps) {
-    saga::StepRecord s;
+    steps::saga::StepRecord s;
     try {
-      s = saga::StepRecord::FromJson(json);
+      s = steps::saga::StepRecord::FromJson(json);
     } catch (const std::exception&) {
       report.errors.push_back("tenant " + tenant + ": saga " + row.key +
                               " has a step record this build cannot read");
@@ -68,20 +69,21 @@ void JudgeSteps(const std::string& tenant, const SagaRow& row, const std::string
     const auto& step = s.name;
     if (s.output.is_object() && s.output.contains("saga") &&
         s.output.contains("steps")) {  // a child saga: its own calls are what was sent
-      JudgeSteps(tenant, row, saga::ActionKey(key, step), s.output["steps"], keys, derived, report);
+      JudgeSteps(tenant, row, steps::saga::ActionKey(key, step), s.output["steps"], keys, derived,
+                 report);
       continue;
     }
     // A wait (no participant, no key) or a step its condition skipped: nothing was sent.
-    if (s.action_key.empty() || s.status == saga::StepStatus::kSkipped) continue;
-    auto action = saga::ActionKey(key, step);
+    if (s.action_key.empty() || s.status == steps::saga::StepStatus::kSkipped) continue;
+    auto action = steps::saga::ActionKey(key, step);
     derived.insert(action);
-    derived.insert(saga::CompensationKey(key, step));
+    derived.insert(steps::saga::CompensationKey(key, step));
     if (!finished) continue;  // in flight: nothing to judge yet
     Discrepancy d{tenant, row.key, row.saga_name, std::string(ToString(row.status)), step, action};
     auto it = keys.find(action);
     if (it != keys.end()) d.participant = it->second.participant;
     const auto* k = it == keys.end() ? nullptr : &it->second.record;
-    if (row.status == SagaStatus::kCompleted) {
+    if (row.status == store::SagaStatus::kCompleted) {
       if (k == nullptr) {
         d.problem = "action_missing";
         d.detail = "no participant has this action's key";
@@ -152,7 +154,8 @@ std::string ReconcileReport::ToText() const {
   return out.str();
 }
 
-Reconciler::Reconciler(ParentStore& store, std::map<std::string, ReconcileParticipant> participants,
+Reconciler::Reconciler(store::ParentStore& store,
+                       std::map<std::string, ReconcileParticipant> participants,
                        ReconcileOptions options)
     : store_(store), participants_(std::move(participants)), options_(options) {
   options_.since = std::min(options_.since, store_.options().retention);
@@ -181,7 +184,8 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
   for (;;) {
     auto rows = store_.CreatedSince(tenant, options_.since, after, kPage);
     for (const auto& row : rows) {
-      bool finished = row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed;
+      bool finished =
+          row.status == store::SagaStatus::kCompleted || row.status == store::SagaStatus::kFailed;
       if (finished) ++report.sagas_checked;
       JudgeSteps(tenant, row, row.key, row.steps, keys, derived, report);
     }
@@ -199,8 +203,8 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
     // The parent it was derived from, or that parent's parent when the key is a child saga's
     // (whose run key is itself an action key): the exact inverse of the derivation.
     bool has_parent = false;
-    for (auto from = saga::ParseDerivedKey(key); from && !has_parent;
-         from = saga::ParseDerivedKey(from->parent)) {
+    for (auto from = steps::saga::ParseDerivedKey(key); from && !has_parent;
+         from = steps::saga::ParseDerivedKey(from->parent)) {
       auto [it, fresh] = parent_exists.try_emplace(from->parent, false);
       if (fresh) it->second = store_.Get(tenant, from->parent).has_value();
       has_parent = it->second;
@@ -228,4 +232,4 @@ std::optional<std::chrono::seconds> ParseDuration(const std::string& text) {
   return std::chrono::seconds(n * scale);
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

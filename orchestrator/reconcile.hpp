@@ -21,7 +21,7 @@
 
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 struct Discrepancy {
   std::string tenant_id;
@@ -64,14 +64,14 @@ struct ReconcileOptions {
 
 class Reconciler {
  public:
-  Reconciler(ParentStore& store, std::map<std::string, ReconcileParticipant> participants,
+  Reconciler(store::ParentStore& store, std::map<std::string, ReconcileParticipant> participants,
              ReconcileOptions options);
   ReconcileReport Run();
 
  private:
   void Tenant(const std::string& tenant, ReconcileReport& report);
 
-  ParentStore& store_;
+  store::ParentStore& store_;
   std::map<std::string, ReconcileParticipant> participants_;
   ReconcileOptions options_;
 };
@@ -79,4 +79,4 @@ class Reconciler {
 // "1h", "30m", "90s", "2d" or plain seconds; nullopt otherwise.
 std::optional<std::chrono::seconds> ParseDuration(const std::string& text);
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

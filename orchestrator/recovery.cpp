@@ -5,9 +5,9 @@
 
 #include "common/log.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
-Recovery::Recovery(ParentStore& store, SagaService& sagas, RecoveryOptions options)
+Recovery::Recovery(store::ParentStore& store, SagaService& sagas, RecoveryOptions options)
     : store_(store),
       sagas_(sagas),
       options_(options),
@@ -71,4 +71,4 @@ void Recovery::CollectGarbage() {
   }
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

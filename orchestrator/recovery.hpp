@@ -16,7 +16,7 @@
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 struct RecoveryOptions {
   bool enabled = true;
@@ -28,7 +28,7 @@ struct RecoveryOptions {
 
 class Recovery {
  public:
-  Recovery(ParentStore& store, SagaService& sagas, RecoveryOptions options);
+  Recovery(store::ParentStore& store, SagaService& sagas, RecoveryOptions options);
   void Start();
   void Stop();
 
@@ -46,7 +46,7 @@ class Recovery {
 
   void CollectGarbage();
 
-  ParentStore& store_;
+  store::ParentStore& store_;
   SagaService& sagas_;
   RecoveryOptions options_;
   std::atomic<bool> stopping_{false};
@@ -54,4 +54,4 @@ class Recovery {
   common::Periodic collector_;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

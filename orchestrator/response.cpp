@@ -3,15 +3,15 @@
 #include "common/http/problem.hpp"
 #include "orchestrator/store/saga_status.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
-StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx) {
-  if (result.end == saga::SagaEnd::kCompleted && result.answer) {
+StoredResponse BuildResponse(const steps::saga::SagaResult& result, const ResponseContext& ctx) {
+  if (result.end == steps::saga::SagaEnd::kCompleted && result.answer) {
     return {result.answer->status,
             result.answer->body.dump(),
             {{"Content-Type", "application/json"}, {"Location", ctx.location}}};
   }
-  if (result.end == saga::SagaEnd::kCompleted) {
+  if (result.end == steps::saga::SagaEnd::kCompleted) {
     nlohmann::json body = nlohmann::json::object();
     for (const auto& [step, output] : result.outputs.items()) {
       if (!output.is_object()) continue;
@@ -21,15 +21,15 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
     }
     // Set last: a participant's own "order_id" (any saga's step may answer one) never
     // replaces the orchestrator's in the answer replayed for ever.
-    body["status"] = ToString(SagaStatus::kCompleted);
+    body["status"] = ToString(store::SagaStatus::kCompleted);
     body["order_id"] = ctx.order_id;
     body["idempotency_key"] = ctx.idempotency_key;
     body["trace_id"] = ctx.trace_id;
     return {201, body.dump(), {{"Content-Type", "application/json"}, {"Location", ctx.location}}};
   }
-  const saga::StepResult& f = result.failure;
+  const steps::saga::StepResult& f = result.failure;
   bool business =
-      f.outcome == saga::Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
+      f.outcome == steps::saga::Outcome::kTerminal && f.http_status >= 400 && f.http_status < 500;
   // 502, not 503: a 503 tells a client to retry, and a retry of this key only replays this.
   int status = business ? f.http_status : 502;
   std::string code =
@@ -39,15 +39,16 @@ StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseConte
                                        " step did not answer in time; completed steps were "
                                        "compensated; send a new Idempotency-Key to try again";
   // A problem (RFC 9457): its `status` is the HTTP status; the saga's is `saga_status`.
-  std::string body = common::http::ProblemBody(status, code, message,
-                                               {{"saga_status", ToString(SagaStatus::kFailed)},
-                                                {"step", result.failed_step},
-                                                {"compensated", result.compensated},
-                                                {"retryable", false},
-                                                {"order_id", ctx.order_id},
-                                                {"idempotency_key", ctx.idempotency_key},
-                                                {"trace_id", ctx.trace_id}});
+  std::string body =
+      common::http::ProblemBody(status, code, message,
+                                {{"saga_status", ToString(store::SagaStatus::kFailed)},
+                                 {"step", result.failed_step},
+                                 {"compensated", result.compensated},
+                                 {"retryable", false},
+                                 {"order_id", ctx.order_id},
+                                 {"idempotency_key", ctx.idempotency_key},
+                                 {"trace_id", ctx.trace_id}});
   return {status, body, {{"Content-Type", common::http::kProblemContentType}}};
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

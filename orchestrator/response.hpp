@@ -22,7 +22,7 @@
 
 #include "steps/saga/runner.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 struct StoredResponse {
   int status = 0;
@@ -37,6 +37,6 @@ struct ResponseContext {
   std::string location;  // where the run is read (StatusPath)
 };
 
-StoredResponse BuildResponse(const saga::SagaResult& result, const ResponseContext& ctx);
+StoredResponse BuildResponse(const steps::saga::SagaResult& result, const ResponseContext& ctx);
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

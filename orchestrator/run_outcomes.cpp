@@ -6,7 +6,7 @@
 #include "common/log.hpp"
 #include "common/pg/errors.hpp"
 
-namespace orchestrator::outcomes {
+namespace idemsaga::orchestrator::outcomes {
 
 RunOutcome Unavailable(std::string detail) {
   RunOutcome o;
@@ -22,7 +22,7 @@ RunOutcome Internal(std::string detail) {
   return o;
 }
 
-RunOutcome InProgress(const SagaRow& row) {
+RunOutcome InProgress(const store::SagaRow& row) {
   RunOutcome o;
   o.kind = RunOutcome::Kind::kInProgress;
   o.outcome = KeyOutcome::kInProgress;
@@ -38,7 +38,7 @@ RunOutcome Reused() {
   return o;
 }
 
-RunOutcome Replay(const FinishedAnswer& f) {
+RunOutcome Replay(const store::FinishedAnswer& f) {
   RunOutcome o;
   o.kind = RunOutcome::Kind::kReplayed;
   o.answer = {f.status, f.body, f.headers};
@@ -50,7 +50,7 @@ RunOutcome Replay(const FinishedAnswer& f) {
   return o;
 }
 
-RunOutcome Running(const SagaRow& row, KeyOutcome outcome) {
+RunOutcome Running(const store::SagaRow& row, KeyOutcome outcome) {
   RunOutcome o;
   o.kind = RunOutcome::Kind::kRunning;
   o.order_id = row.order_id;
@@ -69,4 +69,4 @@ RunOutcome Unanswered(const std::exception_ptr& e) {
   return Internal("internal error");
 }
 
-}  // namespace orchestrator::outcomes
+}  // namespace idemsaga::orchestrator::outcomes

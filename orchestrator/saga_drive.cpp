@@ -7,22 +7,22 @@
 #include "orchestrator/run_outcomes.hpp"
 #include "orchestrator/saga_service.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
+nlohmann::json StepsJson(const std::vector<steps::saga::StepRecord>& steps) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& s : steps) j.push_back(s.ToJson());
   return j;
 }
 
 // The runner's durable side: the parent row, written only under this saga's lease.
-class StoreJournal : public saga::Journal {
+class StoreJournal : public steps::saga::Journal {
  public:
   // `cancel`: set by SagaService::Cancel while the saga runs in this process.
-  StoreJournal(ParentStore& store, EventStore& events, const Claim& claim,
+  StoreJournal(store::ParentStore& store, store::EventStore& events, const store::Claim& claim,
                std::shared_ptr<std::atomic<bool>> cancel)
       : store_(store),
         events_(events),
@@ -51,62 +51,63 @@ class StoreJournal : public saga::Journal {
     return std::chrono::duration_cast<std::chrono::milliseconds>(store_.options().lease / 3);
   }
 
-  ParkResult Park(const std::vector<saga::StepRecord>& steps,
+  ParkResult Park(const std::vector<steps::saga::StepRecord>& steps,
                   std::chrono::milliseconds wake_in) override {
     return store_.Park(lease_, StepsJson(steps), wake_in) ? ParkResult::kParked
                                                           : ParkResult::kFenced;
   }
 
-  std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
+  std::optional<steps::saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
     return events_.Take(lease_.tenant_id, lease_.key, names);
   }
 
-  AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,
+  AwaitResult AwaitEvent(const std::vector<steps::saga::StepRecord>& steps,
                          const std::vector<std::string>& names,
                          std::chrono::milliseconds wake_in) override {
     switch (store_.ParkForEvents(lease_, StepsJson(steps), names, wake_in)) {
-      case ParentStore::AwaitOutcome::kParked:
+      case store::ParentStore::AwaitOutcome::kParked:
         return AwaitResult::kParked;
-      case ParentStore::AwaitOutcome::kFenced:
+      case store::ParentStore::AwaitOutcome::kFenced:
         return AwaitResult::kFenced;
-      case ParentStore::AwaitOutcome::kArrived:
+      case store::ParentStore::AwaitOutcome::kArrived:
         renewed_at_ = Clock::now();
         return AwaitResult::kArrived;
     }
     return AwaitResult::kFenced;
   }
 
-  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult& cause,
+  bool BeginCompensation(const std::vector<steps::saga::StepRecord>& steps,
+                         const steps::saga::StepResult& cause,
                          const std::string& failed_step) override {
     return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
   }
 
-  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
+  bool DeferStuck(const std::vector<steps::saga::StepRecord>& steps,
                   std::chrono::milliseconds retry_in) override {
     return store_.DeferStuck(lease_, StepsJson(steps), retry_in);
   }
 
  private:
-  ParentStore& store_;
-  EventStore& events_;
-  Lease lease_;
+  store::ParentStore& store_;
+  store::EventStore& events_;
+  store::Lease lease_;
   Clock::time_point renewed_at_;
   std::shared_ptr<std::atomic<bool>> cancel_;
 };
 
 // What the runner needs from a stored row. Throws nlohmann::json::exception on a row whose
 // JSON does not have the expected shape.
-saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
-  saga::SagaInput input;
+steps::saga::SagaInput InputOf(const store::SagaRow& row, bool resumed) {
+  steps::saga::SagaInput input;
   input.tenant_id = row.tenant_id;
   input.parent_key = row.key;
   input.request = row.request_body;
   input.trace_id = row.trace_id;
   input.root_span_id = row.root_span_id;
   input.resumed = resumed;
-  std::vector<saga::StepRecord> steps;
-  for (const auto& s : row.steps) steps.push_back(saga::StepRecord::FromJson(s));
-  if (row.status == SagaStatus::kCompensating) {
+  std::vector<steps::saga::StepRecord> steps;
+  for (const auto& s : row.steps) steps.push_back(steps::saga::StepRecord::FromJson(s));
+  if (row.status == store::SagaStatus::kCompensating) {
     input.compensating = std::move(steps);
     input.failure = FailureFromJson(row.failure);
     input.failed_step = row.failed_step;
@@ -118,11 +119,11 @@ saga::SagaInput InputOf(const SagaRow& row, bool resumed) {
 
 }  // namespace
 
-RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any> typed,
+RunOutcome SagaService::Drive(const store::Claim& claim, std::shared_ptr<const std::any> typed,
                               std::chrono::steady_clock::time_point answer_by) {
   // running_ was counted when the saga was posted, so queued sagas count as running too.
   CountDown done{running_};
-  const SagaRow& row = claim.row;
+  const store::SagaRow& row = claim.row;
   struct GiveBack {
     SagaService& s;
     const std::string& tenant;
@@ -148,7 +149,7 @@ RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any
   try {
     // The definition the saga started with, never a newer one: its steps and compensations
     // are what ran. A build without it must not guess.
-    const saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
+    const steps::saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
     if (definition == nullptr) {
       common::Log("saga_definition_missing", {{"tenant", row.tenant_id},
                                               {"key", row.key},
@@ -159,9 +160,9 @@ RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any
       return outcomes::Unavailable(
           "this saga's definition is not served by this build; retry later");
     }
-    saga::SagaInput input;
+    steps::saga::SagaInput input;
     try {
-      input = InputOf(row, claim.kind == Claim::kTakenOver);
+      input = InputOf(row, claim.kind == store::Claim::kTakenOver);
       input.answer_by = answer_by;
       // Resumed: the stored request, parsed as the definition it started with reads it.
       input.typed = typed ? std::move(typed) : definition->ParseInput(row.request_body);
@@ -176,43 +177,45 @@ RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any
       store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
       return outcomes::Unavailable("the order cannot be resumed now; retry later");
     }
-    saga::Runner runner(
+    steps::saga::Runner runner(
         *definition, policy_, [this](std::chrono::milliseconds d) { SleepUnlessStopping(d); },
         [this] { return stopping_.load(); }, tracer_, &runner_metrics_, {}, options_.at_boundary);
     auto started = std::chrono::steady_clock::now();
-    saga::SagaResult result = runner.Run(std::move(input), journal);
-    durations_.With({definition->name(), saga::ToString(result.end)})
+    steps::saga::SagaResult result = runner.Run(std::move(input), journal);
+    durations_.With({definition->name(), steps::saga::ToString(result.end)})
         .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    if (result.end == saga::SagaEnd::kAbandoned) {
+    if (result.end == steps::saga::SagaEnd::kAbandoned) {
       return outcomes::Unavailable("the service is shutting down; retry with the same key");
     }
-    if (result.end == saga::SagaEnd::kParked || result.end == saga::SagaEnd::kDeferred) {
+    if (result.end == steps::saga::SagaEnd::kParked ||
+        result.end == steps::saga::SagaEnd::kDeferred) {
       // Set aside, for recovery to resume: parked (waiting with no thread held, until its
       // wake-up time) or stuck (a compensation keeps failing, or a step is blocked on a
       // configuration fault). The caller polls the saga, or retries the key (409 until then).
       RunOutcome running = outcomes::Running(row, KeyOutcome::kNone);
-      running.status =
-          result.failed_step.empty() ? SagaStatus::kStarted : SagaStatus::kCompensating;
-      (result.end == saga::SagaEnd::kParked ? running.waiting : running.stuck) = true;
+      running.status = result.failed_step.empty() ? store::SagaStatus::kStarted
+                                                  : store::SagaStatus::kCompensating;
+      (result.end == steps::saga::SagaEnd::kParked ? running.waiting : running.stuck) = true;
       if (!result.waiting_for.empty()) running.waiting_for = result.waiting_for;
       return running;
     }
-    if (result.end == saga::SagaEnd::kCompleted || result.end == saga::SagaEnd::kFailed) {
+    if (result.end == steps::saga::SagaEnd::kCompleted ||
+        result.end == steps::saga::SagaEnd::kFailed) {
       auto response = BuildResponse(
           result, {row.order_id, row.key, row.trace_id, StatusPath(row.saga_name, row.key)});
-      bool completed = result.end == saga::SagaEnd::kCompleted;
+      bool completed = result.end == steps::saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
                         StepsJson(result.steps), response.headers)) {
         if (options_.at_boundary) options_.at_boundary("after_finish");
         // Not remembered yet: most keys are never sent again, and copying every answer into
         // memory cost each order an allocation burst and the cache its whole budget. The
         // first replay reads the row (Replay remembers it); a storm after it comes from memory.
-        common::Log("saga_finished",
-                    {{"tenant", row.tenant_id},
-                     {"key", row.key},
-                     {"status", ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)},
-                     {"http_status", std::to_string(response.status)},
-                     {"trace_id", row.trace_id}});
+        common::Log("saga_finished", {{"tenant", row.tenant_id},
+                                      {"key", row.key},
+                                      {"status", ToString(completed ? store::SagaStatus::kCompleted
+                                                                    : store::SagaStatus::kFailed)},
+                                      {"http_status", std::to_string(response.status)},
+                                      {"trace_id", row.trace_id}});
         RunOutcome finished;
         finished.kind = RunOutcome::Kind::kFinished;
         finished.answer = std::move(response);
@@ -243,4 +246,4 @@ RunOutcome SagaService::Drive(const Claim& claim, std::shared_ptr<const std::any
   }
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -11,7 +11,7 @@
 #include "common/percent_encode.hpp"
 #include "orchestrator/run_outcomes.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 const char* ToString(KeyOutcome outcome) {
   switch (outcome) {
@@ -36,27 +36,28 @@ std::string StatusPath(const std::string& saga_name, const std::string& key) {
          common::PercentEncode(key);
 }
 
-nlohmann::json FailureToJson(const saga::StepResult& r) {
-  return {{"outcome", saga::ToString(r.outcome)},
+nlohmann::json FailureToJson(const steps::saga::StepResult& r) {
+  return {{"outcome", steps::saga::ToString(r.outcome)},
           {"http_status", r.http_status},
           {"error_code", r.error_code},
           {"detail", r.detail}};
 }
 
-saga::StepResult FailureFromJson(const nlohmann::json& j) {
-  if (!j.is_object()) return saga::StepResult::Retryable("unknown");
-  if (j.value("outcome", "") == saga::ToString(saga::Outcome::kTerminal)) {
-    return saga::StepResult::Terminal(j.value("http_status", 0), j.value("error_code", ""),
-                                      j.value("detail", ""));
+steps::saga::StepResult FailureFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return steps::saga::StepResult::Retryable("unknown");
+  if (j.value("outcome", "") == steps::saga::ToString(steps::saga::Outcome::kTerminal)) {
+    return steps::saga::StepResult::Terminal(j.value("http_status", 0), j.value("error_code", ""),
+                                             j.value("detail", ""));
   }
-  auto r = saga::StepResult::InDoubt(j.value("detail", ""));
+  auto r = steps::saga::StepResult::InDoubt(j.value("detail", ""));
   r.http_status = j.value("http_status", 0);
   return r;
 }
 
-SagaService::SagaService(ParentStore& store, EventStore& events, const saga::Registry& registry,
-                         saga::RetryPolicy policy, SagaServiceOptions options,
-                         const common::trace::Tracer* tracer, common::metrics::Registry* metrics)
+SagaService::SagaService(store::ParentStore& store, store::EventStore& events,
+                         const steps::saga::Registry& registry, steps::saga::RetryPolicy policy,
+                         SagaServiceOptions options, const common::trace::Tracer* tracer,
+                         common::metrics::Registry* metrics)
     : store_(store),
       events_(events),
       options_(std::move(options)),
@@ -108,16 +109,17 @@ void SagaService::Shutdown() {
   }
 }
 
-FinishedAnswer SagaService::Remember(const SagaRow& row, int status, const std::string& body,
-                                     std::map<std::string, std::string> headers,
-                                     std::chrono::milliseconds row_expires_in) {
-  FinishedAnswer answer{row.request_hash, status,           body,
-                        row.trace_id,     row.root_span_id, std::move(headers)};
+store::FinishedAnswer SagaService::Remember(const store::SagaRow& row, int status,
+                                            const std::string& body,
+                                            std::map<std::string, std::string> headers,
+                                            std::chrono::milliseconds row_expires_in) {
+  store::FinishedAnswer answer{row.request_hash, status,           body,
+                               row.trace_id,     row.root_span_id, std::move(headers)};
   finished_.Put(row.tenant_id, row.key, answer, row_expires_in);
   return answer;
 }
 
-RunOutcome SagaService::Replay(const SagaRow& row) {
+RunOutcome SagaService::Replay(const store::SagaRow& row) {
   std::map<std::string, std::string> headers;
   if (row.response_headers.is_object()) {
     for (const auto& [name, value] : row.response_headers.items()) {
@@ -145,7 +147,8 @@ void SagaService::GiveTenantSlot(const std::string& tenant) {
   if (it != tenant_running_.end() && --it->second == 0) tenant_running_.erase(it);
 }
 
-bool SagaService::Queue(const Claim& claim, std::chrono::milliseconds wake_in, const char* reason) {
+bool SagaService::Queue(const store::Claim& claim, std::chrono::milliseconds wake_in,
+                        const char* reason) {
   if (!store_.Park(claim.lease, claim.row.steps, wake_in)) return false;
   common::Log("saga_queued", {{"tenant", claim.row.tenant_id},
                               {"key", claim.row.key},
@@ -154,18 +157,20 @@ bool SagaService::Queue(const Claim& claim, std::chrono::milliseconds wake_in, c
   return true;
 }
 
-SagaService::CancelResult SagaService::Cancel(const SagaRow& row, const std::string& operator_name,
+SagaService::CancelResult SagaService::Cancel(const store::SagaRow& row,
+                                              const std::string& operator_name,
                                               const std::string& reason) {
-  if (row.status == SagaStatus::kCompleted || row.status == SagaStatus::kFailed) {
+  if (row.status == store::SagaStatus::kCompleted || row.status == store::SagaStatus::kFailed) {
     return CancelResult::kEnded;
   }
-  if (row.status == SagaStatus::kCompensating) return CancelResult::kAlreadyCompensating;
+  if (row.status == store::SagaStatus::kCompensating) return CancelResult::kAlreadyCompensating;
   nlohmann::json request = {{"operator", operator_name}, {"reason", reason}};
   if (!store_.RequestCancel(row.tenant_id, row.key, request)) {
     // It moved on meanwhile: ended, or compensating after all.
     auto now = store_.Get(row.tenant_id, row.key);
-    return now && now->status == SagaStatus::kCompensating ? CancelResult::kAlreadyCompensating
-                                                           : CancelResult::kEnded;
+    return now && now->status == store::SagaStatus::kCompensating
+               ? CancelResult::kAlreadyCompensating
+               : CancelResult::kEnded;
   }
   {
     std::lock_guard lock(cancels_mutex_);
@@ -176,26 +181,26 @@ SagaService::CancelResult SagaService::Cancel(const SagaRow& row, const std::str
   return CancelResult::kRequested;
 }
 
-std::optional<std::string> SagaService::Resolve(const SagaRow& row,
+std::optional<std::string> SagaService::Resolve(const store::SagaRow& row,
                                                 const std::string& operator_name,
                                                 const std::string& note) {
-  if (row.status != SagaStatus::kCompensating || !row.stuck) return std::nullopt;
+  if (row.status != store::SagaStatus::kCompensating || !row.stuck) return std::nullopt;
   // The stuck compensation is the first still to be undone in the order they run (the
   // reverse of the order the steps ended); the ones after it are the saga's to run.
   nlohmann::json steps = row.steps;
-  std::vector<saga::StepRecord> records;
-  for (const auto& s : steps) records.push_back(saga::StepRecord::FromJson(s));
-  const saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
-  for (size_t i : saga::UndoOrder(records, definition)) {
+  std::vector<steps::saga::StepRecord> records;
+  for (const auto& s : steps) records.push_back(steps::saga::StepRecord::FromJson(s));
+  const steps::saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
+  for (size_t i : steps::saga::UndoOrder(records, definition)) {
     auto& step = records[i];
-    if (step.status != saga::StepStatus::kCompensating) continue;
+    if (step.status != steps::saga::StepStatus::kCompensating) continue;
     // A child saga's stuck compensation is one of its own steps: marking the whole child
     // undone would leave its other compensations unsent. Not resolvable by hand here.
     if (definition != nullptr && i < definition->steps().size() &&
-        definition->steps()[i].kind == saga::StepKind::kChild) {
+        definition->steps()[i].kind == steps::saga::StepKind::kChild) {
       return std::nullopt;
     }
-    step.status = saga::StepStatus::kCompensated;
+    step.status = steps::saga::StepStatus::kCompensated;
     step.detail = "compensated by hand (";
     step.detail.append(operator_name).append("): ").append(note);
     steps[i] = step.ToJson();
@@ -206,7 +211,7 @@ std::optional<std::string> SagaService::Resolve(const SagaRow& row,
   return std::nullopt;
 }
 
-bool SagaService::ResumeAsync(const Claim& claim) {
+bool SagaService::ResumeAsync(const store::Claim& claim) {
   if (stopping_) return false;
   if (!TakeTenantSlot(claim.row.tenant_id)) {
     // Its tenant has its fill running here: it waits, durably, for a later sweep (at a
@@ -233,7 +238,7 @@ int SagaService::FreeCapacity() const {
 
 RunOutcome SagaService::Submit(const Submission& s) {
   if (stopping_) return outcomes::Unavailable("the service is shutting down");
-  const ClaimRequest& req = s.request;
+  const store::ClaimRequest& req = s.request;
   if (auto done = finished_.Get(req.tenant_id, req.key)) {
     if (req.Matches(done->request_hash)) return Counted(outcomes::Replay(*done));
     RunOutcome reused = outcomes::Reused();
@@ -241,31 +246,32 @@ RunOutcome SagaService::Submit(const Submission& s) {
     reused.root_span_id = done->root_span_id;
     return Counted(std::move(reused));
   }
-  ClaimRequest claiming = req;
+  store::ClaimRequest claiming = req;
   claiming.saga_name = s.definition->name();
   claiming.saga_version = s.definition->version();
   claiming.owner = options_.owner;
-  Claim claim = store_.ClaimKey(claiming);
+  store::Claim claim = store_.ClaimKey(claiming);
   RunOutcome outcome = AnswerClaim(claim, s);
   outcome.trace_id = claim.row.trace_id;
   outcome.root_span_id = claim.row.root_span_id;
   return Counted(std::move(outcome));
 }
 
-RunOutcome SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
-  if (claim.kind == Claim::kClaimed && options_.at_boundary) options_.at_boundary("after_claim");
+RunOutcome SagaService::AnswerClaim(const store::Claim& claim, const Submission& s) {
+  if (claim.kind == store::Claim::kClaimed && options_.at_boundary)
+    options_.at_boundary("after_claim");
   switch (claim.kind) {
-    case Claim::kMismatch:
+    case store::Claim::kMismatch:
       return outcomes::Reused();
-    case Claim::kFinished:
+    case store::Claim::kFinished:
       return Replay(claim.row);
-    case Claim::kInProgress:
+    case store::Claim::kInProgress:
       return outcomes::InProgress(claim.row);
-    case Claim::kClaimed:
-    case Claim::kTakenOver:
+    case store::Claim::kClaimed:
+    case store::Claim::kTakenOver:
       break;
   }
-  common::Log(claim.kind == Claim::kClaimed ? "saga_started" : "saga_resumed",
+  common::Log(claim.kind == store::Claim::kClaimed ? "saga_started" : "saga_resumed",
               {{"tenant", s.request.tenant_id},
                {"key", s.request.key},
                {"order_id", claim.row.order_id},
@@ -273,8 +279,9 @@ RunOutcome SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   ++running_;
   // A takeover resumes the definition the key started with: the route's typed input is for
   // the latest one, so the runner parses the stored request itself.
-  auto input = claim.kind == Claim::kClaimed ? s.input : nullptr;
-  auto outcome = claim.kind == Claim::kClaimed ? KeyOutcome::kClaimed : KeyOutcome::kTakenOver;
+  auto input = claim.kind == store::Claim::kClaimed ? s.input : nullptr;
+  auto outcome =
+      claim.kind == store::Claim::kClaimed ? KeyOutcome::kClaimed : KeyOutcome::kTakenOver;
   // What a request still waiting after the response budget gets: the saga goes on.
   auto accepted = [running = outcomes::Running(claim.row, outcome)] { return running; };
   // Queued before anything runs when its tenant has its fill running here: answered running,
@@ -347,4 +354,4 @@ RunOutcome SagaService::AnswerClaim(const Claim& claim, const Submission& s) {
   return accepted();
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -29,7 +29,7 @@
 #include "steps/saga/registry.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 // What the parent key said about a request.
 enum class KeyOutcome {
@@ -65,7 +65,7 @@ struct RunOutcome {
   StoredResponse answer;  // kFinished, kReplayed
   std::string detail;     // kInvalid, kUnavailable, kInternal: what happened, in a sentence
   // kRunning: the run's state, and why it is not answering yet.
-  SagaStatus status = SagaStatus::kStarted;
+  store::SagaStatus status = store::SagaStatus::kStarted;
   bool waiting = false;        // parked on a timer or an event (`waiting_for`)
   bool stuck = false;          // set aside: a compensation keeps failing, or a config fault
   nlohmann::json waiting_for;  // the events it waits for, when it waits for any
@@ -87,11 +87,11 @@ struct RunOutcome {
 };
 
 struct Submission {
-  const saga::Definition* definition = nullptr;  // what the route starts (a registry entry)
-  std::shared_ptr<const std::any> input;         // its typed input, parsed at the route
+  const steps::saga::Definition* definition = nullptr;  // what the route starts (a registry entry)
+  std::shared_ptr<const std::any> input;                // its typed input, parsed at the route
   // The key and the request; Submit fills in saga_name, saga_version (the definition's) and
   // owner (this process). root_span_id: the request's span, parent of the saga's.
-  ClaimRequest request;
+  store::ClaimRequest request;
   // Sends an answer to the request from another thread, before or after Submit returns; false
   // when it was answered already. When set, a saga this request starts runs on the calling
   // thread (no hand-off to the pool and back) up to inline_limit, and a request still waiting
@@ -114,11 +114,11 @@ struct SagaServiceOptions {
   // burst, or its sagas held up by a slow participant, cannot take every thread. A saga past
   // it waits durably (queued, its lease run out) and recovery starts it when a slot is free.
   size_t tenant_running_limit = 0;
-  FinishedCache::Options finished_cache;  // replays of finished keys from memory
-  // Told each boundary of a run (saga::Runner::AtBoundary), and the service's own: after_claim
-  // (a key claimed, nothing run) and after_finish (the answer stored, not yet sent). Unset: none
-  // is reported. Only a fault-injection build sets it (cmd/idemsaga/crash_points.hpp).
-  saga::Runner::AtBoundary at_boundary;
+  store::FinishedCache::Options finished_cache;  // replays of finished keys from memory
+  // Told each boundary of a run (steps::saga::Runner::AtBoundary), and the service's own:
+  // after_claim (a key claimed, nothing run) and after_finish (the answer stored, not yet sent).
+  // Unset: none is reported. Only a fault-injection build sets it (cmd/idemsaga/crash_points.hpp).
+  steps::saga::Runner::AtBoundary at_boundary;
 };
 
 // The saga POST /v1/orders runs; every registered saga runs under POST /v1/runs/{name}.
@@ -128,8 +128,8 @@ inline constexpr const char* kOrderSaga = "place_order";
 std::string StatusPath(const std::string& saga_name, const std::string& key);
 
 // The saga's failure as stored in the parent row (for a resumed compensation).
-nlohmann::json FailureToJson(const saga::StepResult& r);
-saga::StepResult FailureFromJson(const nlohmann::json& j);
+nlohmann::json FailureToJson(const steps::saga::StepResult& r);
+steps::saga::StepResult FailureFromJson(const nlohmann::json& j);
 
 class SagaService {
  public:
@@ -137,10 +137,10 @@ class SagaService {
   //   idemsaga_idempotency_requests_total{outcome}: what the parent key said to a request
   //   idemsaga_saga_duration_seconds{saga,end}: one run of a saga in this process, to its end
   //   (completed, failed) or its stop (deferred, fenced, abandoned, interrupted)
-  // and the runner's step attempts and compensations (saga::RunnerMetrics).
-  SagaService(ParentStore& store, EventStore& events, const saga::Registry& registry,
-              saga::RetryPolicy policy, SagaServiceOptions options,
-              const common::trace::Tracer* tracer = nullptr,
+  // and the runner's step attempts and compensations (steps::saga::RunnerMetrics).
+  SagaService(store::ParentStore& store, store::EventStore& events,
+              const steps::saga::Registry& registry, steps::saga::RetryPolicy policy,
+              SagaServiceOptions options, const common::trace::Tracer* tracer = nullptr,
               common::metrics::Registry* metrics = nullptr);
   ~SagaService();
 
@@ -154,18 +154,18 @@ class SagaService {
   // Operator: asks the running saga `row` to stop at its next step boundary and compensate
   // what ran, wherever it runs (this process at once, another replica at its next lease
   // renewal, a stuck one when recovery resumes it).
-  CancelResult Cancel(const SagaRow& row, const std::string& operator_name,
+  CancelResult Cancel(const store::SagaRow& row, const std::string& operator_name,
                       const std::string& reason);
   // Operator: records that the stuck compensation of `row` (the step it keeps failing on)
   // was done by hand, says `note`, and lets the saga go on at once: it compensates the steps
   // before that one and ends `failed` with the answer any failure of it gets. Returns the
   // step; nullopt unless `row` is compensating and stuck (and still is when written).
-  std::optional<std::string> Resolve(const SagaRow& row, const std::string& operator_name,
+  std::optional<std::string> Resolve(const store::SagaRow& row, const std::string& operator_name,
                                      const std::string& note);
 
   // Drives a saga this process has just taken over (recovery) on the pool. False when
   // shutting down (the lease then simply expires again).
-  bool ResumeAsync(const Claim& claim);
+  bool ResumeAsync(const store::Claim& claim);
   // How many more sagas the pool can start right now without queueing (recovery claims no
   // more than this, so a claimed lease never waits in a queue).
   int FreeCapacity() const;
@@ -179,15 +179,15 @@ class SagaService {
  private:
   // `input`: the typed input when the route parsed it (a new claim); null when resumed.
   // `answer_by`: the request that runs it on its own thread waits until then (SagaInput).
-  RunOutcome Drive(const Claim& claim, std::shared_ptr<const std::any> input,
+  RunOutcome Drive(const store::Claim& claim, std::shared_ptr<const std::any> input,
                    std::chrono::steady_clock::time_point answer_by = {});
-  RunOutcome Replay(const SagaRow& row);
+  RunOutcome Replay(const store::SagaRow& row);
   // Remembers a finished row's answer for replays; returns it.
-  FinishedAnswer Remember(const SagaRow& row, int status, const std::string& body,
-                          std::map<std::string, std::string> headers,
-                          std::chrono::milliseconds row_expires_in);
+  store::FinishedAnswer Remember(const store::SagaRow& row, int status, const std::string& body,
+                                 std::map<std::string, std::string> headers,
+                                 std::chrono::milliseconds row_expires_in);
   // The answer for what the key said; starts the saga when this request owns it.
-  RunOutcome AnswerClaim(const Claim& claim, const Submission& s);
+  RunOutcome AnswerClaim(const store::Claim& claim, const Submission& s);
 
   RunOutcome Counted(RunOutcome o);
 
@@ -200,8 +200,8 @@ class SagaService {
   // Backoff sleeps wake at once on shutdown.
   void SleepUnlessStopping(std::chrono::milliseconds d);
 
-  ParentStore& store_;
-  EventStore& events_;
+  store::ParentStore& store_;
+  store::EventStore& events_;
   SagaServiceOptions options_;
   std::atomic<bool> stopping_{false};
   std::mutex stop_mutex_;
@@ -209,10 +209,10 @@ class SagaService {
   std::atomic<long long> running_{0};
   std::atomic<long long> running_inline_{0};  // of running_: on their request's thread
   std::atomic<long long> resumed_{0};
-  saga::RetryPolicy policy_;
-  const saga::Registry& registry_;
+  steps::saga::RetryPolicy policy_;
+  const steps::saga::Registry& registry_;
   const common::trace::Tracer* tracer_;
-  FinishedCache finished_;
+  store::FinishedCache finished_;
   // The cancel flag of every saga running in this process, by tenant + '\n' + key.
   std::mutex cancels_mutex_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancels_;
@@ -222,10 +222,10 @@ class SagaService {
   bool TakeTenantSlot(const std::string& tenant);
   void GiveTenantSlot(const std::string& tenant);
   // Sets a claimed saga aside for recovery to start after `wake_in`: false when fenced.
-  bool Queue(const Claim& claim, std::chrono::milliseconds wake_in, const char* reason);
+  bool Queue(const store::Claim& claim, std::chrono::milliseconds wake_in, const char* reason);
   common::metrics::Registry own_metrics_;
   common::metrics::Registry& metrics_;
-  saga::RunnerMetrics runner_metrics_;
+  steps::saga::RunnerMetrics runner_metrics_;
   common::metrics::Family<common::metrics::Counter>& key_outcomes_;
   common::metrics::Family<common::metrics::Histogram>& durations_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
@@ -233,4 +233,4 @@ class SagaService {
   common::DeadlineWatch budget_watch_{std::chrono::milliseconds(50)};
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

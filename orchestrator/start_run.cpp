@@ -5,7 +5,7 @@
 #include "common/trace/trace_context.hpp"
 #include "orchestrator/run_outcomes.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 namespace {
 
 RunOutcome Refused(RunOutcome::Kind kind, std::string detail) {
@@ -54,7 +54,7 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
   // The path the request's fingerprint is scoped by, as the HTTP routes have always named it:
   // a fingerprint is stored with every key, so it must not change with the adapter.
   const std::string route = r.as_order ? "/v1/orders" : "/v1/runs/" + r.saga;
-  const saga::Definition* definition = registry_.Latest(r.as_order ? kOrderSaga : r.saga);
+  const steps::saga::Definition* definition = registry_.Latest(r.as_order ? kOrderSaga : r.saga);
   if (definition == nullptr) {
     return Refused(RunOutcome::Kind::kUnknownSaga, "no saga of this name is served here");
   }
@@ -75,16 +75,16 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
   std::shared_ptr<const std::any> input;
   try {
     input = definition->ParseInput(r.input);
-  } catch (const saga::InvalidInput& e) {
+  } catch (const steps::saga::InvalidInput& e) {
     return Ended(span, Refused(RunOutcome::Kind::kInvalid, e.what()));
   }
   // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
-  ClaimRequest request{.tenant_id = r.tenant_id,
-                       .key = r.key,
-                       .request_hash = common::RequestFingerprint("POST", route, r.input),
-                       .request_body = r.input,
-                       .trace_id = span.context().trace_id,
-                       .root_span_id = span.context().span_id};
+  store::ClaimRequest request{.tenant_id = r.tenant_id,
+                              .key = r.key,
+                              .request_hash = common::RequestFingerprint("POST", route, r.input),
+                              .request_body = r.input,
+                              .trace_id = span.context().trace_id,
+                              .root_span_id = span.context().span_id};
   Submission s{definition, std::move(input), std::move(request)};
   if (r.answer_early) {
     // The saga's "still running" when it outlives the response budget, or its answer later;
@@ -121,4 +121,4 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
   return Ended(span, std::move(outcome));
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -22,11 +22,11 @@
 #include "orchestrator/saga_service.hpp"
 #include "steps/saga/registry.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
-// Parent keys may be 1..200 printable ASCII; a saga's steps add at most saga::kMaxKeySuffix.
+// Parent keys may be 1..200 printable ASCII; a saga's steps add at most steps::saga::kMaxKeySuffix.
 inline constexpr size_t kMaxParentKeyLength = 200;
-static_assert(kMaxParentKeyLength + saga::kMaxKeySuffix <= common::kMaxDerivedKeyLength);
+static_assert(kMaxParentKeyLength + steps::saga::kMaxKeySuffix <= common::kMaxDerivedKeyLength);
 
 struct RunRequest {
   std::string saga;       // a served saga's name: its latest version starts
@@ -47,7 +47,7 @@ struct RunRequest {
 
 class RunStarter {
  public:
-  RunStarter(SagaService& sagas, const saga::Registry& registry,
+  RunStarter(SagaService& sagas, const steps::saga::Registry& registry,
              const common::trace::Tracer& tracer)
       : sagas_(sagas), registry_(registry), tracer_(tracer) {}
 
@@ -60,8 +60,8 @@ class RunStarter {
 
  private:
   SagaService& sagas_;
-  const saga::Registry& registry_;
+  const steps::saga::Registry& registry_;
   const common::trace::Tracer& tracer_;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -2,7 +2,7 @@
 
 #include "common/crypto.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 std::optional<std::string> TenantAuth::operator()(const std::string& token) {
   if (token.empty() || token.size() > 256) return std::nullopt;
@@ -23,4 +23,4 @@ std::optional<std::string> TenantAuth::operator()(const std::string& token) {
   return tenant;
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -14,19 +14,19 @@
 
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 class TenantAuth {
  public:
-  TenantAuth(ParentStore& store, std::chrono::seconds ttl) : store_(store), ttl_(ttl) {}
+  TenantAuth(store::ParentStore& store, std::chrono::seconds ttl) : store_(store), ttl_(ttl) {}
   // The tenant of the API key `token`; nullopt for none (an empty token included).
   std::optional<std::string> operator()(const std::string& token);
 
  private:
-  ParentStore& store_;
+  store::ParentStore& store_;
   std::chrono::seconds ttl_;
   std::mutex mutex_;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -3,7 +3,7 @@
 #include "steps/order_schema.hpp"
 #include "steps/saga/fields.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 namespace {
 
 bool OverApprovalLimit(const saga::StepContext& ctx) {
@@ -89,4 +89,4 @@ saga::Definition MakeDeliverOrderSaga(idemsaga::Participants& participants,
 }
 // [child-saga]
 
-}  // namespace steps
+}  // namespace idemsaga::steps

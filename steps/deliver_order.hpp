@@ -18,7 +18,7 @@
 #include "steps/place_order.hpp"
 #include "steps/saga/definition.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 
 // The saga's input: {"order": the order as POST /v1/orders takes it, "address": ...}.
 struct DeliverOrder {
@@ -41,4 +41,4 @@ DeliverOrder ParseDeliverOrder(const nlohmann::json& body);
 saga::Definition MakeDeliverOrderSaga(idemsaga::Participants& participants,
                                       const DeliverOrderOptions& options = {});
 
-}  // namespace steps
+}  // namespace idemsaga::steps

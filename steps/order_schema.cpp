@@ -3,7 +3,7 @@
 #include <set>
 #include <string_view>
 
-namespace steps {
+namespace idemsaga::steps {
 namespace {
 
 bool AllOf(const std::string& s, size_t max, bool (*ok)(char)) {
@@ -177,4 +177,4 @@ std::string ValidateOrder(const nlohmann::json& body) {
   return CheckCharge(body);
 }
 
-}  // namespace steps
+}  // namespace idemsaga::steps

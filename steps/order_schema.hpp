@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace steps {
+namespace idemsaga::steps {
 
 inline constexpr long long kMaxQuantity = 1'000'000;
 inline constexpr size_t kMaxItems = 100;
@@ -33,4 +33,4 @@ std::string ValidateAddress(const nlohmann::json& address, const std::string& at
 // The order: the union of both, as POST /v1/orders takes it.
 std::string ValidateOrder(const nlohmann::json& body);
 
-}  // namespace steps
+}  // namespace idemsaga::steps

@@ -2,7 +2,7 @@
 
 #include "steps/order_schema.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 namespace {
 
 saga::Definition OrderSaga(std::string name, int version) {
@@ -134,4 +134,4 @@ saga::Definition MakePlaceOrderParallelSaga(idemsaga::ParticipantClient& invento
   // [parallel-steps]
 }
 
-}  // namespace steps
+}  // namespace idemsaga::steps

@@ -20,7 +20,7 @@
 #include "steps/client/participant_client.hpp"
 #include "steps/saga/definition.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 
 struct PlaceOrderOptions {
   // How long an order paid by a card that needs 3-D Secure waits for the confirmation.
@@ -52,4 +52,4 @@ saga::Definition MakePlaceOrderParallelSaga(idemsaga::ParticipantClient& invento
 saga::Definition MakePlaceOrderSagaV1(idemsaga::ParticipantClient& inventory,
                                       idemsaga::ParticipantClient& payment);
 
-}  // namespace steps
+}  // namespace idemsaga::steps

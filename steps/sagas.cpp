@@ -5,7 +5,7 @@
 #include "steps/place_order.hpp"
 #include "steps/ship_order.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 namespace {
 
 // A saga that ships: served only when a shipping participant is configured.
@@ -56,4 +56,4 @@ std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
       })};
 }
 
-}  // namespace steps
+}  // namespace idemsaga::steps

@@ -12,7 +12,7 @@
 #include "steps/place_order.hpp"
 #include "steps/saga/definition.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 
 // Builds a saga over the configured participants; nullopt: it is not served by this
 // orchestrator (an optional participant it needs is not configured). A factory that simply
@@ -26,4 +26,4 @@ using SagaFactory = idemsaga::SagaFactory;
 // child saga, then shipping).
 std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order = {});
 
-}  // namespace steps
+}  // namespace idemsaga::steps

@@ -3,7 +3,7 @@
 #include "steps/order_schema.hpp"
 #include "steps/saga/fields.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 
 ShipOrder ParseShipOrder(const nlohmann::json& body) {
   saga::Fields f(body);
@@ -54,4 +54,4 @@ saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants) {
 }
 // [define-your-own-saga]
 
-}  // namespace steps
+}  // namespace idemsaga::steps

@@ -11,7 +11,7 @@
 #include "steps/client/participants.hpp"
 #include "steps/saga/definition.hpp"
 
-namespace steps {
+namespace idemsaga::steps {
 
 // The saga's input, parsed once at the route (POST /v1/runs/ship_order).
 struct ShipOrder {
@@ -25,4 +25,4 @@ ShipOrder ParseShipOrder(const nlohmann::json& body);
 
 saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants);
 
-}  // namespace steps
+}  // namespace idemsaga::steps

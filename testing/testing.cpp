@@ -68,13 +68,13 @@ struct Row {
   std::map<std::string, std::string> taken;  // an event wait's names -> the event it took
 };
 
-nlohmann::json StepsJson(const std::vector<saga::StepRecord>& steps) {
+nlohmann::json StepsJson(const std::vector<steps::saga::StepRecord>& steps) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& s : steps) out.push_back(s.ToJson());
   return out;
 }
 
-class KitJournal : public saga::Journal {
+class KitJournal : public steps::saga::Journal {
  public:
   KitJournal(Shared& shared, Row& row) : shared_(shared), row_(row) {}
 
@@ -83,7 +83,7 @@ class KitJournal : public saga::Journal {
     shared_.AliveLocked();
     return true;
   }
-  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const StepResult& cause,
+  bool BeginCompensation(const std::vector<steps::saga::StepRecord>& steps, const StepResult& cause,
                          const std::string& failed_step) override {
     std::lock_guard lock(shared_.mu);
     shared_.AliveLocked();
@@ -101,7 +101,8 @@ class KitJournal : public saga::Journal {
                         (shared_.last_key.empty() ? std::string("the start") : shared_.last_key));
     return false;
   }
-  bool DeferStuck(const std::vector<saga::StepRecord>& steps, milliseconds retry_in) override {
+  bool DeferStuck(const std::vector<steps::saga::StepRecord>& steps,
+                  milliseconds retry_in) override {
     std::lock_guard lock(shared_.mu);
     shared_.AliveLocked();
     row_.steps = StepsJson(steps);
@@ -109,7 +110,8 @@ class KitJournal : public saga::Journal {
     row_.awaiting.clear();
     return true;
   }
-  ParkResult Park(const std::vector<saga::StepRecord>& steps, milliseconds wake_in) override {
+  ParkResult Park(const std::vector<steps::saga::StepRecord>& steps,
+                  milliseconds wake_in) override {
     std::lock_guard lock(shared_.mu);
     shared_.AliveLocked();
     row_.steps = StepsJson(steps);
@@ -117,7 +119,7 @@ class KitJournal : public saga::Journal {
     row_.awaiting.clear();
     return ParkResult::kParked;
   }
-  std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
+  std::optional<steps::saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
     std::lock_guard lock(shared_.mu);
     shared_.AliveLocked();
     const std::string wait = common::Join(names, " ");
@@ -134,7 +136,7 @@ class KitJournal : public saga::Journal {
     }
     return std::nullopt;
   }
-  AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,
+  AwaitResult AwaitEvent(const std::vector<steps::saga::StepRecord>& steps,
                          const std::vector<std::string>& names, milliseconds wake_in) override {
     std::lock_guard lock(shared_.mu);
     shared_.AliveLocked();
@@ -154,8 +156,8 @@ class KitJournal : public saga::Journal {
   Row& row_;
 };
 
-saga::RetryPolicy EnginePolicy(const Policy& p) {
-  saga::RetryPolicy r;
+steps::saga::RetryPolicy EnginePolicy(const Policy& p) {
+  steps::saga::RetryPolicy r;
   r.max_attempts = p.max_attempts;
   r.initial_backoff = p.initial_backoff;
   r.max_backoff = p.max_backoff;
@@ -177,13 +179,13 @@ std::string ProblemTitle(const std::string& code) {
 }
 
 // The answer orchestrator/response.cpp (BuildResponse) stores for a finished saga.
-void Answer(const saga::SagaResult& r, const RunOptions& o, Result& out) {
-  if (r.end == saga::SagaEnd::kCompleted && r.answer) {
+void Answer(const steps::saga::SagaResult& r, const RunOptions& o, Result& out) {
+  if (r.end == steps::saga::SagaEnd::kCompleted && r.answer) {
     out.status = r.answer->status;
     out.body = r.answer->body;
     return;
   }
-  if (r.end == saga::SagaEnd::kCompleted) {
+  if (r.end == steps::saga::SagaEnd::kCompleted) {
     nlohmann::json body = nlohmann::json::object();
     for (const auto& [step, output] : r.outputs.items()) {
       if (!output.is_object()) continue;
@@ -281,7 +283,7 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
     first_call = shared.calls.size();
     started_ms = shared.now_ms;
   }
-  saga::Runner runner(
+  steps::saga::Runner runner(
       definition, EnginePolicy(o.policy),
       [&shared](milliseconds d) {
         std::lock_guard lock(shared.mu);
@@ -301,7 +303,7 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
       throw std::logic_error("the saga was resumed " + std::to_string(kMostRuns) +
                              " times without ending");
     }
-    saga::SagaInput in;
+    steps::saga::SagaInput in;
     in.tenant_id = o.tenant;
     in.parent_key = o.key;
     in.request = input;
@@ -310,8 +312,8 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
     in.resumed = !first;
     in.typed = typed;
     // As orchestrator/saga_service.cpp (InputOf) reads the row back.
-    std::vector<saga::StepRecord> steps;
-    for (const auto& s : env.row.steps) steps.push_back(saga::StepRecord::FromJson(s));
+    std::vector<steps::saga::StepRecord> steps;
+    for (const auto& s : env.row.steps) steps.push_back(steps::saga::StepRecord::FromJson(s));
     if (env.row.compensating) {
       in.compensating = std::move(steps);
       in.failure = env.row.failure;
@@ -319,7 +321,7 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
     } else if (!steps.empty()) {
       in.checkpoint = std::move(steps);
     }
-    saga::SagaResult r;
+    steps::saga::SagaResult r;
     try {
       r = runner.Run(std::move(in), journal);
     } catch (const Crashed&) {
@@ -329,7 +331,7 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
       shared.crash_at = 0;
       continue;
     }
-    if (r.end == saga::SagaEnd::kParked) {
+    if (r.end == steps::saga::SagaEnd::kParked) {
       std::lock_guard lock(shared.mu);
       // Woken at its wake-up time, or by an awaited event scheduled before then.
       long long wake = shared.now_ms + env.row.wake_in.count();
@@ -342,19 +344,19 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
       shared.AdvanceLocked(milliseconds(std::max(0LL, wake - shared.now_ms)));
       continue;
     }
-    if (r.end == saga::SagaEnd::kDeferred && stuck++ < o.stuck_retries) {
+    if (r.end == steps::saga::SagaEnd::kDeferred && stuck++ < o.stuck_retries) {
       std::lock_guard lock(shared.mu);
       shared.AdvanceLocked(env.row.wake_in);
       continue;
     }
-    if (r.end == saga::SagaEnd::kFenced || r.end == saga::SagaEnd::kAbandoned) {
-      throw std::logic_error(std::string("the run ended ") + saga::ToString(r.end) +
+    if (r.end == steps::saga::SagaEnd::kFenced || r.end == steps::saga::SagaEnd::kAbandoned) {
+      throw std::logic_error(std::string("the run ended ") + steps::saga::ToString(r.end) +
                              ", which the kit's journal never causes");
     }
     // Completed, failed, or stuck for good.
-    out.end = r.end == saga::SagaEnd::kCompleted ? End::kCompleted
-              : r.end == saga::SagaEnd::kFailed  ? End::kFailed
-                                                 : End::kStuck;
+    out.end = r.end == steps::saga::SagaEnd::kCompleted ? End::kCompleted
+              : r.end == steps::saga::SagaEnd::kFailed  ? End::kFailed
+                                                        : End::kStuck;
     if (out.end == End::kStuck) {
       out.status = 202;
       out.body = {{"status", env.row.compensating ? "compensating" : "started"},
@@ -363,8 +365,8 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
                   {"idempotency_key", o.key},
                   {"trace_id", o.trace_id}};
       for (const auto& s : r.steps) {
-        if (!s.detail.empty() && s.status != saga::StepStatus::kSucceeded &&
-            s.status != saga::StepStatus::kCompensated) {
+        if (!s.detail.empty() && s.status != steps::saga::StepStatus::kSucceeded &&
+            s.status != steps::saga::StepStatus::kCompensated) {
           out.stuck_detail += (out.stuck_detail.empty() ? "" : "; ") + s.name + ": " + s.detail;
         }
       }
@@ -381,8 +383,8 @@ Result Environment::Run(const Definition& definition, const nlohmann::json& inpu
       out.failure = r.failure;
     }
     for (const auto& s : r.steps) {
-      out.steps.push_back({s.name, saga::ToString(s.status), s.attempts, s.compensation_attempts,
-                           s.output, s.detail});
+      out.steps.push_back({s.name, steps::saga::ToString(s.status), s.attempts,
+                           s.compensation_attempts, s.output, s.detail});
     }
     out.outputs = r.outputs;
     out.compensated = r.compensated;

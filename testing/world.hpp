@@ -35,8 +35,8 @@ struct detail::World {
   std::string last_key;  // of the last call, to name a boundary
 
   // Events: delivered (kept, the first of a name wins), and scheduled for a virtual time.
-  std::vector<saga::ReceivedEvent> delivered;
-  std::vector<std::pair<long long, saga::ReceivedEvent>> scheduled;
+  std::vector<steps::saga::ReceivedEvent> delivered;
+  std::vector<std::pair<long long, steps::saga::ReceivedEvent>> scheduled;
 
   void DeliverLocked(const std::string& name, nlohmann::json payload) {
     for (const auto& e : delivered) {

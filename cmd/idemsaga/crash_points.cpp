@@ -10,7 +10,7 @@
 
 #include "common/log.hpp"
 
-namespace idemsaga::app {
+namespace idemsaga::cmd {
 namespace {
 
 struct Armed {
@@ -20,7 +20,7 @@ struct Armed {
 
 }  // namespace
 
-saga::Runner::AtBoundary CrashPoints(std::string_view spec) {
+steps::saga::Runner::AtBoundary CrashPoints(std::string_view spec) {
   auto armed = std::make_shared<Armed>();
   std::string s(spec);
   size_t start = 0;
@@ -46,9 +46,9 @@ saga::Runner::AtBoundary CrashPoints(std::string_view spec) {
   };
 }
 
-saga::Runner::AtBoundary CrashPointsFromEnvironment() {
+steps::saga::Runner::AtBoundary CrashPointsFromEnvironment() {
   const char* spec = std::getenv("IDEMSAGA_CRASH_POINTS");
   return CrashPoints(spec == nullptr ? "" : spec);
 }
 
-}  // namespace idemsaga::app
+}  // namespace idemsaga::cmd

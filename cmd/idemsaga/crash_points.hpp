@@ -1,5 +1,6 @@
 // Named crash points for the fault suite: the stock binary's boundary hook
-// (saga::Runner::AtBoundary, SagaServiceOptions::at_boundary), armed by IDEMSAGA_CRASH_POINTS:
+// (steps::saga::Runner::AtBoundary, SagaServiceOptions::at_boundary), armed by
+// IDEMSAGA_CRASH_POINTS:
 //   IDEMSAGA_CRASH_POINTS=after_claim            (the first time the point is reached)
 //   IDEMSAGA_CRASH_POINTS=between_compensations@3,after_finish@2   (the Nth time)
 // At an armed point the process SIGKILLs itself: no destructor, flush or commit runs, as in a
@@ -12,12 +13,12 @@
 
 #include "steps/saga/runner.hpp"
 
-namespace idemsaga::app {
+namespace idemsaga::cmd {
 
 // The hook that kills at the points `spec` names (the form above); unset when it names none.
-saga::Runner::AtBoundary CrashPoints(std::string_view spec);
+steps::saga::Runner::AtBoundary CrashPoints(std::string_view spec);
 
 // CrashPoints of IDEMSAGA_CRASH_POINTS; unset when the variable is unset or empty.
-saga::Runner::AtBoundary CrashPointsFromEnvironment();
+steps::saga::Runner::AtBoundary CrashPointsFromEnvironment();
 
-}  // namespace idemsaga::app
+}  // namespace idemsaga::cmd

@@ -10,10 +10,10 @@
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
 
-namespace idemsaga::app {
+namespace idemsaga::cmd {
 namespace {
 
 using demo::ParticipantKind;
@@ -35,7 +35,7 @@ constexpr std::pair<const char*, const char*> kDevTenants[] = {{"demo", "dev-key
 
 }  // namespace
 
-void AddDevCommand(CLI::App& app, Run& run) {
+void AddDevCommand(CLI::App& app, app::Run& run) {
   auto flags_ptr = std::make_shared<DevFlags>();
   auto& flags = *flags_ptr;
   auto* cmd = app.add_subcommand(
@@ -136,4 +136,4 @@ void AddDevCommand(CLI::App& app, Run& run) {
   });
 }
 
-}  // namespace idemsaga::app
+}  // namespace idemsaga::cmd

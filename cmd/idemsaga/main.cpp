@@ -17,7 +17,7 @@
 #include "steps/sagas.hpp"
 
 int main(int argc, char** argv) {
-  namespace defaults = common::defaults;
+  namespace defaults = idemsaga::common::defaults;
   idemsaga::App app;
   app.Participant("inventory", {.url = defaults::LocalUrl(defaults::kInventoryPort),
                                 .business_errors = {"insufficient_stock"}})
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
                                                    "charge_not_capturable"}})
       .Participant("shipping", {.business_errors = {"address_unserviceable"}});
   // The sagas are built once the flags are read: this option reaches them.
-  auto place_order = std::make_shared<steps::PlaceOrderOptions>();
+  auto place_order = std::make_shared<idemsaga::steps::PlaceOrderOptions>();
   app.Option("--payment-confirmation-timeout-ms",
              "how long an order paid by a card that needs 3-D Secure waits for "
              "payment_confirmed before it releases the stock and voids the charge (default "
@@ -34,15 +34,15 @@ int main(int argc, char** argv) {
              [place_order](const std::string& value) {
                place_order->confirmation_timeout = std::chrono::milliseconds(std::stoll(value));
              });
-  for (size_t i = 0; i < steps::ShippedSagas().size(); ++i) {
+  for (size_t i = 0; i < idemsaga::steps::ShippedSagas().size(); ++i) {
     app.Saga([place_order, i](idemsaga::Participants& p) {
-      return steps::ShippedSagas(*place_order)[i](p);
+      return idemsaga::steps::ShippedSagas(*place_order)[i](p);
     });
   }
   auto& stock = idemsaga::AppImpl(app);
   stock.default_service_token = defaults::kServiceToken;
   stock.default_listen = defaults::LocalListen(defaults::kOrchestratorPort);
-  stock.at_boundary = idemsaga::app::CrashPointsFromEnvironment();  // the fault suite's kills
-  stock.commands = {idemsaga::app::AddDevCommand, idemsaga::app::AddParticipantCommands};
+  stock.at_boundary = idemsaga::cmd::CrashPointsFromEnvironment();  // the fault suite's kills
+  stock.commands = {idemsaga::cmd::AddDevCommand, idemsaga::cmd::AddParticipantCommands};
   return app.Run(argc, argv);
 }

@@ -13,7 +13,7 @@
 #include "common/pg/url.hpp"
 #include "demo/service.hpp"
 
-namespace idemsaga::app {
+namespace idemsaga::cmd {
 namespace {
 
 using demo::ParticipantKind;
@@ -47,7 +47,7 @@ std::string DefaultListen(ParticipantKind kind) {
   throw std::invalid_argument("unknown participant kind");
 }
 
-void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
+void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
   auto flags_ptr = std::make_shared<ParticipantFlags>();
   auto& flags = *flags_ptr;
   const std::string name = demo::NameOf(kind);
@@ -96,7 +96,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
   cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
                   "where spans go (OTLP/HTTP JSON), e.g. the orchestrator's "
                   "http://127.0.0.1:8080/v1/traces; none by default");
-  AddOtlpHeaderOption(cmd, flags.otlp_headers);
+  app::AddOtlpHeaderOption(cmd, flags.otlp_headers);
   cmd->add_option("--retention-hours", flags.retention_hours,
                   "how long step keys are kept (must exceed the orchestrator's retention plus "
                   "its longest saga; it checks at start-up)")
@@ -134,7 +134,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
           kind, flags.database_url,
           {.service_token = flags.service_token,
            .otlp_endpoint = flags.otlp_endpoint,
-           .otlp_headers = ParseHeaders(flags.otlp_headers),
+           .otlp_headers = app::ParseHeaders(flags.otlp_headers),
            .guard = {.retention = std::chrono::hours(flags.retention_hours),
                      .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)},
            .redis_url = redis ? flags.redis_url : "",
@@ -142,11 +142,9 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
           flags.faults);
       int bound = svc.Bind(host, port);
       std::thread server([&] { svc.Serve(); });
-      std::cout << demo::NameOf(kind) << " ready on http://" << host << ":" << bound
-                << std::endl;
+      std::cout << demo::NameOf(kind) << " ready on http://" << host << ":" << bound << std::endl;
       int sig = idemsaga::app::WaitForStopSignal();
-      common::Log("shutdown",
-                  {{"service", demo::NameOf(kind)}, {"signal", std::to_string(sig)}});
+      common::Log("shutdown", {{"service", demo::NameOf(kind)}, {"signal", std::to_string(sig)}});
       svc.Stop();
       server.join();
     };
@@ -155,11 +153,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, Run& run) {
 
 }  // namespace
 
-void AddParticipantCommands(CLI::App& app, Run& run) {
+void AddParticipantCommands(CLI::App& app, app::Run& run) {
   for (auto kind :
        {ParticipantKind::kInventory, ParticipantKind::kPayment, ParticipantKind::kShipping}) {
     AddParticipantCommand(app, kind, run);
   }
 }
 
-}  // namespace idemsaga::app
+}  // namespace idemsaga::cmd

@@ -6,11 +6,11 @@
 
 #include "app/commands.hpp"
 
-namespace idemsaga::app {
+namespace idemsaga::cmd {
 
 // idemsaga inventory|payment|shipping: one demo participant (participant_commands.cpp).
-void AddParticipantCommands(CLI::App& app, Run& run);
+void AddParticipantCommands(CLI::App& app, app::Run& run);
 // idemsaga dev: the whole stack on a private PostgreSQL cluster (dev_command.cpp).
-void AddDevCommand(CLI::App& app, Run& run);
+void AddDevCommand(CLI::App& app, app::Run& run);
 
-}  // namespace idemsaga::app
+}  // namespace idemsaga::cmd

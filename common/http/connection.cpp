@@ -8,7 +8,7 @@
 #include "common/http/wire.hpp"
 #include "common/log.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -304,4 +304,4 @@ void Connection::Disarm() {
 
 }  // namespace detail
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

@@ -21,7 +21,7 @@
 #include "common/http/request_parser.hpp"
 #include "common/http/router.hpp"
 
-namespace common::http::detail {
+namespace idemsaga::common::http::detail {
 
 class ServerCore;
 
@@ -113,4 +113,4 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool refused_ = false;  // the client may still be sending the request we refused
 };
 
-}  // namespace common::http::detail
+}  // namespace idemsaga::common::http::detail

@@ -3,7 +3,7 @@
 #include "common/http/server.hpp"
 #include "common/log.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace detail {
 
@@ -38,4 +38,4 @@ void SetUnavailable(httplib::Response& res, const std::string& what) {
   SetAnswer(res, UnavailableAnswer(what));
 }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

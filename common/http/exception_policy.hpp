@@ -11,7 +11,7 @@
 
 #include "common/failure.hpp"
 
-namespace common::http::detail {
+namespace idemsaga::common::http::detail {
 
 // Answers `failure` (SetFailure's answer).
 void AnswerFailure(httplib::Response& res, const ClassifiedFailure& failure);
@@ -21,4 +21,4 @@ void AnswerFailure(httplib::Response& res, const ClassifiedFailure& failure);
 void AnswerException(const httplib::Request& req, httplib::Response& res,
                      const std::exception_ptr& ep, const FailureClassifier& classify);
 
-}  // namespace common::http::detail
+}  // namespace idemsaga::common::http::detail

@@ -3,7 +3,7 @@
 #include <memory>
 #include <stdexcept>
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace {
 
@@ -36,4 +36,4 @@ void AddOpenApiRoute(Server& server, const nlohmann::json& document) {
   });
 }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

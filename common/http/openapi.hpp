@@ -6,7 +6,7 @@
 
 #include "common/http/server.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 inline constexpr const char* kOpenApiPath = "/openapi.json";
 
@@ -19,4 +19,4 @@ nlohmann::json MergeOpenApi(nlohmann::json base, const nlohmann::json& fragment)
 // GET /openapi.json answering `document`.
 void AddOpenApiRoute(Server& server, const nlohmann::json& document);
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

@@ -3,7 +3,7 @@
 #include <array>
 #include <cctype>
 
-namespace common::http {
+namespace idemsaga::common::http {
 namespace {
 
 // Titles where the code's words would read badly; every other code titles itself.
@@ -90,4 +90,4 @@ std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
   return {"", ""};
 }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

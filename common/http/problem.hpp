@@ -15,7 +15,7 @@
 
 #include "common/failure.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 inline constexpr const char* kProblemContentType = "application/problem+json";
 inline constexpr const char* kProblemTypeBase = "https://idemsaga.dev/problems/";
@@ -49,4 +49,4 @@ Answer UnavailableAnswer(const std::string& what);
 // else.
 std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body);
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

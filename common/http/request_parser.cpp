@@ -6,7 +6,7 @@
 #include <cctype>
 #include <limits>
 
-namespace common::http {
+namespace idemsaga::common::http {
 namespace {
 
 namespace bhttp = boost::beast::http;
@@ -322,4 +322,4 @@ size_t RequestParser::on_chunk_body_impl(std::uint64_t, boost::beast::string_vie
 
 void RequestParser::on_finish_impl(boost::beast::error_code&) {}
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

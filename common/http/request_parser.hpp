@@ -26,7 +26,7 @@
 #include "common/http/server.hpp"
 #include "common/strings.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 // A request the server answers itself: status, and the error body's code and message.
 struct Refusal {
@@ -97,8 +97,8 @@ namespace detail {
 bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out,
                    std::string_view keep_encoded = {});
 
-using ::common::IEquals;
+using common::IEquals;
 bool IsValidUtf8(std::string_view s);
 }  // namespace detail
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

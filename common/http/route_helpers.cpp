@@ -3,7 +3,7 @@
 #include "common/http/server.hpp"
 #include "common/request_input.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
                                             const Limits& limits, NulInJson nul) {
@@ -31,4 +31,4 @@ std::string BearerToken(const httplib::Request& req) {
   return BearerTokenOf(req.get_header_value("Authorization"));
 }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

@@ -4,7 +4,7 @@
 #include "common/http/wire.hpp"
 #include "common/log.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace detail {
 
@@ -65,4 +65,4 @@ std::string DecodeCapture(std::string_view capture) {
   return out;
 }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

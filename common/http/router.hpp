@@ -14,7 +14,7 @@
 
 #include "common/http/server.hpp"
 
-namespace common::http::detail {
+namespace idemsaga::common::http::detail {
 
 struct Route {
   std::string method;
@@ -43,4 +43,4 @@ class Router {
   mutable std::shared_mutex mutex_;
 };
 
-}  // namespace common::http::detail
+}  // namespace idemsaga::common::http::detail

@@ -13,7 +13,7 @@
 #include "common/http/wire.hpp"
 #include "common/log.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace asio = boost::asio;
 
@@ -173,8 +173,7 @@ void ServerCore::Run(Exchange& ex, const EarlyAnswer& early) const {
 
 Server::Server(Limits limits, FailureClassifier classify)
     : impl_(std::make_unique<detail::ServerCore>(
-          std::move(limits), classify ? std::move(classify) : FailureClassifier(ClassifyPlain))) {
-}
+          std::move(limits), classify ? std::move(classify) : FailureClassifier(ClassifyPlain))) {}
 
 Server::~Server() { Stop(); }
 
@@ -217,4 +216,4 @@ bool Server::Serve() { return impl_->Serve(); }
 
 void Server::Stop() { impl_->Stop(); }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

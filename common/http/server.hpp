@@ -63,7 +63,7 @@
 #include "common/http/problem.hpp"
 #include "common/request_input.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace detail {
 class ServerCore;
@@ -191,7 +191,7 @@ void CloseWithoutResponse(httplib::Response& res);
 
 // Parses the body as JSON once, within the server's limits (common::ReadJsonBody). On failure
 // sets a 400, 413 or 415 on `res` and returns nullopt.
-using NulInJson = ::common::NulInJson;
+using NulInJson = common::NulInJson;
 std::optional<nlohmann::json> ParseJsonBody(const httplib::Request& req, httplib::Response& res,
                                             const Limits& limits,
                                             NulInJson nul = NulInJson::kRefuse);
@@ -213,4 +213,4 @@ void AddHealthRoutes(Server& server, std::function<bool()> database_ready);
 // The token of the request's `Authorization: Bearer <token>` (common::BearerTokenOf).
 std::string BearerToken(const httplib::Request& req);
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

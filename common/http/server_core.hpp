@@ -21,7 +21,7 @@
 #include "common/http/server.hpp"
 #include "common/http/worker_pool.hpp"
 
-namespace common::http::detail {
+namespace idemsaga::common::http::detail {
 
 class Connection;
 struct Exchange;
@@ -73,4 +73,4 @@ class ServerCore {
   bool serving = false;
 };
 
-}  // namespace common::http::detail
+}  // namespace idemsaga::common::http::detail

@@ -7,7 +7,7 @@
 #include "common/http/server.hpp"
 #include "common/log.hpp"
 
-namespace common::http {
+namespace idemsaga::common::http {
 
 namespace detail {
 
@@ -118,4 +118,4 @@ void CloseWithoutResponse(httplib::Response& res) {
   res.set_header(detail::kCloseMarker, "1");
 }
 
-}  // namespace common::http
+}  // namespace idemsaga::common::http

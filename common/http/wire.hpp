@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace common::http::detail {
+namespace idemsaga::common::http::detail {
 
 // Set by CloseWithoutResponse and DeferAnswer; never sent (the connection closes instead, or
 // waits for the request's EarlyAnswer).
@@ -27,4 +27,4 @@ httplib::Response ErrorResponse(int status, std::string_view code, std::string_v
 // The defaults of a handler's answer: a status, an error body for an error status.
 void Complete(const httplib::Request& req, httplib::Response& res);
 
-}  // namespace common::http::detail
+}  // namespace idemsaga::common::http::detail

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-namespace common::http::detail {
+namespace idemsaga::common::http::detail {
 
 // A fixed set of threads for blocking handlers behind a bounded queue. TryPush refuses
 // instead of waiting: the event loop must never block, and an unbounded queue would turn
@@ -87,4 +87,4 @@ class WorkerPool {
   bool shutdown_ = false;
 };
 
-}  // namespace common::http::detail
+}  // namespace idemsaga::common::http::detail

@@ -18,7 +18,7 @@
 #include "common/net.hpp"
 #include "common/process.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 namespace fs = std::filesystem;
 namespace {
 
@@ -218,4 +218,4 @@ std::string PrivateCluster::Url(std::string_view dbname) const {
   return "postgresql://postgres@127.0.0.1:" + std::to_string(port_) + "/" + std::string(dbname);
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

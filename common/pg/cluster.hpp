@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 class PrivateCluster {
  public:
@@ -84,4 +84,4 @@ class PrivateCluster {
   bool running_ = false;
 };
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

@@ -4,7 +4,7 @@
 
 #include "common/unavailable.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 Failure ClassifySqlState(const std::string& sqlstate) {
   if (sqlstate.size() != 5) return Failure::kDefect;
@@ -42,4 +42,4 @@ ClassifiedFailure Classify(const std::exception_ptr& ep) {
   return out;
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

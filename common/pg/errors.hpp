@@ -19,7 +19,7 @@
 
 #include "common/failure.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 using Failure = common::Failure;
 using ClassifiedFailure = common::ClassifiedFailure;
@@ -30,4 +30,4 @@ ClassifiedFailure Classify(const std::exception_ptr& ep);
 // The class of one SQLSTATE alone (exposed for tests).
 Failure ClassifySqlState(const std::string& sqlstate);
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

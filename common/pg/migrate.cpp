@@ -7,7 +7,7 @@
 #include "common/crypto.hpp"
 #include "common/pg/url.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 namespace {
 
 // Any fixed 64-bit number shared by every runner; "idemsaga" in ASCII.
@@ -97,4 +97,4 @@ void CreateDatabaseIfMissing(const std::string& server_url, const std::string& d
   }
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 struct Migration {
   std::string set;
@@ -39,4 +39,4 @@ int Migrate(pqxx::connection& conn, std::string_view kind);
 // CREATE DATABASE `dbname` on the server of `server_url` unless it exists.
 void CreateDatabaseIfMissing(const std::string& server_url, const std::string& dbname);
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

@@ -4,7 +4,7 @@
 
 #include "common/pg/url.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 Pool::Lease::Lease(Pool* pool, std::unique_ptr<pqxx::connection> conn)
     : pool_(pool), conn_(std::move(conn)) {}
@@ -116,4 +116,4 @@ void AddMetrics(metrics::Registry& registry, const Pool& pool) {
                        [&pool] { return static_cast<double>(pool.waits().timeouts); });
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

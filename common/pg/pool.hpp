@@ -22,7 +22,7 @@
 #include "common/pg/errors.hpp"
 #include "common/unavailable.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 // No connection became free in time, or none could be opened: the database is unavailable.
 class PoolUnavailable : public Unavailable {
@@ -106,4 +106,4 @@ bool Reachable(Pool& pool);
 // idemsaga_db_pool_timeouts_total. `pool` must outlive the registry's scrapes.
 void AddMetrics(metrics::Registry& registry, const Pool& pool);
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 namespace {
 
 // FNV-1a, 64 bits: a stable name for a text (std::hash may differ between builds of one
@@ -28,4 +28,4 @@ void Define(pqxx::connection_base& conn, const Statement& s) {
   conn.prepare(s.name(), s.sql());
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

@@ -14,7 +14,7 @@
 #include <string>
 #include <utility>
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 class Statement {
  public:
@@ -47,4 +47,4 @@ pqxx::row ExecOne(pqxx::transaction_base& tx, const Statement& s, Args&&... args
   return r[0];
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

@@ -4,7 +4,7 @@
 
 #include "common/percent_encode.hpp"
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 namespace {
 
 struct Parts {
@@ -61,4 +61,4 @@ std::string WithSessionTimeouts(std::string_view url, const SessionTimeouts& t) 
   return WithParam(out, "options", options);
 }
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

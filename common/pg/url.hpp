@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace common::pg {
+namespace idemsaga::common::pg {
 
 // `url` with its database replaced by `dbname` (query parameters kept).
 std::string WithDatabase(std::string_view url, std::string_view dbname);
@@ -26,4 +26,4 @@ struct SessionTimeouts {
 };
 std::string WithSessionTimeouts(std::string_view url, const SessionTimeouts& t = {});
 
-}  // namespace common::pg
+}  // namespace idemsaga::common::pg

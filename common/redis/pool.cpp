@@ -5,7 +5,7 @@
 
 #include <memory>
 
-namespace common::redis {
+namespace idemsaga::common::redis {
 
 Address ParseUrl(const std::string& url) {
   constexpr std::string_view kScheme = "redis://";
@@ -225,4 +225,4 @@ Reply Pool::Eval(const Script& script, const std::vector<std::string>& keys,
   }
 }
 
-}  // namespace common::redis
+}  // namespace idemsaga::common::redis

@@ -25,7 +25,7 @@
 // hiredis' connection, kept out of this header so that its includers need no hiredis headers.
 struct redisContext;
 
-namespace common::redis {
+namespace idemsaga::common::redis {
 
 // Redis could not be reached, or did not answer in time: nothing is known to have happened.
 // (A script runs whole or not at all, so a retry with the same key is safe.)
@@ -103,4 +103,4 @@ class Pool {
   std::vector<std::pair<const Script*, std::string>> shas_;
 };
 
-}  // namespace common::redis
+}  // namespace idemsaga::common::redis

@@ -7,7 +7,7 @@
 #include "common/log.hpp"
 #include "common/trace/otlp.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 Exporter::Exporter(Sink sink, Options options)
     : sink_(std::move(sink)),
@@ -97,4 +97,4 @@ Exporter::Sink Exporter::OtlpHttp(const std::string& url,
   };
 }
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

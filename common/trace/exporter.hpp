@@ -21,7 +21,7 @@
 #include "common/periodic.hpp"
 #include "common/trace/span.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 class Exporter {
  public:
@@ -76,4 +76,4 @@ class Exporter {
   Periodic flusher_;  // last: stopped before the queue it drains goes
 };
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

@@ -5,7 +5,7 @@
 #include "common/json_text.hpp"
 #include "common/trace/trace_context.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 namespace {
 
 // Text a span stores: a JSON string (so valid UTF-8: the JSON parser checks), bounded, and
@@ -338,4 +338,4 @@ std::optional<DecodedOtlp> DecodeOtlp(const nlohmann::json& req, std::string& er
   return out;
 }
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

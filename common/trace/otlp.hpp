@@ -11,7 +11,7 @@
 
 #include "common/trace/span.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 // Attributes as a plain JSON object ({"attempt": 2, "replayed": true, ...}).
 nlohmann::json AttributesJson(const std::map<std::string, AttributeValue>& attributes);
@@ -47,4 +47,4 @@ struct DecodedOtlp {
 // request itself is not OTLP JSON.
 std::optional<DecodedOtlp> DecodeOtlp(const nlohmann::json& request, std::string& error);
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

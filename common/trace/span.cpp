@@ -3,7 +3,7 @@
 #include "common/trace/exporter.hpp"
 #include "common/trace/trace_context.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 long long NowUnixNano() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -79,4 +79,4 @@ Span Tracer::StartWithId(const std::string& name, const SpanContext& parent, std
   return s;
 }
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

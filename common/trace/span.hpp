@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 using AttributeValue = std::variant<std::string, long long, bool>;
 
@@ -87,4 +87,4 @@ class Tracer {
 
 long long NowUnixNano();
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

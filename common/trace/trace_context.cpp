@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 namespace {
 
 // Ids must be unique, not secret (W3C Trace Context: "randomly generated"): a per-thread
@@ -94,4 +94,4 @@ std::string FormatTraceparent(std::string_view trace_id, std::string_view span_i
 std::string NewTraceId() { return NewId(2); }
 std::string NewSpanId() { return NewId(1); }
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 struct TraceParent {
   std::string trace_id;   // 32 hex, not all zero
@@ -28,4 +28,4 @@ std::string NewSpanId();   // 8 random bytes, hex
 
 bool IsHexId(std::string_view s, size_t length);  // lower-case hex, not all zero
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

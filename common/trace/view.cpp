@@ -8,7 +8,7 @@
 
 #include "common/trace/otlp.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 nlohmann::json SpanJson(const SpanData& s) {
   nlohmann::json attrs = AttributesJson(s.attributes);
@@ -144,4 +144,4 @@ std::string RenderWaterfall(const nlohmann::json& trace, int bar_width) {
   return out;
 }
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

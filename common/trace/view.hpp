@@ -8,7 +8,7 @@
 
 #include "common/trace/span.hpp"
 
-namespace common::trace {
+namespace idemsaga::common::trace {
 
 nlohmann::json SpanJson(const SpanData& s);
 
@@ -21,4 +21,4 @@ std::vector<std::string> PendingSpans(const std::vector<SpanData>& spans);
 // replayed, guard outcome, compensation), duration, a bar scaled to the trace, and status.
 std::string RenderWaterfall(const nlohmann::json& trace, int bar_width = 40);
 
-}  // namespace common::trace
+}  // namespace idemsaga::common::trace

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-namespace orchestrator::amqp {
+namespace idemsaga::orchestrator::amqp {
 namespace {
 
 amqp_connection_state_t S(void* state) { return static_cast<amqp_connection_state_t>(state); }
@@ -361,4 +361,4 @@ void Connection::Idle(std::chrono::milliseconds wait) {
   }
 }
 
-}  // namespace orchestrator::amqp
+}  // namespace idemsaga::orchestrator::amqp

@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace orchestrator::amqp {
+namespace idemsaga::orchestrator::amqp {
 
 struct AmqpError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -99,4 +99,4 @@ class Connection {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace orchestrator::amqp
+}  // namespace idemsaga::orchestrator::amqp

@@ -11,7 +11,7 @@
 #include "orchestrator/amqp/connection.hpp"
 #include "orchestrator/http/answers.hpp"
 
-namespace orchestrator::amqp {
+namespace idemsaga::orchestrator::amqp {
 namespace {
 
 // Header names match as HTTP's do: in any case.
@@ -342,4 +342,4 @@ void Intake::Run(int index) {
   }
 }
 
-}  // namespace orchestrator::amqp
+}  // namespace idemsaga::orchestrator::amqp

@@ -49,7 +49,7 @@
 #include "orchestrator/start_run.hpp"
 #include "orchestrator/tenant_auth.hpp"
 
-namespace orchestrator::amqp {
+namespace idemsaga::orchestrator::amqp {
 
 // What a queue's messages are, and so which route they stand for.
 enum class Carries {
@@ -113,4 +113,4 @@ class Intake {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace orchestrator::amqp
+}  // namespace idemsaga::orchestrator::amqp

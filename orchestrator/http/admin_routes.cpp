@@ -5,7 +5,7 @@
 #include "common/log.hpp"
 #include "orchestrator/http/routes.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 using common::http::SetError;
 
@@ -64,16 +64,16 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
   server.Get("/v1/sagas", [d](const httplib::Request& req, httplib::Response& res) {
     auto tenant = Tenant(d.auth, req);
     if (!tenant) return SetError(res, 401, "unauthorized", "a valid API key is required");
-    std::optional<SagaStatus> status;
+    std::optional<store::SagaStatus> status;
     if (auto name = req.get_param_value("status"); !name.empty()) {
-      status = ParseSagaStatus(name);
+      status = store::ParseSagaStatus(name);
       if (!status) {
         return SetError(res, 400, "invalid_request",
                         "status must be started, compensating, completed or failed");
       }
     }
     std::string saga = req.get_param_value("saga");
-    if (!saga.empty() && !saga::IsValidStepName(saga)) {  // saga names follow the same rule
+    if (!saga.empty() && !steps::saga::IsValidStepName(saga)) {  // saga names follow the same rule
       return SetError(res, 400, "invalid_request",
                       "saga must be a saga's name: 1 to 32 of a-z, 0-9 and _");
     }
@@ -182,4 +182,4 @@ void AddAdminRoutes(common::http::Server& server, const AdminRoutes& d) {
   });
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

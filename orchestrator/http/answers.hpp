@@ -14,7 +14,7 @@
 #include "orchestrator/receive_event.hpp"
 #include "orchestrator/saga_service.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 using common::http::Answer;
 
@@ -33,4 +33,4 @@ Answer InvalidPathKeyAnswer();
 // The orchestrator's one 409 idempotency_key_in_progress, with its Retry-After.
 Answer InProgressAnswer(std::chrono::seconds retry_after);
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

@@ -6,7 +6,7 @@
 #include "orchestrator/http/answers.hpp"
 #include "orchestrator/http/routes.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 using common::http::ProblemAnswer;
 
@@ -64,4 +64,4 @@ void AddEventRoutes(common::http::Server& server, const EventRoutes& d) {
   });
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

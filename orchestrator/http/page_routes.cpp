@@ -5,7 +5,7 @@
 #include "orchestrator/http/pages.hpp"
 #include "orchestrator/saga_service.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 const char* const kPageScriptPrelude = R"js("use strict";
 const $ = (id) => document.getElementById(id);
@@ -32,7 +32,7 @@ void SendPage(httplib::Response& res, const std::string& html) {
 
 }  // namespace
 
-nlohmann::json OpenApiDocument(const saga::Registry& registry) {
+nlohmann::json OpenApiDocument(const steps::saga::Registry& registry) {
   auto doc = nlohmann::json::parse(OpenApiTexts().at("orchestrator"));
   nlohmann::json names = nlohmann::json::array(), inputs = nlohmann::json::array();
   bool orders = false;
@@ -63,7 +63,7 @@ nlohmann::json OpenApiDocument(const saga::Registry& registry) {
   return doc;
 }
 
-void AddPageRoutes(common::http::Server& server, const saga::Registry& registry) {
+void AddPageRoutes(common::http::Server& server, const steps::saga::Registry& registry) {
   server.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
     res.status = 301;
     res.set_header("Location", "/ui/");
@@ -77,4 +77,4 @@ void AddPageRoutes(common::http::Server& server, const saga::Registry& registry)
   common::http::AddOpenApiRoute(server, OpenApiDocument(registry));
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

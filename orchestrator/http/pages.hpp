@@ -8,7 +8,7 @@
 #include "common/http/server.hpp"
 #include "steps/saga/registry.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 // The start of both pages' script: `$`, `el`, the URL's `#...` parameters as `params`, and
 // the tenant API key (`#key=` or the one kept in localStorage) as `apiKey`, shown in #apikey.
@@ -26,9 +26,9 @@ const std::map<std::string, std::string>& OpenApiTexts();
 // docs/openapi/orchestrator.json for the sagas `registry` serves: POST /v1/runs/{saga} names
 // them and takes their inputs' schemas (Definition::InputSchema); POST /v1/orders is there only
 // when place_order is served.
-nlohmann::json OpenApiDocument(const saga::Registry& registry);
+nlohmann::json OpenApiDocument(const steps::saga::Registry& registry);
 
 // GET /ui, /ui/ (traces), /ui/sagas and /openapi.json (OpenApiDocument).
-void AddPageRoutes(common::http::Server& server, const saga::Registry& registry);
+void AddPageRoutes(common::http::Server& server, const steps::saga::Registry& registry);
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

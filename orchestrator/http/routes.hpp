@@ -24,7 +24,7 @@
 #include "orchestrator/tenant_auth.hpp"
 #include "steps/saga/registry.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator {
 
 namespace http {
 
@@ -32,7 +32,7 @@ namespace http {
 std::optional<std::string> Tenant(TenantAuth& auth, const httplib::Request& req);
 
 // One saga's state as the API shows it (GET /v1/orders/{key}, /v1/runs/{saga}/{key}, /v1/sagas).
-nlohmann::json SagaView(const SagaRow& row);
+nlohmann::json SagaView(const store::SagaRow& row);
 
 // The Idempotency-Key in a route's group `group` (the server has percent-decoded it), checked
 // like a header key; otherwise answers 400 and returns nullopt.
@@ -41,13 +41,14 @@ std::optional<std::string> PathKey(const httplib::Request& req, httplib::Respons
 
 // The calling tenant's saga under the path's key (group `group`); otherwise answers 401, 400
 // or 404 and returns nullopt. Another tenant's key is indistinguishable from no key at all.
-std::optional<SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
-                                TenantAuth& auth, ParentStore& store, size_t group = 1);
+std::optional<store::SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
+                                       TenantAuth& auth, store::ParentStore& store,
+                                       size_t group = 1);
 
 struct RunRoutes {
   const RunStarter& runs;
-  const saga::Registry& registry;
-  ParentStore& store;
+  const steps::saga::Registry& registry;
+  store::ParentStore& store;
   TenantAuth& auth;
   const common::http::Limits& limits;
 };
@@ -64,7 +65,7 @@ struct EventRoutes {
 void AddEventRoutes(common::http::Server& server, const EventRoutes& deps);
 
 struct AdminRoutes {
-  ParentStore& store;
+  store::ParentStore& store;
   SagaService& sagas;
   Recovery& recovery;
   TenantAuth& auth;
@@ -75,8 +76,8 @@ struct AdminRoutes {
 void AddAdminRoutes(common::http::Server& server, const AdminRoutes& deps);
 
 struct TraceRoutes {
-  SpanStore& spans;
-  ParentStore& store;
+  store::SpanStore& spans;
+  store::ParentStore& store;
   common::trace::Exporter& exporter;
   TenantAuth& auth;
   std::string service_token;         // what the OTLP intake requires
@@ -87,4 +88,4 @@ struct TraceRoutes {
 void AddTraceRoutes(common::http::Server& server, const TraceRoutes& deps);
 
 }  // namespace http
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator

@@ -5,14 +5,14 @@
 #include "orchestrator/start_run.hpp"
 #include "steps/protocol/participant_protocol.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 using common::http::ProblemAnswer;
 
 Answer InProgressAnswer(std::chrono::seconds retry_after) {
   // The guard's wording and code for the same situation: one 409 for either side of a step.
-  using steps::guard::Describe;
-  const auto& in_progress = Describe(steps::guard::Refusal::kKeyLockTimeout);
+  using steps::protocol::Describe;
+  const auto& in_progress = Describe(steps::protocol::Refusal::kKeyLockTimeout);
   Answer a = ProblemAnswer(Describe(in_progress.code).status, Describe(in_progress.code).name,
                            in_progress.detail);
   a.headers["Retry-After"] = std::to_string(std::max<long long>(1, retry_after.count()));
@@ -93,4 +93,4 @@ Answer RunAnswer(const RunOutcome& o, const std::string& saga, const std::string
   return a;
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

@@ -3,7 +3,7 @@
 #include "common/idempotency_key.hpp"
 #include "orchestrator/http/routes.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 namespace {
 
 using common::http::SetAnswer;
@@ -66,7 +66,7 @@ void StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Respon
     SetAnswer(res, UnauthorizedRunAnswer());
     return;
   }
-  const saga::Definition* definition = nullptr;
+  const steps::saga::Definition* definition = nullptr;
   if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
     definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
   }
@@ -83,15 +83,15 @@ void StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Respon
 // "compensating" (the saga is being undone), "took_effect" (it ended undone for the cancel:
 // 409 saga_cancelled), "too_late" (its last step had begun: it completed, and its answer
 // stands), or "overtaken" (it failed for its own reason first).
-const char* CancelOutcome(const SagaRow& row) {
+const char* CancelOutcome(const store::SagaRow& row) {
   switch (row.status) {
-    case SagaStatus::kStarted:
+    case store::SagaStatus::kStarted:
       return "pending";
-    case SagaStatus::kCompensating:
+    case store::SagaStatus::kCompensating:
       return "compensating";
-    case SagaStatus::kCompleted:
+    case store::SagaStatus::kCompleted:
       return "too_late";
-    case SagaStatus::kFailed:
+    case store::SagaStatus::kFailed:
       break;
   }
   auto [code, detail] =
@@ -101,29 +101,29 @@ const char* CancelOutcome(const SagaRow& row) {
 
 }  // namespace
 
-nlohmann::json SagaView(const SagaRow& row) {
+nlohmann::json SagaView(const store::SagaRow& row) {
   nlohmann::json steps = nlohmann::json::array();
   // What an operator reads first: the compensation that is stuck, else the step that failed,
   // else the latest step that recorded an error (a retried attempt, say).
   nlohmann::json last_error;
   int last_error_rank = 0;
   for (const auto& json : row.steps) {
-    saga::StepRecord s;
+    steps::saga::StepRecord s;
     try {
-      s = saga::StepRecord::FromJson(json);
+      s = steps::saga::StepRecord::FromJson(json);
     } catch (const std::exception&) {  // a row this build cannot read: show it as it is
       steps.push_back({{"unreadable", json}});
       continue;
     }
     nlohmann::json step = {{"name", s.name},
                            {"derived_key", s.action_key},
-                           {"status", saga::ToString(s.status)},
+                           {"status", steps::saga::ToString(s.status)},
                            {"attempts", s.attempts},
                            {"compensation_attempts", s.compensation_attempts},
                            {"replayed", s.replayed}};
     if (!s.detail.empty()) {
       step["detail"] = s.detail;
-      bool compensating = s.status == saga::StepStatus::kCompensating;
+      bool compensating = s.status == steps::saga::StepStatus::kCompensating;
       int rank = compensating ? 3 : s.name == row.failed_step ? 2 : 1;
       if (rank >= last_error_rank) {
         last_error_rank = rank;
@@ -165,8 +165,8 @@ nlohmann::json SagaView(const SagaRow& row) {
   return view;
 }
 
-std::optional<SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
-                                TenantAuth& auth, ParentStore& store, size_t group) {
+std::optional<store::SagaRow> PathSaga(const httplib::Request& req, httplib::Response& res,
+                                       TenantAuth& auth, store::ParentStore& store, size_t group) {
   auto tenant = Tenant(auth, req);
   if (!tenant) {
     SetAnswer(res, UnauthorizedAnswer());
@@ -191,7 +191,7 @@ namespace {
 
 // The run of `saga` under the path's key. Another saga's key is indistinguishable from no key
 // at all, as another tenant's is: each saga's read route shows only its own runs.
-void View(const SagaRow& row, const std::string& saga, httplib::Response& res) {
+void View(const store::SagaRow& row, const std::string& saga, httplib::Response& res) {
   if (row.saga_name != saga) {
     return SetError(res, 404, "not_found", "no run of this saga with this Idempotency-Key");
   }
@@ -225,7 +225,7 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
           if (&step == &def->steps()[step.group]) parallel.push_back(nlohmann::json::array());
           parallel.back().push_back(step.name);
         }
-        if (step.kind == saga::StepKind::kChild) {
+        if (step.kind == steps::saga::StepKind::kChild) {
           children.push_back({{"step", step.name},
                               {"saga", step.child->name()},
                               {"version", step.child->version()}});
@@ -247,4 +247,4 @@ void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   });
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

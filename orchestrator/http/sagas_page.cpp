@@ -6,7 +6,7 @@
 // tenant's API key could not. `#key=...&saga=...&status=...&stuck=true` preset the filters.
 #include "orchestrator/http/pages.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 const std::string& SagasPageHtml() {
   static const std::string page =
@@ -147,4 +147,4 @@ load();
   return page;
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

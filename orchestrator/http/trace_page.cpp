@@ -4,7 +4,7 @@
 // the URL does the same (handy for links and headless checks).
 #include "orchestrator/http/pages.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 const std::string& TracePageHtml() {
   static const std::string page = R"html(<!doctype html>
@@ -127,4 +127,4 @@ loadOrders(params.get("order"));
   return page;
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

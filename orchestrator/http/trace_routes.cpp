@@ -8,7 +8,7 @@
 #include "common/trace/view.hpp"
 #include "orchestrator/http/routes.hpp"
 
-namespace orchestrator::http {
+namespace idemsaga::orchestrator::http {
 
 void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
   using common::http::SetError;
@@ -42,7 +42,7 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
     auto row = PathSaga(req, res, d.auth, d.store);
     if (!row) return;
     const std::string& tenant = row->tenant_id;
-    bool ended = Finished(row->status);
+    bool ended = store::Finished(row->status);
     // Our own spans are in the exporter's queue for up to one interval; participants' may be
     // in flight a little longer. Wait briefly for an ended order's trace to be whole.
     d.exporter.Flush();
@@ -66,4 +66,4 @@ void AddTraceRoutes(common::http::Server& server, const TraceRoutes& d) {
   });
 }
 
-}  // namespace orchestrator::http
+}  // namespace idemsaga::orchestrator::http

@@ -3,7 +3,7 @@
 #include "common/pg/statement.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
@@ -73,16 +73,16 @@ Delivered EventStore::Deliver(const EventDelivery& d, bool accepting) {
   });
 }
 
-std::optional<saga::ReceivedEvent> EventStore::Take(const std::string& tenant_id,
-                                                    const std::string& run_key,
-                                                    const std::vector<std::string>& names) {
-  return pool_.With([&](pqxx::connection& conn) -> std::optional<saga::ReceivedEvent> {
+std::optional<steps::saga::ReceivedEvent> EventStore::Take(const std::string& tenant_id,
+                                                           const std::string& run_key,
+                                                           const std::vector<std::string>& names) {
+  return pool_.With([&](pqxx::connection& conn) -> std::optional<steps::saga::ReceivedEvent> {
     pqxx::nontransaction tx(conn);
     auto r = Exec(tx, kTake, tenant_id, run_key, TextArray(names));
     if (r.empty()) return std::nullopt;
-    return saga::ReceivedEvent{r[0][0].as<std::string>(),
-                               nlohmann::json::parse(r[0][1].as<std::string>())};
+    return steps::saga::ReceivedEvent{r[0][0].as<std::string>(),
+                                      nlohmann::json::parse(r[0][1].as<std::string>())};
   });
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

@@ -18,7 +18,7 @@
 #include "common/pg/pool.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 
 struct EventDelivery {
   std::string tenant_id;
@@ -55,11 +55,12 @@ class EventStore {
   // What the run's wait for `names` takes: the event it took before (whoever ran it then),
   // else the first delivered, from now on taken (a later delivery of the wait's other events
   // is refused). Call it under the run's lease.
-  std::optional<saga::ReceivedEvent> Take(const std::string& tenant_id, const std::string& run_key,
-                                          const std::vector<std::string>& names);
+  std::optional<steps::saga::ReceivedEvent> Take(const std::string& tenant_id,
+                                                 const std::string& run_key,
+                                                 const std::vector<std::string>& names);
 
  private:
   common::pg::Pool& pool_;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 
 std::string FinishedCache::Id(const std::string& tenant_id, const std::string& key) {
   // A tenant id never contains NUL (tenants table CHECK), so the pair is unambiguous.
@@ -55,4 +55,4 @@ size_t FinishedCache::bytes() const {
   return bytes_;
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

@@ -17,7 +17,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 
 struct FinishedAnswer {
   std::string request_hash;
@@ -62,4 +62,4 @@ class FinishedCache {
   size_t bytes_ = 0;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

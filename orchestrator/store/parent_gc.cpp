@@ -5,7 +5,7 @@
 #include "orchestrator/store/parent_rows.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
@@ -55,4 +55,4 @@ long long ParentStore::DeleteUnownedSpans(int batch) {
   });
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

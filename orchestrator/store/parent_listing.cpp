@@ -5,7 +5,7 @@
 #include "orchestrator/store/parent_rows.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
@@ -128,4 +128,4 @@ ParentStore::Counts ParentStore::CountRunning() {
   });
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

@@ -7,7 +7,7 @@
 
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator::detail {
+namespace idemsaga::orchestrator::store::detail {
 
 // Statements about one key find it by its primary key. They test the status with NOT IN (the
 // status column allows four values) because a positive test would make the partial indexes
@@ -33,4 +33,4 @@ SagaRow ToRow(const pqxx::row& row, int first = 0);
 
 inline double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); }
 
-}  // namespace orchestrator::detail
+}  // namespace idemsaga::orchestrator::store::detail

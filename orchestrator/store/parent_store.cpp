@@ -10,7 +10,7 @@
 #include "common/strings.hpp"
 #include "orchestrator/store/parent_rows.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
@@ -366,4 +366,4 @@ std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std:
   });
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

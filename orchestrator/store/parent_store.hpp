@@ -21,7 +21,7 @@
 #include "common/pg/pool.hpp"
 #include "orchestrator/store/saga_status.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 
 // The identity a saga's owner writes under.
 struct Lease {
@@ -217,4 +217,4 @@ class ParentStore {
   std::atomic<long long> fenced_writes_{0};
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

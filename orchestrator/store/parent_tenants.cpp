@@ -3,7 +3,7 @@
 #include "common/pg/statement.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
@@ -39,4 +39,4 @@ void ParentStore::UpsertTenant(const std::string& tenant_id, const std::string& 
   OneStatement([&](pqxx::nontransaction& tx) { Exec(tx, kUpsertTenant, tenant_id, api_key_hash); });
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

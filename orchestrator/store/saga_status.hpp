@@ -6,7 +6,7 @@
 #include <string_view>
 #include <utility>
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 
 enum class SagaStatus {
   kStarted,       // running its actions (or deferred while a step is blocked)
@@ -43,4 +43,4 @@ constexpr bool Finished(SagaStatus status) {
   return status == SagaStatus::kCompleted || status == SagaStatus::kFailed;
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

@@ -10,7 +10,7 @@
 #include "common/pg/statement.hpp"
 #include "common/trace/otlp.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
@@ -127,4 +127,4 @@ std::vector<SpanData> SpanStore::ForTrace(const std::string& tenant_id,
   return out;
 }
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

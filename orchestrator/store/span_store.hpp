@@ -9,7 +9,7 @@
 #include "common/pg/pool.hpp"
 #include "common/trace/span.hpp"
 
-namespace orchestrator {
+namespace idemsaga::orchestrator::store {
 
 class SpanStore {
  public:
@@ -24,4 +24,4 @@ class SpanStore {
   common::pg::Pool& pool_;
 };
 
-}  // namespace orchestrator
+}  // namespace idemsaga::orchestrator::store

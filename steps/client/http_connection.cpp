@@ -17,7 +17,7 @@
 
 #include "common/net.hpp"
 
-namespace steps::client {
+namespace idemsaga::steps::client {
 namespace {
 
 namespace http = boost::beast::http;
@@ -245,4 +245,4 @@ HttpConnection::Failure HttpConnection::Exchange(std::string_view request,
   return Failure::kNone;
 }
 
-}  // namespace steps::client
+}  // namespace idemsaga::steps::client

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace steps::client {
+namespace idemsaga::steps::client {
 
 class HttpConnection {
  public:
@@ -61,4 +61,4 @@ class HttpConnection {
 // std::invalid_argument for anything else (https is not spoken here).
 std::pair<std::string, int> ParseHttpBaseUrl(const std::string& base_url);
 
-}  // namespace steps::client
+}  // namespace idemsaga::steps::client

@@ -7,9 +7,9 @@
 #include "common/idempotency_key.hpp"
 #include "steps/client/http_connection.hpp"
 
-namespace steps::client {
+namespace idemsaga::steps::client {
 
-using steps::guard::GuardCode;
+using protocol::GuardCode;
 namespace {
 
 using namespace std::string_view_literals;
@@ -142,7 +142,7 @@ void HttpParticipantClient::Release(std::unique_ptr<HttpConnection> connection) 
 }
 
 HttpExchange HttpParticipantClient::Send(const std::string& request,
-                                     std::chrono::milliseconds read_timeout) {
+                                         std::chrono::milliseconds read_timeout) {
   auto connection = Acquire();
   HttpConnection::Answer answer;
   HttpExchange x;
@@ -166,7 +166,7 @@ HttpExchange HttpParticipantClient::Send(const std::string& request,
 }
 
 saga::StepResult HttpParticipantClient::Post(const std::string& path, const saga::StepContext& ctx,
-                                         const nlohmann::json& body) {
+                                             const nlohmann::json& body) {
   // Never wait past the step's deadline, but give a call at least 100 ms.
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       ctx.deadline - std::chrono::steady_clock::now());
@@ -219,7 +219,7 @@ saga::StepResult HttpParticipantClient::Post(const std::string& path, const saga
   // was undone. Saying "compensated" would leave the customer charged.
   if (ctx.action_confirmed && result.outcome == saga::Outcome::kSucceeded &&
       result.output.is_object() &&
-      result.output.value("outcome", "") == ToString(steps::guard::Outcome::kCancelled)) {
+      result.output.value("outcome", "") == ToString(protocol::Outcome::kCancelled)) {
     return saga::StepResult::Blocked(
         x.status, "the participant has no record of the applied action " + ctx.action_key +
                       " (expired?); nothing was undone");
@@ -228,14 +228,14 @@ saga::StepResult HttpParticipantClient::Post(const std::string& path, const saga
 }
 
 saga::StepResult HttpParticipantClient::Compensate(const std::string& path,
-                                               const saga::StepContext& ctx) {
+                                                   const saga::StepContext& ctx) {
   // action_applied: the participant must not take a missing record for "never arrived".
   return Post(path, ctx,
               {{"action_key", ctx.action_key}, {"action_applied", ctx.action_confirmed}});
 }
 
 std::optional<nlohmann::json> HttpParticipantClient::GetJson(const std::string& path,
-                                                         std::string& error, int& status) {
+                                                             std::string& error, int& status) {
   status = 0;
   const std::string token = "Bearer " + options_.service_token;
   if (!SafeHeaderValue(token) || !SafeTarget(path)) {
@@ -259,4 +259,4 @@ std::optional<nlohmann::json> HttpParticipantClient::GetJson(const std::string& 
   return body;
 }
 
-}  // namespace steps::client
+}  // namespace idemsaga::steps::client

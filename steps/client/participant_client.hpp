@@ -20,7 +20,7 @@
 #include "steps/protocol/participant_protocol.hpp"
 #include "steps/saga/step.hpp"
 
-namespace steps::client {
+namespace idemsaga::steps::client {
 
 class HttpConnection;
 
@@ -42,8 +42,8 @@ struct HttpExchange {
 // Error codes every guard answers with that are definite "not applied" answers: the action's
 // compensation arrived first (tombstone) or already undid it.
 inline const std::set<std::string> kGuardRefusals = {
-    steps::guard::ToString(steps::guard::GuardCode::kCancelled),
-    steps::guard::ToString(steps::guard::GuardCode::kCompensated)};
+    protocol::ToString(protocol::GuardCode::kCancelled),
+    protocol::ToString(protocol::GuardCode::kCompensated)};
 
 // The one table from the wire to what the runner does next:
 //   not connected -> retryable; no answer after sending -> in doubt;
@@ -121,4 +121,4 @@ class HttpParticipantClient final : public idemsaga::ParticipantClient {
   bool EnterBulkhead();
 };
 
-}  // namespace steps::client
+}  // namespace idemsaga::steps::client

@@ -2,9 +2,10 @@
 
 #include <stdexcept>
 
-namespace steps::client {
+namespace idemsaga::steps::client {
 
-HttpParticipantClient& Participants::Add(const std::string& name, HttpParticipantClient::Options options) {
+HttpParticipantClient& Participants::Add(const std::string& name,
+                                         HttpParticipantClient::Options options) {
   auto& slot = clients_[name];
   slot = std::make_unique<HttpParticipantClient>(std::move(options));
   return *slot;
@@ -25,4 +26,4 @@ std::vector<std::pair<std::string, HttpParticipantClient*>> Participants::All() 
   return out;
 }
 
-}  // namespace steps::client
+}  // namespace idemsaga::steps::client

@@ -14,7 +14,7 @@
 
 #include "steps/client/participant_client.hpp"
 
-namespace steps::client {
+namespace idemsaga::steps::client {
 
 class Participants final : public idemsaga::Participants {
  public:
@@ -31,4 +31,4 @@ class Participants final : public idemsaga::Participants {
   std::map<std::string, std::unique_ptr<HttpParticipantClient>> clients_;
 };
 
-}  // namespace steps::client
+}  // namespace idemsaga::steps::client

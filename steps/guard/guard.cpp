@@ -9,7 +9,7 @@
 #include "common/idempotency_key.hpp"
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::pg::Exec;
 
@@ -18,11 +18,11 @@ Response Problem(int status, const std::string& code, const std::string& detail)
                   common::http::kProblemContentType};
 }
 
-Response Refuse(Refusal refusal) {
-  const RefusalEntry& r = Describe(refusal);
-  Response res = Problem(HttpStatus(r.code), ToString(r.code), r.detail);
+Response Refuse(protocol::Refusal refusal) {
+  const protocol::RefusalEntry& r = protocol::Describe(refusal);
+  Response res = Problem(protocol::HttpStatus(r.code), protocol::ToString(r.code), r.detail);
   res.outcome = r.outcome;
-  if (RetriesLater(r.code)) res.headers["Retry-After"] = kRetryAfterSeconds;
+  if (protocol::RetriesLater(r.code)) res.headers["Retry-After"] = protocol::kRetryAfterSeconds;
   return res;
 }
 
@@ -53,22 +53,23 @@ std::optional<Response> Existing(pqxx::work& tx, const Request& req, const std::
   auto rows = Exec(tx, kLoad, req.tenant_id, req.key);
   if (rows.empty()) return std::nullopt;  // the claimant rolled back; claim again
   const auto& row = rows[0];
-  auto status = ParseKeyStatus(row[0].as<std::string>());
+  auto status = protocol::ParseKeyStatus(row[0].as<std::string>());
   Response stored{row[2].as<int>(0), row[4].as<std::string>(""), row[3].as<std::string>(""), false,
-                  Outcome::kCancelled};
-  if (status == KeyStatus::kTombstone) return stored;  // compensated before it arrived: refuse
+                  protocol::Outcome::kCancelled};
+  if (status == protocol::KeyStatus::kTombstone)
+    return stored;  // compensated before it arrived: refuse
   const auto headers = nlohmann::json::parse(row[6].as<std::string>());  // outlives items()
   for (const auto& [name, value] : headers.items()) {
     if (value.is_string()) stored.headers[name] = value.get<std::string>();
   }
-  if (row[1].as<std::string>() != hash) return Refuse(Refusal::kKeyReused);
+  if (row[1].as<std::string>() != hash) return Refuse(protocol::Refusal::kKeyReused);
   // An external call under a live lease.
-  if (status == KeyStatus::kPending) return Refuse(Refusal::kKeyPending);
+  if (status == protocol::KeyStatus::kPending) return Refuse(protocol::Refusal::kKeyPending);
   // Replaying the success of an undone action would tell a late retry (say, of a parent
   // whose key expired) that the effect is in place.
-  if (row[5].as<bool>()) return Refuse(Refusal::kCompensated);
+  if (row[5].as<bool>()) return Refuse(protocol::Refusal::kCompensated);
   stored.replayed = true;
-  stored.outcome = Outcome::kReplayed;
+  stored.outcome = protocol::Outcome::kReplayed;
   return stored;
 }
 
@@ -97,8 +98,8 @@ Response AnswerBusy(common::pg::Pool& pool, const Request& req) {
   } catch (const pqxx::sql_error&) {
     // Answered as busy below; a retry finds the key settled.
   }
-  if (stored && stored->outcome != Outcome::kInProgress) return *stored;
-  return Refuse(Refusal::kKeyBusy);
+  if (stored && stored->outcome != protocol::Outcome::kInProgress) return *stored;
+  return Refuse(protocol::Refusal::kKeyBusy);
 }
 
 std::string HeadersJson(const Response& res) { return nlohmann::json(res.headers).dump(); }
@@ -112,7 +113,7 @@ bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
 
 Response Applied(Response res, common::trace::Span& span) {
   res.replayed = false;
-  res.outcome = Outcome::kApplied;
+  res.outcome = protocol::Outcome::kApplied;
   span.Set("http.status_code", static_cast<long long>(res.status));
   if (res.status >= 400) {
     span.Error("refused (stored and replayed)");
@@ -123,4 +124,4 @@ Response Applied(Response res, common::trace::Span& span) {
 }
 
 }  // namespace detail
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

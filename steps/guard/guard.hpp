@@ -39,7 +39,7 @@
 #include "common/trace/span.hpp"
 #include "steps/protocol/participant_protocol.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 struct Request {
   std::string tenant_id;
@@ -59,7 +59,7 @@ struct Response {
   // in_progress | action_unknown | fenced, or a compensation's undone | already_undone |
   // nothing_to_undo | cancelled (tombstone written) | replayed: for spans, logs and metrics.
   // ToString(outcome) is its name (steps/protocol/participant_protocol.hpp).
-  Outcome outcome = Outcome::kNone;
+  protocol::Outcome outcome = protocol::Outcome::kNone;
   // Further headers of the answer (Location, any the handler names): stored and replayed.
   std::map<std::string, std::string> headers;
 };
@@ -71,7 +71,7 @@ Response Problem(int status, const std::string& code, const std::string& detail)
 // A problem the guard answers of its own (kRefusals in participant_protocol.hpp): its status,
 // code and detail, its outcome, and `Retry-After` when it asks the caller to come back
 // (RetriesLater). The one way a guard, or a store of its own, builds one.
-Response Refuse(Refusal refusal);
+Response Refuse(protocol::Refusal refusal);
 
 // The stored answer of the action a compensation undoes. status 0 (body null): its outcome is
 // unknown, an external call cut off mid-way (CompensateExternal): undo it by its key at the
@@ -244,8 +244,9 @@ class Guard {
   // A tenant's keys written or compensated in the last `since` (at most the retention),
   // `limit` at a time in key order after `after`: what a reconciler compares with the sagas
   // that derived them. Reads the expiry index (a key's expiry moves with each write).
-  std::vector<KeyRecord> ListKeys(const std::string& tenant_id, std::chrono::seconds since,
-                                  const std::string& after, int limit);
+  std::vector<protocol::KeyRecord> ListKeys(const std::string& tenant_id,
+                                            std::chrono::seconds since, const std::string& after,
+                                            int limit);
 
   // Deletes up to `batch` keys past their expiry (GuardOptions::retention).
   long long DeleteExpired(int batch);
@@ -270,4 +271,4 @@ class Guard {
   GuardOptions options_;
 };
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

@@ -6,7 +6,7 @@
 #include "steps/guard/guard.hpp"
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::pg::Exec;
 using detail::Decision;
@@ -38,7 +38,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
     if (rows.empty()) {
       auto existing = detail::Existing(tx, req, hash, RetentionSeconds());
       if (!existing) return Decision::Race("external claim raced with a rollback");
-      span.Set("outcome", std::string(ToString(existing->outcome)));
+      span.Set("outcome", std::string(protocol::ToString(existing->outcome)));
       return *existing;
     }
     long long token = rows[0][0].as<long long>();
@@ -95,7 +95,7 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
                                "; nothing stored");
     }
     res.replayed = false;
-    res.outcome = Outcome::kApplied;
+    res.outcome = protocol::Outcome::kApplied;
     span.Set("http.status_code", static_cast<long long>(res.status)).Ok();
   }
   // 3. Record the answer, only under this caller's token. The answer exists now, so a failure
@@ -117,15 +117,15 @@ Response Guard::External(const Request& req, const Claimed& claimed, const Call&
         }
         // Taken over while this call was out (its lease ran out): a zombie's answer is not
         // stored.
-        span.Set("outcome", std::string(ToString(Outcome::kFenced)))
+        span.Set("outcome", std::string(protocol::ToString(protocol::Outcome::kFenced)))
             .Error("the claim was taken over; not stored");
         common::Log("guard_fenced", {{"tenant", req.tenant_id},
                                      {"key", req.key},
                                      {"fencing_token", std::to_string(owned->token)}});
         auto now = detail::Existing(tx, req, hash, RetentionSeconds());
         tx.commit();
-        Response fenced = now ? *now : Refuse(Refusal::kClaimTakenOver);
-        fenced.outcome = Outcome::kFenced;
+        Response fenced = now ? *now : Refuse(protocol::Refusal::kClaimTakenOver);
+        fenced.outcome = protocol::Outcome::kFenced;
         return fenced;
       });
     } catch (const std::exception& e) {
@@ -169,11 +169,11 @@ Response Guard::CompensateExternal(const Request& req, const std::string& action
         return std::nullopt;
       },
       [&](const ExternalCall& call) {
-        return detail::Undone(action_key, Outcome::kUndone, undo(call, action));
+        return detail::Undone(action_key, protocol::Outcome::kUndone, undo(call, action));
       },
       [&](pqxx::work& tx) {
         Exec(tx, detail::kMarkCompensated, req.tenant_id, action_key, RetentionSeconds());
       });
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

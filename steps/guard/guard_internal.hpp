@@ -14,7 +14,7 @@
 #include "common/pg/statement.hpp"
 #include "steps/guard/guard.hpp"
 
-namespace steps::guard::detail {
+namespace idemsaga::steps::guard::detail {
 
 // guard_sql.cpp: every statement on idempotency_keys.
 extern const common::pg::Statement kClaim;
@@ -106,8 +106,8 @@ struct Found {
                // in flight (never undo half a call)
   };
   Kind kind = Kind::kUndo;
-  Outcome outcome = Outcome::kNone;
-  Refusal refusal = Refusal::kActionUnknown;
+  protocol::Outcome outcome = protocol::Outcome::kNone;
+  protocol::Refusal refusal = protocol::Refusal::kActionUnknown;
   ActionRecord action;
 };
 // An external action still pending under a live lease is refused (kActionPending); one whose
@@ -117,11 +117,12 @@ Found FindAction(pqxx::work& tx, const Request& req, const std::string& action_k
                  bool action_applied, double retention_s, bool cut_off);
 
 // A compensation's answer: 200 {"action_key", "outcome", ...detail}.
-Response Undone(const std::string& action_key, Outcome outcome, const nlohmann::json& detail);
+Response Undone(const std::string& action_key, protocol::Outcome outcome,
+                const nlohmann::json& detail);
 
-}  // namespace steps::guard::detail
+}  // namespace idemsaga::steps::guard::detail
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 template <typename Body>
 Response Guard::InTransaction(const Request& req, const Body& body) {
@@ -139,7 +140,7 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
         if (d.kind != Decision::Kind::kCommit) return d;  // `tx` rolls back
         auto commit = StartSpan("guard commit", req);
         tx.commit();  // a read-only commit when `body` answered from what was stored
-        commit.Set("outcome", std::string(ToString(d.answer.outcome))).Ok();
+        commit.Set("outcome", std::string(protocol::ToString(d.answer.outcome))).Ok();
         return d;
       });
     } catch (const pqxx::transaction_rollback&) {
@@ -147,7 +148,7 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
       continue;
     } catch (const pqxx::sql_error& e) {
       if (!detail::IsLockTimeout(e)) throw;
-      return Refuse(Refusal::kKeyLockTimeout);
+      return Refuse(protocol::Refusal::kKeyLockTimeout);
     }
     if (!decided) return detail::AnswerBusy(pool_, req);
     if (decided->kind == Decision::Kind::kRace) {
@@ -158,4 +159,4 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
   }
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

@@ -5,22 +5,23 @@
 #include "steps/guard/guard.hpp"
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::pg::Exec;
 
-std::vector<KeyRecord> Guard::ListKeys(const std::string& tenant_id, std::chrono::seconds since,
-                                       const std::string& after, int limit) {
+std::vector<protocol::KeyRecord> Guard::ListKeys(const std::string& tenant_id,
+                                                 std::chrono::seconds since,
+                                                 const std::string& after, int limit) {
   auto retention = std::chrono::duration_cast<std::chrono::seconds>(options_.retention);
   since = std::min(since, retention);
   return pool_.With([&](pqxx::connection& conn) {
     pqxx::nontransaction tx(conn);
-    std::vector<KeyRecord> out;
+    std::vector<protocol::KeyRecord> out;
     for (const auto& r :
          Exec(tx, detail::kListKeys, tenant_id, static_cast<double>(retention.count()),
               static_cast<double>(since.count()), after, limit)) {
       auto name = r[1].as<std::string>();
-      auto status = ParseKeyStatus(name);
+      auto status = protocol::ParseKeyStatus(name);
       if (!status) throw std::runtime_error("idempotency_keys holds a key status '" + name + "'");
       out.push_back(
           {r[0].as<std::string>(), *status, r[2].as<int>(), r[3].as<bool>(), r[4].as<double>()});
@@ -38,4 +39,4 @@ long long Guard::DeleteExpired(int batch) {
   });
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

@@ -3,7 +3,7 @@
 #include "steps/guard/guard.hpp"
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::pg::Exec;
 using detail::Decision;
@@ -39,8 +39,8 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
       return Decision::Race("idempotency key claim raced with a rollback");
     }
     if (claimed.kind == detail::Claim::Kind::kAnswered) {
-      claim.Set("outcome", std::string(ToString(claimed.answer.outcome)));
-      if (claimed.answer.outcome == Outcome::kReused)
+      claim.Set("outcome", std::string(protocol::ToString(claimed.answer.outcome)));
+      if (claimed.answer.outcome == protocol::Outcome::kReused)
         claim.Error("key reused with another request");
       return claimed.answer;
     }
@@ -54,4 +54,4 @@ Response Guard::Run(const Request& req, const Effect& effect, EffectScope scope)
   });
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

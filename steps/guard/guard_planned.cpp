@@ -6,7 +6,7 @@
 #include "steps/guard/guard.hpp"
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::pg::Exec;
 
@@ -139,9 +139,9 @@ Response Guard::RunPlanned(const Request& req, const PlannedEffect& plan) {
   } catch (const pqxx::sql_error& e) {
     if (!detail::IsLockTimeout(e)) throw;
     // A duplicate in flight held the key past the lock timeout: as InTransaction answers it.
-    return Refuse(Refusal::kKeyLockTimeout);
+    return Refuse(protocol::Refusal::kKeyLockTimeout);
   }
   return fallback(EffectScope::kAny);
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

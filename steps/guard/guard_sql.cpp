@@ -1,7 +1,7 @@
 // Every statement the guard runs on idempotency_keys (steps/guard/guard_internal.hpp).
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard::detail {
+namespace idemsaga::steps::guard::detail {
 
 // Blocks on the unique index while a concurrent duplicate is uncommitted (bounded by the
 // session's lock_timeout); returns a row only to the request that now owns the key.
@@ -133,4 +133,4 @@ const common::pg::Statement kListKeys{R"sql(
     AND idempotency_key > $4
   ORDER BY idempotency_key LIMIT $5)sql"};
 
-}  // namespace steps::guard::detail
+}  // namespace idemsaga::steps::guard::detail

@@ -7,7 +7,7 @@
 #include "common/log.hpp"
 #include "common/trace/trace_context.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::http::SetError;
 
@@ -25,11 +25,12 @@ HttpGuard::HttpGuard(HttpGuardOptions options, const common::trace::Tracer* trac
         "idemsaga_guard_requests_total",
         "Guarded requests by service, kind (action or compensation) and what the guard did.",
         {"service", "kind", "outcome"});
-    for (Outcome outcome :
-         {Outcome::kApplied, Outcome::kReplayed, Outcome::kReused, Outcome::kInProgress}) {
-      requests_->With({options_.service, "action", MetricLabel(outcome)});
+    for (protocol::Outcome outcome : {protocol::Outcome::kApplied, protocol::Outcome::kReplayed,
+                                      protocol::Outcome::kReused, protocol::Outcome::kInProgress}) {
+      requests_->With({options_.service, "action", protocol::MetricLabel(outcome)});
     }
-    requests_->With({options_.service, "compensation", MetricLabel(Outcome::kUndone)});
+    requests_->With(
+        {options_.service, "compensation", protocol::MetricLabel(protocol::Outcome::kUndone)});
   }
 }
 
@@ -129,9 +130,9 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
   }
   try {
     auto answer = run(*admitted);
-    span.Set("guard.outcome", std::string(ToString(answer.outcome)))
+    span.Set("guard.outcome", std::string(protocol::ToString(answer.outcome)))
         .Set("replayed", answer.replayed);
-    Count(kind, MetricLabel(answer.outcome));
+    Count(kind, protocol::MetricLabel(answer.outcome));
     if (hooks_.after) {
       if (auto answered = hooks_.after(answer, res)) {
         Count(kind, *answered);
@@ -283,4 +284,4 @@ HttpGuard::Handler HttpGuard::Policy(std::chrono::seconds retention) const {
   };
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

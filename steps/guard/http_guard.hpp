@@ -28,7 +28,7 @@
 #include "common/trace/span.hpp"
 #include "steps/guard/guard.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 // Returns "" when the body is acceptable, else a message naming the offending field.
 using Validate = std::function<std::string(const nlohmann::json& body)>;
@@ -86,9 +86,9 @@ class HttpGuard {
   // A store's guarded compensation of the action under `action_key` (Guard::Compensate).
   using RunCompensation = std::function<Response(const Request& req, const std::string& action_key,
                                                  bool action_applied)>;
-  using ListKeys =
-      std::function<std::vector<KeyRecord>(const std::string& tenant_id, std::chrono::seconds since,
-                                           const std::string& after, int limit)>;
+  using ListKeys = std::function<std::vector<protocol::KeyRecord>(
+      const std::string& tenant_id, std::chrono::seconds since, const std::string& after,
+      int limit)>;
 
   // POST handler of an action: `effect` runs at most once per (tenant, key).
   Handler Action(Validate validate, RouteEffect effect,
@@ -139,4 +139,4 @@ class HttpGuard {
 // and Idempotent-Replayed.
 void WriteAnswer(const Response& answer, httplib::Response& res);
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

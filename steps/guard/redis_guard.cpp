@@ -10,7 +10,7 @@
 #include "common/log.hpp"
 #include "steps/guard/guard_internal.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 using common::redis::Reply;
 using common::redis::Script;
@@ -211,7 +211,7 @@ std::string ConfigValue(common::redis::Pool& redis, const std::string& name) {
 struct RedisGuard::Claim {
   long long token = 0;
   bool earlier = false;
-  std::optional<Outcome> nothing;  // a compensation with nothing to undo: this outcome
+  std::optional<protocol::Outcome> nothing;  // a compensation with nothing to undo: this outcome
   ActionRecord action;
 };
 
@@ -268,13 +268,13 @@ Response RedisGuard::AnswerOf(const Reply& reply, size_t from) {
   }
   const std::string name = Text(reply, from);
   if (name == "refused") {
-    auto refusal = ParseRefusal(Text(reply, from + 1));
+    auto refusal = protocol::ParseRefusal(Text(reply, from + 1));
     if (!refusal)
       throw common::redis::Error("a guard script refused with '" + Text(reply, from + 1) + "'");
     return Refuse(*refusal);
   }
-  const auto outcome = ParseOutcome(name);
-  if (!outcome || *outcome == Outcome::kNone) {
+  const auto outcome = protocol::ParseOutcome(name);
+  if (!outcome || *outcome == protocol::Outcome::kNone) {
     throw common::redis::Error("a guard script answered the outcome '" + name + "'");
   }
   Response res;
@@ -288,7 +288,7 @@ Response RedisGuard::AnswerOf(const Reply& reply, size_t from) {
     }
   }
   res.outcome = *outcome;
-  res.replayed = *outcome == Outcome::kReplayed;
+  res.replayed = *outcome == protocol::Outcome::kReplayed;
   return res;
 }
 
@@ -302,17 +302,17 @@ Response RedisGuard::RunExternal(const Request& req, const Guard::ExternalEffect
 
 Response RedisGuard::CompensateExternal(const Request& req, const std::string& action_key,
                                         const Guard::ExternalUndo& undo, bool action_applied) {
-  auto claimed =
-      redis_.Eval(kClaimCompensation,
-                  {RecordKey(req.tenant_id, req.key), IndexKey(req.tenant_id),
-                   RecordKey(req.tenant_id, action_key)},
-                  {Fingerprint(req), Millis(options_.retention), Millis(options_.lease), req.key,
-                   action_key, action_applied ? "1" : "0", Refuse(Refusal::kTombstone).body,
-                   Refuse(Refusal::kCutOff).body, common::http::kProblemContentType});
+  auto claimed = redis_.Eval(
+      kClaimCompensation,
+      {RecordKey(req.tenant_id, req.key), IndexKey(req.tenant_id),
+       RecordKey(req.tenant_id, action_key)},
+      {Fingerprint(req), Millis(options_.retention), Millis(options_.lease), req.key, action_key,
+       action_applied ? "1" : "0", Refuse(protocol::Refusal::kTombstone).body,
+       Refuse(protocol::Refusal::kCutOff).body, common::http::kProblemContentType});
   return External(
       req, claimed,
       [&](const ExternalCall& call, const Claim& claim) {
-        return detail::Undone(action_key, Outcome::kUndone, undo(call, claim.action));
+        return detail::Undone(action_key, protocol::Outcome::kUndone, undo(call, claim.action));
       },
       action_key);
 }
@@ -326,7 +326,7 @@ Response RedisGuard::External(
   if (Text(claimed, 0) != "claimed") return AnswerOf(claimed);
   Claim claim{Number(claimed, 1), Number(claimed, 2) != 0};
   if (claimed.elements.size() > 3 && Text(claimed, 3) != "undo") {
-    claim.nothing = ParseOutcome(Text(claimed, 3));
+    claim.nothing = protocol::ParseOutcome(Text(claimed, 3));
     if (!claim.nothing)
       throw common::redis::Error("a guard script found '" + Text(claimed, 3) + "'");
   } else if (claimed.elements.size() > 3) {
@@ -365,7 +365,7 @@ Response RedisGuard::External(
                              "; nothing stored");
   }
   res.replayed = false;
-  res.outcome = Outcome::kApplied;
+  res.outcome = protocol::Outcome::kApplied;
   // The answer exists now, so a failure to store it is retried while the lease lasts;
   // otherwise the next request would have to call the third party again.
   auto wait = std::chrono::milliseconds(50);
@@ -401,14 +401,14 @@ Response RedisGuard::Record(const Request& req, long long token, const Response&
       "guard_fenced",
       {{"tenant", req.tenant_id}, {"key", req.key}, {"fencing_token", std::to_string(token)}});
   Response fenced =
-      reply.elements.size() > 1 ? AnswerOf(reply, 1) : Refuse(Refusal::kClaimTakenOver);
-  fenced.outcome = Outcome::kFenced;
+      reply.elements.size() > 1 ? AnswerOf(reply, 1) : Refuse(protocol::Refusal::kClaimTakenOver);
+  fenced.outcome = protocol::Outcome::kFenced;
   return fenced;
 }
 
-std::vector<KeyRecord> RedisGuard::ListKeys(const std::string& tenant_id,
-                                            std::chrono::seconds since, const std::string& after,
-                                            int limit) {
+std::vector<protocol::KeyRecord> RedisGuard::ListKeys(const std::string& tenant_id,
+                                                      std::chrono::seconds since,
+                                                      const std::string& after, int limit) {
   since = std::min(since, options_.retention);
   auto now_reply = redis_.Command({"TIME"});
   long long now_ms = std::stoll(now_reply.elements.at(0).str) * 1000 +
@@ -420,14 +420,14 @@ std::vector<KeyRecord> RedisGuard::ListKeys(const std::string& tenant_id,
     if (m.str > after) keys.push_back(m.str);
   }
   std::sort(keys.begin(), keys.end());
-  std::vector<KeyRecord> out;
+  std::vector<protocol::KeyRecord> out;
   for (const auto& key : keys) {
     if (static_cast<int>(out.size()) == limit) break;
     auto rec = redis_.Command({"HMGET", RecordKey(tenant_id, key), "status", "rs", "comp", "t"});
     if (rec.elements.size() != 4 || rec.elements[0].type != Reply::Type::kString) {
       continue;  // expired since it was indexed
     }
-    auto status = ParseKeyStatus(rec.elements[0].str);
+    auto status = protocol::ParseKeyStatus(rec.elements[0].str);
     if (!status) {
       throw common::redis::Error("a key record with the status '" + rec.elements[0].str + "'");
     }
@@ -437,4 +437,4 @@ std::vector<KeyRecord> RedisGuard::ListKeys(const std::string& tenant_id,
   return out;
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

@@ -37,7 +37,7 @@
 #include "common/redis/pool.hpp"
 #include "steps/guard/guard.hpp"
 
-namespace steps::guard {
+namespace idemsaga::steps::guard {
 
 // The persistence a Redis key store requires of its server at start-up.
 enum class RedisFsync {
@@ -72,8 +72,9 @@ class RedisGuard {
                               const Guard::ExternalUndo& undo, bool action_applied = false);
 
   // As Guard::ListKeys.
-  std::vector<KeyRecord> ListKeys(const std::string& tenant_id, std::chrono::seconds since,
-                                  const std::string& after, int limit);
+  std::vector<protocol::KeyRecord> ListKeys(const std::string& tenant_id,
+                                            std::chrono::seconds since, const std::string& after,
+                                            int limit);
 
   const GuardOptions& options() const { return options_; }
 
@@ -113,4 +114,4 @@ class RedisGuard {
   GuardOptions options_;
 };
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::guard

@@ -3,7 +3,7 @@
 #include <ostream>
 #include <stdexcept>
 
-namespace steps::guard {
+namespace idemsaga::steps::protocol {
 
 std::ostream& operator<<(std::ostream& out, Outcome outcome) {
   return out << '"' << ToString(outcome) << '"';
@@ -32,4 +32,4 @@ KeyRecord KeyRecord::FromJson(const nlohmann::json& json) {
           json.at("compensated").get<bool>(), json.at("age_seconds").get<double>()};
 }
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::protocol

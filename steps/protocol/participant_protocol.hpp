@@ -14,7 +14,7 @@
 #include <string_view>
 #include <utility>
 
-namespace steps::guard {
+namespace idemsaga::steps::protocol {
 
 // What the guard did with a request: for spans, logs, metrics (HttpGuard) and the
 // compensation's answer ({"outcome": ...}).
@@ -267,4 +267,4 @@ inline constexpr const char* kPolicyPath = "/v1/idempotency";
 // {"keys": [KeyRecord...], "next": the last key, or null at the end}.
 inline constexpr const char* kKeysPath = "/v1/idempotency/keys";
 
-}  // namespace steps::guard
+}  // namespace idemsaga::steps::protocol

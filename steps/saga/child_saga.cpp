@@ -8,7 +8,7 @@
 #include "common/log.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 namespace {
 
 // The child's view of the parent's journal: the lease, cancels and events are the parent's;
@@ -230,4 +230,4 @@ std::optional<SagaEnd> Runner::CompensateChild(const StepDefinition& step, const
   return std::nullopt;
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -210,7 +210,7 @@ std::vector<std::string> Definition::Events() const {
 
 }  // namespace idemsaga
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 std::optional<DerivedKey> ParseDerivedKey(std::string_view key) {
   auto split =
@@ -227,4 +227,4 @@ std::optional<DerivedKey> ParseDerivedKey(std::string_view key) {
   return DerivedKey{std::string(last->first), std::string(last->second), compensation};
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

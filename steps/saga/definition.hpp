@@ -7,7 +7,7 @@
 
 #include "steps/saga/step.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 // What a derived key was derived from: the exact inverse of ActionKey and CompensationKey. Exact
 // because a step name has no '-' and is never "compensate" (IsValidStepName): the last segment
@@ -22,4 +22,4 @@ struct DerivedKey {
 // a step name).
 std::optional<DerivedKey> ParseDerivedKey(std::string_view key);
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

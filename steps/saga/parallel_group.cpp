@@ -8,7 +8,7 @@
 #include "common/log.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -189,4 +189,4 @@ std::optional<SagaEnd> Runner::RunGroup(size_t first, size_t last, const SagaInp
   }
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

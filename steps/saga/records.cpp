@@ -5,7 +5,7 @@
 
 #include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 std::vector<size_t> UndoOrder(const std::vector<StepRecord>& steps, const Definition* definition) {
   static const std::vector<StepDefinition> kNone;
@@ -115,4 +115,4 @@ const char* ToString(SagaEnd end) {
   return "unknown";
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 Registry& Registry::Add(Definition definition) {
   auto id = std::pair{definition.name(), definition.version()};
@@ -40,4 +40,4 @@ size_t Registry::MaxSteps() const {
   return most;
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -17,7 +17,7 @@
 
 #include "steps/saga/definition.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 class Registry {
  public:
@@ -39,4 +39,4 @@ class Registry {
       definitions_;
 };
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -6,7 +6,7 @@
 #include "steps/saga/run_clock.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 using detail::Clock;
 
@@ -84,4 +84,4 @@ std::optional<SagaEnd> Runner::Pause(std::chrono::milliseconds left, const SagaI
   return std::nullopt;
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

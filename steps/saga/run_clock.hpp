@@ -3,7 +3,7 @@
 
 #include <chrono>
 
-namespace saga::detail {
+namespace idemsaga::steps::saga::detail {
 
 using Clock = std::chrono::steady_clock;
 
@@ -14,4 +14,4 @@ inline std::chrono::system_clock::time_point FromUnixMs(long long ms) {
 inline long long ToUnixMs(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
-}  // namespace saga::detail
+}  // namespace idemsaga::steps::saga::detail

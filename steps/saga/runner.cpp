@@ -13,7 +13,7 @@
 #include "common/trace/trace_context.hpp"
 #include "steps/saga/run_clock.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 using detail::Clock;
 using detail::ToUnixMs;
@@ -366,4 +366,4 @@ SagaResult Runner::RunSteps(const SagaInput& input, Journal& journal,
   return result;
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

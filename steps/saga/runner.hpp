@@ -26,7 +26,7 @@
 #include "common/trace/span.hpp"
 #include "steps/saga/definition.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 // Defaults are documented in docs/orders.md ("Retries"). They ride out a participant restart:
 // the deadline, not the attempt count, ends a step's retries (past the response budget the
@@ -334,4 +334,4 @@ class Runner {
   const RunnerMetrics* metrics_;
 };
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -4,7 +4,7 @@
 
 #include "idemsaga/saga.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 using idemsaga::ActionKey;
 using idemsaga::AnswerFn;
@@ -31,4 +31,4 @@ using idemsaga::ToString;
 using idemsaga::TraceContext;
 using idemsaga::WakeFn;
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -8,7 +8,7 @@
 #include "common/trace/trace_context.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 namespace {
 
 void LogStep(const char* event, const StepContext& ctx, const StepResult& r) {
@@ -199,4 +199,4 @@ std::optional<SagaEnd> Runner::Compensate(const StepDefinition& step, const Saga
   }
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -7,7 +7,7 @@
 #include "steps/saga/run_clock.hpp"
 #include "steps/saga/runner.hpp"
 
-namespace saga {
+namespace idemsaga::steps::saga {
 
 using detail::FromUnixMs;
 using detail::ToUnixMs;
@@ -120,4 +120,4 @@ StepResult Runner::AwaitEvent(const StepDefinition& step, const SagaInput& input
   }
 }
 
-}  // namespace saga
+}  // namespace idemsaga::steps::saga

@@ -30,8 +30,8 @@ namespace {
 using chaos::KeyRecord;
 using chaos::OrderBody;
 using chaos::Stack;
-using orchestrator::amqp::Connection;
-using orchestrator::amqp::Message;
+using idemsaga::orchestrator::amqp::Connection;
+using idemsaga::orchestrator::amqp::Message;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kSettle = std::chrono::seconds(90);
@@ -45,8 +45,8 @@ struct Reply {
 class AmqpIntake : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    common::SetLogEnabled(false);
-    broker_dir_ = common::pg::PrivateCluster::MakeTempDir().string();
+    idemsaga::common::SetLogEnabled(false);
+    broker_dir_ = idemsaga::common::pg::PrivateCluster::MakeTempDir().string();
     broker_ = new chaos::RabbitBroker(broker_dir_);
   }
   static void TearDownTestSuite() {
@@ -74,7 +74,7 @@ class AmqpIntake : public ::testing::Test {
   static Message Order(const KeyRecord& r, const std::string& reply_to,
                        const std::string& correlation_id) {
     Message m;
-    m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(r.key);
+    m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(r.key);
     m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
     m.content_type = "application/json";
     m.reply_to = reply_to;
@@ -124,7 +124,7 @@ class AmqpIntake : public ::testing::Test {
     m.headers["saga"] = "place_order";
     m.headers["run"] = run;
     m.headers["event"] = name;
-    m.headers["Idempotency-Key"] = common::FormatIdempotencyKey(event_key);
+    m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(event_key);
     m.headers["Authorization"] = "Bearer dev-key-" + tenant;
     m.content_type = "application/json";
     m.reply_to = reply_to;
@@ -207,10 +207,11 @@ class AmqpIntake : public ::testing::Test {
   static std::string GeneratedBadKey(int i, std::mt19937& rng) {
     switch (i % 4) {
       case 0:
-        return common::FormatIdempotencyKey("k" + std::string(1, static_cast<char>(rng() % 32)) +
-                                            std::to_string(i));
+        return idemsaga::common::FormatIdempotencyKey(
+            "k" + std::string(1, static_cast<char>(rng() % 32)) + std::to_string(i));
       case 1:
-        return common::FormatIdempotencyKey(std::string(201, static_cast<char>('a' + i % 26)));
+        return idemsaga::common::FormatIdempotencyKey(
+            std::string(201, static_cast<char>('a' + i % 26)));
       case 2:
         return "\"a" + std::to_string(i) + "\", \"b\"";
       default:
@@ -423,7 +424,7 @@ TEST_F(AmqpIntake, BrokerRestartUnderLoadEndsEveryOrderOnce) {
         }
         pub->Publish("orders_restart", Order(records[i], "replies_restart", std::to_string(i)));
         break;
-      } catch (const orchestrator::amqp::AmqpError&) {
+      } catch (const idemsaga::orchestrator::amqp::AmqpError&) {
         pub.reset();
         ++republished;
         ASSERT_LT(attempt, 50) << "the broker did not come back";
@@ -571,7 +572,7 @@ TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
     try {
       Connection probe(broker_->Url());
       dead = probe.Get("orders_deleted.dead");
-    } catch (const orchestrator::amqp::AmqpError&) {  // not declared again yet
+    } catch (const idemsaga::orchestrator::amqp::AmqpError&) {  // not declared again yet
     }
     if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -633,16 +634,17 @@ TEST_F(AmqpIntake, AnEventMessageCompletesAWaitingOrderAndFiftyCopiesAreStoredOn
       1);
   // The same event key over HTTP replays the queue's answer byte for byte.
   httplib::Client http(stack.OrchestratorUrl(0));
-  auto replay =
-      http.Post("/v1/runs/place_order/" + common::PercentEncode(key) + "/events/payment_confirmed",
-                {{"Authorization", "Bearer dev-key-demo"},
-                 {"Idempotency-Key", common::FormatIdempotencyKey(event_key)}},
-                "{}", "application/json");
+  auto replay = http.Post(
+      "/v1/runs/place_order/" + idemsaga::common::PercentEncode(key) + "/events/payment_confirmed",
+      {{"Authorization", "Bearer dev-key-demo"},
+       {"Idempotency-Key", idemsaga::common::FormatIdempotencyKey(event_key)}},
+      "{}", "application/json");
   ASSERT_TRUE(replay);
   EXPECT_EQ(replay->status, event_reply.status);
   EXPECT_EQ(replay->body, event_reply.body);
   // (httplib's client decodes a Location it reads: the reply's is compared with the path.)
-  EXPECT_EQ(event_reply.headers.at("Location"), "/v1/orders/" + common::PercentEncode(key));
+  EXPECT_EQ(event_reply.headers.at("Location"),
+            "/v1/orders/" + idemsaga::common::PercentEncode(key));
   EXPECT_EQ(c.DeclareQueue("orders_events.events"), 0u) << "every message acknowledged";
   EXPECT_EQ(c.DeclareQueue("orders_events.events.dead"), 0u);
   EXPECT_EQ(Messages(stack, "replied", kCopies, "idemsaga_amqp_event_messages_total"), kCopies);
@@ -687,7 +689,7 @@ TEST_F(AmqpIntake, EventMessagesItCannotTakeAreDeadLetteredWithTheirReasonAndSto
   };
   std::vector<HeaderCase> header_cases = {
       {"no key and no message id", "Idempotency-Key", std::nullopt, "idempotency_key_missing"},
-      {"two keys", "idempotency-key", common::FormatIdempotencyKey("other"),
+      {"two keys", "idempotency-key", idemsaga::common::FormatIdempotencyKey("other"),
        "idempotency_key_invalid"},
       {"unknown tenant", "Authorization", "Bearer not-a-tenant", "unauthorized"},
       {"a run of another tenant", "run", "bad-events-acme", "not_found"},
@@ -783,7 +785,7 @@ TEST_F(AmqpIntake, TheCliDeliversAnEventAndTheQueueReplaysItsAnswer) {
   ASSERT_TRUE(Parked(stack, key));
 
   std::string log = stack.log_dir() + "/cli_event.log";
-  int exit = common::RunProgram(
+  int exit = idemsaga::common::RunProgram(
       {IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key", "dev-key-demo",
        "--run", key, "--name", "payment_confirmed", "--key", "cli-confirmed"},
       log);
@@ -811,10 +813,10 @@ TEST_F(AmqpIntake, TheCliDeliversAnEventAndTheQueueReplaysItsAnswer) {
   auto printed_body = nlohmann::json::parse(printed.substr(printed.find('{')));
   EXPECT_EQ(nlohmann::json::parse(copy[0].body), printed_body);
   // A refusal is a failure: exit 1 with the problem printed.
-  exit =
-      common::RunProgram({IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key",
-                          "dev-key-demo", "--run", key, "--name", "shipped", "--key", "cli-other"},
-                         log);
+  exit = idemsaga::common::RunProgram(
+      {IDEMSAGA_BINARY, "event", "--url", stack.OrchestratorUrl(0), "--api-key", "dev-key-demo",
+       "--run", key, "--name", "shipped", "--key", "cli-other"},
+      log);
   EXPECT_EQ(exit, 1);
   EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"), "SELECT count(*) FROM saga_events"), 1);
   ExpectClean(stack, records, "amqp_cli_event");

@@ -100,7 +100,7 @@ void StopLeftoverClusters(const fs::path& temp_root) {
     std::string start_time;
     if (!(owner_file >> pid >> start_time)) continue;  // not a chaos harness's cluster
     if (StartTimeOf(pid) == start_time) continue;      // its owner is alive
-    common::RunProgram(
+    idemsaga::common::RunProgram(
         {"sh", "-c", kStopLeftoverCluster, "idemsaga-chaos-cleanup", entry.path().string()});
   }
 }
@@ -153,17 +153,18 @@ class ClusterWatchdog {
 // The suite's one cluster, with its watchdog. Members are destroyed in reverse: the cluster
 // stops normally first, then the watchdog finds nothing left to do.
 struct SuiteCluster {
-  SuiteCluster() : dir(common::pg::PrivateCluster::MakeTempDir()) {
+  SuiteCluster() : dir(idemsaga::common::pg::PrivateCluster::MakeTempDir()) {
     StopLeftoverClusters(dir.parent_path());
     std::ofstream(dir / kOwnerFile) << getpid() << " " << StartTimeOf(getpid()) << "\n";
     watchdog = std::make_unique<ClusterWatchdog>(dir);
-    cluster = common::pg::PrivateCluster::Start({.dir = dir,
-                                                 .durable = true,  // scenario 5 crashes it
-                                                 .temporary = true});
+    cluster =
+        idemsaga::common::pg::PrivateCluster::Start({.dir = dir,
+                                                     .durable = true,  // scenario 5 crashes it
+                                                     .temporary = true});
   }
   fs::path dir;
   std::unique_ptr<ClusterWatchdog> watchdog;
-  std::unique_ptr<common::pg::PrivateCluster> cluster;
+  std::unique_ptr<idemsaga::common::pg::PrivateCluster> cluster;
 };
 
 SuiteCluster& Suite() {
@@ -237,33 +238,33 @@ bool Process::Exited(std::chrono::milliseconds wait) {
   return true;
 }
 
-common::pg::PrivateCluster& Stack::Cluster() { return *Suite().cluster; }
+idemsaga::common::pg::PrivateCluster& Stack::Cluster() { return *Suite().cluster; }
 
 const fs::path& Stack::ClusterDir() { return Suite().dir; }
 
 Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), options_(options) {
-  dir_ = common::pg::PrivateCluster::MakeTempDir().string();
-  for (const auto& kind : common::pg::DatabaseKinds()) {
+  dir_ = idemsaga::common::pg::PrivateCluster::MakeTempDir().string();
+  for (const auto& kind : idemsaga::common::pg::DatabaseKinds()) {
     std::string db = "chaos_" + name_ + "_" + kind;
     {
       pqxx::connection admin(Cluster().Url("postgres"));
       pqxx::nontransaction tx(admin);
       tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
     }
-    common::pg::CreateDatabaseIfMissing(Cluster().Url(), db);
+    idemsaga::common::pg::CreateDatabaseIfMissing(Cluster().Url(), db);
     pqxx::connection conn(Cluster().Url(db));
-    common::pg::Migrate(conn, kind);
+    idemsaga::common::pg::Migrate(conn, kind);
   }
   pqxx::connection conn(DatabaseUrl("orchestrator"));
   pqxx::work tx(conn);
   for (const auto& [tenant, key] : {std::pair{"demo", "dev-key-demo"}, {"acme", "dev-key-acme"}}) {
     tx.exec_params("INSERT INTO tenants (tenant_id, api_key_hash) VALUES ($1, $2)", tenant,
-                   common::Sha256Hex(key));
+                   idemsaga::common::Sha256Hex(key));
   }
   tx.commit();
-  for (const auto& which : kParticipants) ports_[which] = common::FreeLoopbackPort();
+  for (const auto& which : kParticipants) ports_[which] = idemsaga::common::FreeLoopbackPort();
   for (int i = 0; i < options_.replicas; ++i)
-    orchestrator_ports_.push_back(common::FreeLoopbackPort());
+    orchestrator_ports_.push_back(idemsaga::common::FreeLoopbackPort());
   orchestrators_.resize(options_.replicas);
 }
 
@@ -486,14 +487,14 @@ namespace {
 
 // I7: runs `idemsaga reconcile` over the stack as an operator would.
 void Reconcile(const Stack& stack, Report& rep) {
-  std::string out = ::testing::TempDir() + "reconcile-" + common::RandomHex(6) + ".json";
+  std::string out = ::testing::TempDir() + "reconcile-" + idemsaga::common::RandomHex(6) + ".json";
   std::vector<std::string> argv = {
       IDEMSAGA_BINARY, "reconcile", "--database-url", stack.DatabaseUrl("orchestrator"),
       "--since",       "2h",        "--format",       "json"};
   for (const auto& p : kParticipants) {
     argv.insert(argv.end(), {"--participant", p + "=" + stack.ParticipantUrl(p)});
   }
-  int rc = common::RunProgram(argv, out);
+  int rc = idemsaga::common::RunProgram(argv, out);
   rep.reconcile_report = Slurp(out);
   std::remove(out.c_str());
   auto j = nlohmann::json::parse(rep.reconcile_report, nullptr, false);

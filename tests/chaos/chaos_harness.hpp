@@ -82,7 +82,7 @@ class Stack {
 
   std::string DatabaseUrl(const std::string& kind) const;
   const std::string& log_dir() const { return dir_; }
-  static common::pg::PrivateCluster& Cluster();
+  static idemsaga::common::pg::PrivateCluster& Cluster();
   static const std::filesystem::path& ClusterDir();
 
  private:

@@ -187,7 +187,7 @@ std::map<std::string, std::string> ParentRows(const Stack& stack) {
 
 class FaultSuite : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { common::SetLogEnabled(false); }
+  static void SetUpTestSuite() { idemsaga::common::SetLogEnabled(false); }
 };
 
 TEST_F(FaultSuite, DuplicateStormMakesOneEffectPerKeyAndRefusesReuse) {

@@ -95,7 +95,7 @@ TEST(ChaosHarnessVictim, HoldsARunningStackUntilKilled) {
 }
 
 TEST(ChaosHarness, AKilledHarnessLeavesNoServersAndNoClusterBehind) {
-  const fs::path dir = common::pg::PrivateCluster::MakeTempDir();
+  const fs::path dir = idemsaga::common::pg::PrivateCluster::MakeTempDir();
   const fs::path report = dir / "started", log = dir / "victim.log";
   chaos::Process victim(
       {fs::read_symlink("/proc/self/exe").string(), "--gtest_filter=ChaosHarnessVictim.*"},

@@ -14,9 +14,9 @@ namespace chaos {
 
 RabbitBroker::RabbitBroker(std::string dir)
     : dir_(std::move(dir)),
-      amqp_port_(common::FreeLoopbackPort()),
-      dist_port_(common::FreeLoopbackPort()),
-      epmd_port_(common::FreeLoopbackPort()) {
+      amqp_port_(idemsaga::common::FreeLoopbackPort()),
+      dist_port_(idemsaga::common::FreeLoopbackPort()),
+      epmd_port_(idemsaga::common::FreeLoopbackPort()) {
   std::filesystem::create_directories(dir_);
   std::ofstream(dir_ + "/rabbitmq.conf")
       << "listeners.tcp.default = 127.0.0.1:" << amqp_port_ << "\n"
@@ -62,9 +62,9 @@ void RabbitBroker::Start() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   for (;;) {
     try {
-      orchestrator::amqp::Connection probe(Url(), std::chrono::seconds(2));
+      idemsaga::orchestrator::amqp::Connection probe(Url(), std::chrono::seconds(2));
       return;
-    } catch (const orchestrator::amqp::AmqpError&) {
+    } catch (const idemsaga::orchestrator::amqp::AmqpError&) {
     }
     if (server_->Exited(std::chrono::milliseconds(0))) {
       throw std::runtime_error("rabbitmq-server exited; see " + dir_ + "/rabbitmq.log");

@@ -1,5 +1,5 @@
-// A real common::http::Server on 127.0.0.1 (a free port) with the routes the edge tests aim
-// at: echo (what the handler saw, bytes hex-encoded so nothing is lost in JSON), sleep, work,
+// A real idemsaga::common::http::Server on 127.0.0.1 (a free port) with the routes the edge tests
+// aim at: echo (what the handler saw, bytes hex-encoded so nothing is lost in JSON), sleep, work,
 // block (until released), drop, throw. Serves on its own thread until destroyed.
 //
 // Thread-safety: handlers run on the server's workers; Release() from any thread.
@@ -36,8 +36,8 @@ inline std::string Hex(std::string_view bytes) {
 
 class EdgeServer {
  public:
-  explicit EdgeServer(common::http::Limits limits = {})
-      : server(std::move(limits), common::pg::Classify) {
+  explicit EdgeServer(idemsaga::common::http::Limits limits = {})
+      : server(std::move(limits), idemsaga::common::pg::Classify) {
     auto echo = [](const httplib::Request& req, httplib::Response& res) {
       nlohmann::json headers = nlohmann::json::array();
       for (const auto& [name, value] : req.headers) headers.push_back({name, Hex(value)});
@@ -53,13 +53,15 @@ class EdgeServer {
     // Registered first, as the orchestrator's is: it must never take a key that ends in "/trace".
     server.Get(R"(/v1/orders/(.+)/trace)", [](const httplib::Request& req, httplib::Response& res) {
       res.set_content(
-          nlohmann::json{{"trace_of", Hex(common::http::DecodeCapture(req.matches[1].str()))}}
+          nlohmann::json{
+              {"trace_of", Hex(idemsaga::common::http::DecodeCapture(req.matches[1].str()))}}
               .dump(),
           "application/json");
     });
     server.Get(R"(/v1/orders/(.+))", [](const httplib::Request& req, httplib::Response& res) {
       res.set_content(
-          nlohmann::json{{"key", Hex(common::http::DecodeCapture(req.matches[1].str()))}}.dump(),
+          nlohmann::json{{"key", Hex(idemsaga::common::http::DecodeCapture(req.matches[1].str()))}}
+              .dump(),
           "application/json");
     });
     server.Get("/sleep", [](const httplib::Request& req, httplib::Response& res) {
@@ -80,7 +82,7 @@ class EdgeServer {
       res.set_content(R"({"released":true})", "application/json");
     });
     server.Get("/drop", [](const httplib::Request&, httplib::Response& res) {
-      common::http::CloseWithoutResponse(res);
+      idemsaga::common::http::CloseWithoutResponse(res);
     });
     server.Get("/throw", [](const httplib::Request&, httplib::Response&) {
       throw std::runtime_error("a bug");
@@ -116,7 +118,7 @@ class EdgeServer {
     return blocked_;
   }
 
-  common::http::Server server;
+  idemsaga::common::http::Server server;
   int port = -1;
 
  private:

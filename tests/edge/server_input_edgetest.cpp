@@ -1,4 +1,4 @@
-// What a careless or hostile client can send, and what common::http::Server makes of it:
+// What a careless or hostile client can send, and what idemsaga::common::http::Server makes of it:
 // header bytes reach the handler unaltered; a path is decoded once and never reaches a route
 // truncated or altered; oversized, malformed and randomly mutated requests get a 4xx with the
 // JSON error body (or a closed connection), never a 5xx, and memory stays flat.
@@ -285,7 +285,7 @@ TEST(ServerInput, BearerSchemeIsCaseInsensitive) {
   auto token = [](const std::string& value) {
     httplib::Request req;
     req.headers.emplace("Authorization", value);
-    return common::http::BearerToken(req);
+    return idemsaga::common::http::BearerToken(req);
   };
   EXPECT_EQ(token("Bearer abc"), "abc");
   EXPECT_EQ(token("bearer abc"), "abc");
@@ -295,7 +295,7 @@ TEST(ServerInput, BearerSchemeIsCaseInsensitive) {
   EXPECT_EQ(token("Bearer "), "");
   EXPECT_EQ(token("Bearerabc"), "");
   EXPECT_EQ(token("Basic abc"), "");
-  EXPECT_EQ(common::http::BearerToken(httplib::Request{}), "");
+  EXPECT_EQ(idemsaga::common::http::BearerToken(httplib::Request{}), "");
 }
 
 TEST(ServerInput, OversizedHeadersAre431Or414AndMemoryStaysFlat) {

@@ -242,7 +242,7 @@ TEST(ServerLoad, StopClosesIdleConnectionsAtOnceAndLetsAdmittedRequestsFinish) {
   EXPECT_THROW(Socket refused(server.port), std::runtime_error);  // no longer listening
 
   // Stop() before Serve(): Serve returns at once.
-  common::http::Server early;
+  idemsaga::common::http::Server early;
   ASSERT_GT(early.Bind("127.0.0.1", 0), 0);
   early.Stop();
   EXPECT_TRUE(early.Serve());
@@ -258,12 +258,12 @@ TEST(ServerLoad, AnEarlyAnswerGoesAtOnceAndTheHandlersOwnIsDropped) {
   EdgeServer server({.threads = 4});
   std::mutex m;
   std::condition_variable cv;
-  common::http::EarlyAnswer early;
+  idemsaga::common::http::EarlyAnswer early;
   bool finish = false;
   std::atomic<bool> second_refused{false};
   std::atomic<bool> returned{false};
   server.server.Get("/long", [&](const httplib::Request&, httplib::Response& res,
-                                 const common::http::EarlyAnswer& handle) {
+                                 const idemsaga::common::http::EarlyAnswer& handle) {
     {
       std::unique_lock lock(m);
       early = handle;
@@ -315,9 +315,9 @@ TEST(ServerLoad, AnEarlyAnswerGoesAtOnceAndTheHandlersOwnIsDropped) {
 TEST(ServerLoad, AnEarlyAnswerAfterTheHandlerReturnedIsRefused) {
   EdgeServer server({.threads = 2});
   std::mutex m;  // the socket orders the handler's write before our read; TSan cannot see it
-  common::http::EarlyAnswer early;
+  idemsaga::common::http::EarlyAnswer early;
   server.server.Get("/quick", [&](const httplib::Request&, httplib::Response& res,
-                                  const common::http::EarlyAnswer& handle) {
+                                  const idemsaga::common::http::EarlyAnswer& handle) {
     std::lock_guard lock(m);
     early = handle;
     res.set_content(R"({"from":"handler"})", "application/json");

@@ -19,17 +19,17 @@ void Check(bool ok) {
 
 void CheckItems(const nlohmann::json& body) {
   const auto& items = body.at("items");
-  Check(items.is_array() && !items.empty() && items.size() <= steps::kMaxItems);
+  Check(items.is_array() && !items.empty() && items.size() <= idemsaga::steps::kMaxItems);
   for (const auto& item : items) {
     long long q = item.at("quantity").get<long long>();
-    Check(q >= 1 && q <= steps::kMaxQuantity);
+    Check(q >= 1 && q <= idemsaga::steps::kMaxQuantity);
     Check(item.at("sku").is_string());
   }
 }
 
 void CheckCharge(const nlohmann::json& body) {
   long long amount = body.at("amount_cents").get<long long>();
-  Check(amount >= 1 && amount <= steps::kMaxAmountCents);
+  Check(amount >= 1 && amount <= idemsaga::steps::kMaxAmountCents);
   Check(body.at("currency").is_string() && body.at("payment_method").is_string());
 }
 
@@ -49,13 +49,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto body = nlohmann::json::parse(reinterpret_cast<const char*>(data),
                                     reinterpret_cast<const char*>(data) + size, nullptr, false);
   if (body.is_discarded()) return 0;  // the route's 400 invalid_json
-  if (steps::ValidateOrder(body).empty()) {
+  if (idemsaga::steps::ValidateOrder(body).empty()) {
     Check(body.is_object());
     CheckItems(body);
     CheckCharge(body);
   }
-  if (steps::ValidateReservation(body).empty()) CheckItems(body);
-  if (steps::ValidateCharge(body).empty()) CheckCharge(body);
-  if (steps::ValidateShipment(body).empty()) CheckShipment(body);
+  if (idemsaga::steps::ValidateReservation(body).empty()) CheckItems(body);
+  if (idemsaga::steps::ValidateCharge(body).empty()) CheckCharge(body);
+  if (idemsaga::steps::ValidateShipment(body).empty()) CheckShipment(body);
   return 0;
 }

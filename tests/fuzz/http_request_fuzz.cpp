@@ -1,5 +1,5 @@
-// libFuzzer harness for the request parsing path of common::http::Server (RequestParser, the
-// socket-free half): any bytes, fed in the chunk sizes the input itself picks, as the server's
+// libFuzzer harness for the request parsing path of idemsaga::common::http::Server (RequestParser,
+// the socket-free half): any bytes, fed in the chunk sizes the input itself picks, as the server's
 // connection feeds them (keep the unconsumed rest, append, feed again; a new parser for each
 // pipelined request). Beyond "no crash, no leak, no UB" it checks what the server promises its
 // routes and clients:
@@ -19,8 +19,8 @@
 
 namespace {
 
-using common::http::Limits;
-using common::http::RequestParser;
+using idemsaga::common::http::Limits;
+using idemsaga::common::http::RequestParser;
 
 void Check(bool ok) {
   if (!ok) std::abort();
@@ -43,12 +43,13 @@ void CheckRequest(RequestParser& parser, const Limits& limits) {
   const auto& req = parser.request();
   Check(!req.path.empty() && req.path.front() == '/');
   Check(req.path.find('\0') == std::string::npos);
-  Check(common::http::detail::IsValidUtf8(req.path));
+  Check(idemsaga::common::http::detail::IsValidUtf8(req.path));
   for (const auto& [key, value] : req.params) {
     Check(key.find('\0') == std::string::npos && value.find('\0') == std::string::npos);
-    Check(common::http::detail::IsValidUtf8(key) && common::http::detail::IsValidUtf8(value));
+    Check(idemsaga::common::http::detail::IsValidUtf8(key) &&
+          idemsaga::common::http::detail::IsValidUtf8(value));
   }
-  Check(req.body.size() <= common::http::BodyLimitFor(limits, req.path));
+  Check(req.body.size() <= idemsaga::common::http::BodyLimitFor(limits, req.path));
   Check(req.headers.size() <= limits.max_header_fields);
   Check(!req.method.empty());
 }

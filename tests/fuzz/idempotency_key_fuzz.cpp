@@ -22,15 +22,16 @@ void Check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view value(reinterpret_cast<const char*>(data), size);
   for (size_t max : {size_t{200}, size_t{255}}) {
-    auto parsed = common::ParseIdempotencyKey(1, value, max);
+    auto parsed = idemsaga::common::ParseIdempotencyKey(1, value, max);
     if (!parsed.ok()) {
       Check(parsed.error == "idempotency_key_invalid" && !parsed.message.empty());
       continue;
     }
-    Check(common::IsValidKeyBytes(parsed.key, max));
-    auto again = common::ParseIdempotencyKey(1, common::FormatIdempotencyKey(parsed.key), max);
+    Check(idemsaga::common::IsValidKeyBytes(parsed.key, max));
+    auto again = idemsaga::common::ParseIdempotencyKey(
+        1, idemsaga::common::FormatIdempotencyKey(parsed.key), max);
     Check(again.ok() && again.key == parsed.key);
   }
-  Check(common::ParseIdempotencyKey(2, value, 255).error == "idempotency_key_invalid");
+  Check(idemsaga::common::ParseIdempotencyKey(2, value, 255).error == "idempotency_key_invalid");
   return 0;
 }

@@ -1,5 +1,5 @@
-// libFuzzer harness for the OTLP/HTTP JSON trace intake (common::trace::DecodeOtlp), fed the
-// way POST /v1/traces feeds it (JSON parsed first; invalid JSON is a 400 before decoding).
+// libFuzzer harness for the OTLP/HTTP JSON trace intake (idemsaga::common::trace::DecodeOtlp), fed
+// the way POST /v1/traces feeds it (JSON parsed first; invalid JSON is a 400 before decoding).
 // Beyond "no crash, no leak, no UB": every span it keeps can be stored (ids hex of the right
 // length, text without NUL and bounded, start <= end, at most kMaxOtlpAttributes), and a
 // refusal always names where.
@@ -18,7 +18,7 @@ void Check(bool ok) {
 }
 
 bool Storable(const std::string& s) {
-  return s.size() <= common::trace::kMaxOtlpText && s.find('\0') == std::string::npos;
+  return s.size() <= idemsaga::common::trace::kMaxOtlpText && s.find('\0') == std::string::npos;
 }
 
 }  // namespace
@@ -28,18 +28,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                     reinterpret_cast<const char*>(data) + size, nullptr, false);
   if (json.is_discarded()) return 0;
   std::string error;
-  auto decoded = common::trace::DecodeOtlp(json, error);
+  auto decoded = idemsaga::common::trace::DecodeOtlp(json, error);
   if (!decoded) {
     Check(!error.empty());
     return 0;
   }
   Check(decoded->rejected == 0 || !decoded->error.empty());
   for (const auto& s : decoded->spans) {
-    Check(common::trace::IsHexId(s.trace_id, 32) && common::trace::IsHexId(s.span_id, 16));
-    Check(s.parent_span_id.empty() || common::trace::IsHexId(s.parent_span_id, 16));
+    Check(idemsaga::common::trace::IsHexId(s.trace_id, 32) &&
+          idemsaga::common::trace::IsHexId(s.span_id, 16));
+    Check(s.parent_span_id.empty() || idemsaga::common::trace::IsHexId(s.parent_span_id, 16));
     Check(!s.name.empty() && Storable(s.name) && Storable(s.status_message));
     Check(s.start_unix_nano >= 0 && s.start_unix_nano <= s.end_unix_nano);
-    Check(s.attributes.size() <= common::trace::kMaxOtlpAttributes);
+    Check(s.attributes.size() <= idemsaga::common::trace::kMaxOtlpAttributes);
     for (const auto& [k, v] : s.attributes) {
       Check(!k.empty() && Storable(k));
       if (const auto* text = std::get_if<std::string>(&v)) Check(Storable(*text));

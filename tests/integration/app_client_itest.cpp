@@ -71,7 +71,7 @@ class AppClient : public ::testing::Test {
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
     orch_db_.Exec("INSERT INTO tenants (tenant_id, api_key_hash) VALUES ('acme', $1)",
-                  common::Sha256Hex(kApiKey));
+                  idemsaga::common::Sha256Hex(kApiKey));
     hotel_.Schema(
         "CREATE TABLE IF NOT EXISTS bookings (id bigserial PRIMARY KEY, tenant_id text NOT NULL,"
         " idempotency_key text NOT NULL, city text NOT NULL, UNIQUE (tenant_id, "
@@ -120,7 +120,7 @@ class AppClient : public ::testing::Test {
     http.set_read_timeout(30, 0);
     return http.Post("/v1/runs/trip",
                      {{"Authorization", std::string("Bearer ") + kApiKey},
-                      {"Idempotency-Key", common::FormatIdempotencyKey(key)}},
+                      {"Idempotency-Key", idemsaga::common::FormatIdempotencyKey(key)}},
                      input.dump(), "application/json");
   }
 

@@ -11,20 +11,23 @@ namespace {
 using namespace std::chrono_literals;
 
 // {"first": order, "second": order}: both placed, or neither kept.
-std::optional<saga::Definition> TwoOrders(idemsaga::Participants& p) {
-  auto order = [&p] { return steps::MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment")); };
-  auto part = [](const char* which) {
-    return [which](const saga::StepContext& ctx) { return (*ctx.request)[which]; };
+std::optional<idemsaga::steps::saga::Definition> TwoOrders(idemsaga::Participants& p) {
+  auto order = [&p] {
+    return idemsaga::steps::MakePlaceOrderSagaV1(p.Get("inventory"), p.Get("payment"));
   };
-  saga::Definition d("two_orders");
+  auto part = [](const char* which) {
+    return [which](const idemsaga::steps::saga::StepContext& ctx) { return (*ctx.request)[which]; };
+  };
+  idemsaga::steps::saga::Definition d("two_orders");
   d.Child("first", order(), part("first"))
       .Child("second", order(), part("second"))
-      .Answer([](const saga::StepContext& ctx) {
-        return saga::SuccessAnswer{201,
-                                   {{"status", "completed"},
-                                    {"charges",
-                                     {ctx.Output("first")["outputs"]["payment"]["charge_id"],
-                                      ctx.Output("second")["outputs"]["payment"]["charge_id"]}}}};
+      .Answer([](const idemsaga::steps::saga::StepContext& ctx) {
+        return idemsaga::steps::saga::SuccessAnswer{
+            201,
+            {{"status", "completed"},
+             {"charges",
+              {ctx.Output("first")["outputs"]["payment"]["charge_id"],
+               ctx.Output("second")["outputs"]["payment"]["charge_id"]}}}};
       });
   return d;
 }
@@ -34,7 +37,7 @@ class ChildSagas : public ::testing::Test {
   ChildSagas()
       : stack_({},
                [] {
-                 auto sagas = steps::ShippedSagas();
+                 auto sagas = idemsaga::steps::ShippedSagas();
                  sagas.push_back(TwoOrders);
                  return sagas;
                }()),

@@ -56,7 +56,7 @@ TEST(Config, EveryFlagOfEveryCommandReadsAVariableThatTheTableDocuments) {
     std::vector<std::string> argv = {IDEMSAGA_BINARY};
     argv.insert(argv.end(), command.begin(), command.end());
     argv.push_back("--help");
-    std::istringstream help(common::ReadProgramOutput(argv));
+    std::istringstream help(idemsaga::common::ReadProgramOutput(argv));
     for (std::string line; std::getline(help, line);) {
       std::smatch m, e;
       if (!std::regex_match(line, m, option) || m[1] == "--help") continue;
@@ -93,7 +93,7 @@ TEST(Config, EveryOptionOfEveryCommandHasADescriptionInItsHelp) {
     std::string name = "idemsaga";
     for (const auto& c : command) name += " " + c;
     std::vector<std::string> lines;
-    std::istringstream help(common::ReadProgramOutput(argv));
+    std::istringstream help(idemsaga::common::ReadProgramOutput(argv));
     for (std::string line; std::getline(help, line);) lines.push_back(line);
     std::string section;
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -132,7 +132,7 @@ TEST(Config, EveryOptionOfEveryCommandHasADescriptionInItsHelp) {
 
 TEST(Config, AParticipantConfiguredOnlyByItsEnvironmentServesAndLogsJsonLines) {
   test_support::ScratchDatabase db("inventory");
-  int port = common::FreeLoopbackPort();
+  int port = idemsaga::common::FreeLoopbackPort();
   std::string log = ::testing::TempDir() + "config_itest_inventory.log";
   std::remove(log.c_str());
   chaos::Process p({IDEMSAGA_BINARY, "inventory"},

@@ -353,7 +353,7 @@ class DevScriptTest : public ::testing::Test {
     fs::permissions(work_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                fs::perms::others_read | fs::perms::others_exec);
     std::set<int> ports;
-    while (ports.size() < 5) ports.insert(common::FreeLoopbackPort());
+    while (ports.size() < 5) ports.insert(idemsaga::common::FreeLoopbackPort());
     auto it = ports.begin();
     pg_port_ = *it++;
     orchestrator_port_ = *it++;
@@ -398,7 +398,7 @@ class DevScriptTest : public ::testing::Test {
       fs::path file = work_ / "example.sh", log = work_ / "example.log";
       std::ofstream(file) << script;
       fs::remove(log);
-      common::RunProgram({"bash", file.string()}, log.string());
+      idemsaga::common::RunProgram({"bash", file.string()}, log.string());
       std::string output = Slurp(log);
       // One part of the output per command, each ending in its exit status.
       size_t from = 0;
@@ -503,11 +503,11 @@ TEST_F(DevScriptTest, TheReadmesFirstCommandServesAnOrderAndCtrlCStopsEverything
   // The README's next line, `$B order --api-key dev-key-demo --key order-1`: the CLI's
   // defaults are the curl example's body, so it gets the same order back, replayed.
   fs::path cli_log = work_ / "cli.log";
-  int cli_exit =
-      common::RunProgram({(kSourceDir / "build/release/cmd/idemsaga/idemsaga").string(), "order",
-                          "--api-key", "dev-key-demo", "--key", "order-1", "--url",
-                          "http://127.0.0.1:" + std::to_string(orchestrator_port_)},
-                         cli_log.string());
+  int cli_exit = idemsaga::common::RunProgram(
+      {(kSourceDir / "build/release/cmd/idemsaga/idemsaga").string(), "order", "--api-key",
+       "dev-key-demo", "--key", "order-1", "--url",
+       "http://127.0.0.1:" + std::to_string(orchestrator_port_)},
+      cli_log.string());
   std::string cli = Slurp(cli_log);
   EXPECT_EQ(cli_exit, 0) << cli;
   EXPECT_NE(cli.find("HTTP 201"), std::string::npos) << cli;

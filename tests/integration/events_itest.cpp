@@ -20,11 +20,12 @@ using namespace std::chrono_literals;
 
 constexpr auto kApprovalTimeout = 6s;
 
-std::optional<saga::Definition> ApproveOrder(idemsaga::Participants& p) {
+std::optional<idemsaga::steps::saga::Definition> ApproveOrder(idemsaga::Participants& p) {
   auto& inventory = p.Get("inventory");
   auto& payment = p.Get("payment");
-  saga::Definition d("approve_order");
-  d.Step("inventory", steps::ReserveItems(inventory), steps::ReleaseItems(inventory))
+  idemsaga::steps::saga::Definition d("approve_order");
+  d.Step("inventory", idemsaga::steps::ReserveItems(inventory),
+         idemsaga::steps::ReleaseItems(inventory))
       .Await("approval",
              {.events = {"approved", "rejected"},
               .timeout = kApprovalTimeout,
@@ -32,24 +33,26 @@ std::optional<saga::Definition> ApproveOrder(idemsaga::Participants& p) {
                   [](const std::string&, const nlohmann::json& payload) {
                     if (!payload.is_object() || !payload.contains("approver") ||
                         !payload["approver"].is_string()) {
-                      throw saga::InvalidInput("approver must be a string");
+                      throw idemsaga::steps::saga::InvalidInput("approver must be a string");
                     }
                   },
               .decide =
                   [](const std::string& event, const nlohmann::json& payload,
-                     const saga::StepContext&) {
+                     const idemsaga::steps::saga::StepContext&) {
                     if (event == "rejected") {
-                      return saga::StepResult::Terminal(
+                      return idemsaga::steps::saga::StepResult::Terminal(
                           422, "order_rejected",
                           "rejected by " + payload["approver"].get<std::string>());
                     }
-                    return saga::StepResult::Succeeded({{"approver", payload["approver"]}});
+                    return idemsaga::steps::saga::StepResult::Succeeded(
+                        {{"approver", payload["approver"]}});
                   }})
-      .When([](const saga::StepContext& ctx) {
+      .When([](const idemsaga::steps::saga::StepContext& ctx) {
         return (*ctx.request)["amount_cents"].get<long long>() > 100000;
       })
       .Sleep("cool_off", 2500ms)
-      .Step("payment", steps::ChargeOrder(payment), steps::RefundOrder(payment));
+      .Step("payment", idemsaga::steps::ChargeOrder(payment),
+            idemsaga::steps::RefundOrder(payment));
   return d;
 }
 
@@ -68,12 +71,12 @@ class Events : public ::testing::Test {
  protected:
   Events()
       : stack_(
-            [](orchestrator::OrchestratorOptions& o) {
+            [](idemsaga::orchestrator::OrchestratorOptions& o) {
               o.sagas.response_budget = 1s;  // the timer outlives it: parked
               o.recovery.sweep_interval = 100ms;
             },
             [] {
-              auto sagas = steps::ShippedSagas();
+              auto sagas = idemsaga::steps::ShippedSagas();
               sagas.push_back(ApproveOrder);
               return sagas;
             }()),

@@ -24,8 +24,8 @@
 namespace {
 
 using namespace std::chrono_literals;
-using steps::guard::ExternalCall;
-using steps::guard::Response;
+using idemsaga::steps::guard::ExternalCall;
+using idemsaga::steps::guard::Response;
 using test_support::WaitFor;
 
 constexpr const char* kToken = "mailer-token";
@@ -90,7 +90,7 @@ Response SendEmail(const std::string& provider_url, const ExternalCall& call,
   httplib::Client provider(provider_url);
   const std::string& ref = call.request.tenant_id + "/" + call.request.key;
   if (call.earlier_attempt) {
-    auto found = provider.Get(("/v1/messages?ref=" + common::PercentEncode(ref)).c_str());
+    auto found = provider.Get(("/v1/messages?ref=" + idemsaga::common::PercentEncode(ref)).c_str());
     if (!found) throw std::runtime_error("provider unreachable");
     if (found->status == 200) return Response{201, found->body};
   }
@@ -126,9 +126,9 @@ class Mailer {
   }
 
  private:
-  common::pg::Pool pool_;
-  steps::guard::Guard guard_;
-  steps::guard::HttpGuard http_;
+  idemsaga::common::pg::Pool pool_;
+  idemsaga::steps::guard::Guard guard_;
+  idemsaga::steps::guard::HttpGuard http_;
   httplib::Server server_;
 };
 

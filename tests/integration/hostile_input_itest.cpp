@@ -100,7 +100,7 @@ httplib::Headers KeyHeaders(std::mt19937& rng, const std::string& prefix, int i,
       key_out = "";
       return {{"Idempotency-Key", "\"unterminated"}};
     default:
-      return {{"Idempotency-Key", common::FormatIdempotencyKey(key)}};
+      return {{"Idempotency-Key", idemsaga::common::FormatIdempotencyKey(key)}};
   }
 }
 
@@ -152,8 +152,8 @@ class HostileInput : public ::testing::Test {
   }
 
   test_support::Stack stack_;
-  test_support::Serving<orchestrator::Orchestrator>& orch_ = stack_.orch;
-  test_support::Serving<demo::ParticipantService>&inventory_ = stack_.inventory,
+  test_support::Serving<idemsaga::orchestrator::Orchestrator>& orch_ = stack_.orch;
+  test_support::Serving<idemsaga::demo::ParticipantService>&inventory_ = stack_.inventory,
   &payment_ = stack_.payment, &shipping_ = stack_.shipping;
   const test_support::ScratchDatabase &orch_db_ = stack_.orch_db, &inv_db_ = stack_.inv_db,
                                       &pay_db_ = stack_.pay_db, &ship_db_ = stack_.ship_db;

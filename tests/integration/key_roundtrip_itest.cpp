@@ -10,15 +10,15 @@
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/percent_encode.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
 namespace {
 
-using demo::ParticipantKind;
-using demo::ParticipantService;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantService;
 using test_support::Call;
 using test_support::Order;
 using test_support::ScratchDatabase;
@@ -33,7 +33,7 @@ std::string GenerateKey(std::mt19937& rng, int i) {
       // A key ending like a sub-resource must never reach that sub-resource of another key.
       "k", "k/trace", "k/trace/trace", "s/retry"};
   if (i < static_cast<int>(kFixed.size())) return kFixed[i];
-  size_t len = i % 17 == 0 ? orchestrator::kMaxParentKeyLength : 1 + rng() % 24;
+  size_t len = i % 17 == 0 ? idemsaga::orchestrator::kMaxParentKeyLength : 1 + rng() % 24;
   std::string key;
   for (size_t j = 0; j < len; ++j) {
     key.push_back(rng() % 2 == 0 ? kNasty[rng() % kNasty.size()]
@@ -45,16 +45,16 @@ std::string GenerateKey(std::mt19937& rng, int i) {
 TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys) {
   ScratchDatabase orch_db("orchestrator"), inv_db("inventory"), pay_db("payment");
   Serving<ParticipantService> inventory(ParticipantKind::kInventory, inv_db.url(),
-                                        demo::ParticipantOptions{});
+                                        idemsaga::demo::ParticipantOptions{});
   Serving<ParticipantService> payment(ParticipantKind::kPayment, pay_db.url(),
-                                      demo::ParticipantOptions{});
-  orchestrator::OrchestratorOptions options;
+                                      idemsaga::demo::ParticipantOptions{});
+  idemsaga::orchestrator::OrchestratorOptions options;
   options.database_url = orch_db.url();
   options.participants["inventory"].base_url = inventory.Url();
   options.participants["payment"].base_url = payment.Url();
   options.trace_settle = std::chrono::milliseconds(0);  // the trace's key matters, not its spans
-  Serving<orchestrator::Orchestrator> orch(options);
-  orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+  Serving<idemsaga::orchestrator::Orchestrator> orch(options);
+  orch.service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
   auto client = orch.Client();
 
   std::mt19937 rng(20261123);
@@ -71,7 +71,7 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
                 key.front() != ' ' && key.back() != ' ' && rng() % 2 == 0;
     auto r =
         test_support::Post(client, "/v1/orders",
-                           Order(bare ? key : common::FormatIdempotencyKey(key),
+                           Order(bare ? key : idemsaga::common::FormatIdempotencyKey(key),
                                  decline ? test_support::kDeclinedOrder : test_support::kOrder));
     ASSERT_TRUE(r) << key;
     ASSERT_EQ(r->status, decline ? 402 : 201) << "key [" << key << "]: " << r->body;
@@ -87,7 +87,7 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
   // key may hold "/"), are that key's and no other's.
   const httplib::Headers auth = {{"Authorization", "Bearer dev-key-demo"}};
   for (const auto& key : parents) {
-    const std::string path = "/v1/orders/" + common::PercentEncode(key);
+    const std::string path = "/v1/orders/" + idemsaga::common::PercentEncode(key);
     auto order = client.Get(path.c_str(), auth);
     ASSERT_TRUE(order) << key;
     ASSERT_EQ(order->status, 200) << "key [" << key << "]: " << order->body;

@@ -20,8 +20,9 @@ namespace {
 nlohmann::json Check(std::vector<std::string> args) {
   args.insert(args.begin(),
               {"bash", std::string(IDEMSAGA_SOURCE_DIR) + "/scripts/openapi-check.sh"});
-  std::string log = ::testing::TempDir() + "openapi-check-" + common::RandomHex(4) + ".log";
-  int exit = common::RunProgram(args, log);
+  std::string log =
+      ::testing::TempDir() + "openapi-check-" + idemsaga::common::RandomHex(4) + ".log";
+  int exit = idemsaga::common::RunProgram(args, log);
   std::ifstream in(log);
   std::string line, report, rest;
   while (std::getline(in, line)) {
@@ -47,7 +48,7 @@ class OpenApiTest : public ::testing::Test {
   struct Service {
     std::string name;
     std::string url;
-    const common::http::Server& server;
+    const idemsaga::common::http::Server& server;
   };
   std::vector<Service> Services() {
     return {{"orchestrator", stack_.orch.Url(), stack_.orch.service.server()},
@@ -143,13 +144,13 @@ TEST_F(OpenApiTest, TheDocumentsInTheRepositoryAreValidOpenApi31) {
 
 // The conformance check is real: a server that answers other than its document says is caught.
 TEST(OpenApiCheck, CatchesAnUndocumentedStatusABodyOffItsSchemaAndAMissingHeader) {
-  common::http::Server server;
+  idemsaga::common::http::Server server;
   server.Get("/thing", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"a":1})", "application/json");  // the schema requires "b"
   });
   server.Get("/gone", [](const httplib::Request&, httplib::Response& res) { res.status = 410; });
   server.Get("/moved", [](const httplib::Request&, httplib::Response& res) { res.status = 301; });
-  common::http::AddOpenApiRoute(server, nlohmann::json::parse(R"({
+  idemsaga::common::http::AddOpenApiRoute(server, nlohmann::json::parse(R"({
     "openapi": "3.1.0", "info": {"title": "t", "version": "1"},
     "paths": {
       "/thing": {"get": {"responses": {"200": {"description": "ok", "content": {"application/json":

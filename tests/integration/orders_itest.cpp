@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "common/crypto.hpp"
-#include "orchestrator/orchestrator.hpp"
-#include "orchestrator/reconcile.hpp"
 #include "demo/participant.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
+#include "orchestrator/reconcile.hpp"
 #include "steps/place_order.hpp"
 #include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -21,10 +21,10 @@
 
 namespace {
 
-using orchestrator::Orchestrator;
-using orchestrator::OrchestratorOptions;
-using demo::ParticipantKind;
-using demo::ParticipantService;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantService;
+using idemsaga::orchestrator::Orchestrator;
+using idemsaga::orchestrator::OrchestratorOptions;
 using test_support::Call;
 using test_support::ErrorCode;
 using test_support::kDeclinedOrder;
@@ -56,10 +56,11 @@ OrchestratorOptions TestOptions(const std::string& db, const std::string& invent
 
 // A step of a saga with its action and/or compensation wrapped: `wrap(inner)` returns the
 // function to call instead (to observe a step, or to perturb it as a fault would).
-using Wrap = std::function<saga::StepFn(saga::StepFn inner)>;
-saga::Definition Wrapped(const saga::Definition& real, const std::string& step, Wrap action,
-                         Wrap compensation = {}) {
-  saga::Definition d(real.name());
+using Wrap = std::function<idemsaga::steps::saga::StepFn(idemsaga::steps::saga::StepFn inner)>;
+idemsaga::steps::saga::Definition Wrapped(const idemsaga::steps::saga::Definition& real,
+                                          const std::string& step, Wrap action,
+                                          Wrap compensation = {}) {
+  idemsaga::steps::saga::Definition d(real.name());
   for (const auto& s : real.steps()) {
     bool wrap = s.name == step;
     d.Step(s.name, wrap && action ? action(s.action) : s.action,
@@ -69,10 +70,10 @@ saga::Definition Wrapped(const saga::Definition& real, const std::string& step, 
 }
 
 // `factory` replaces the order saga (wrapped steps, a step more); the shipped sagas otherwise.
-using OrderSagaFactory = std::function<saga::Definition(idemsaga::ParticipantClient&,
-                                                        idemsaga::ParticipantClient&)>;
-std::vector<steps::SagaFactory> OrderSagas(const OrderSagaFactory& factory) {
-  if (!factory) return steps::ShippedSagas();
+using OrderSagaFactory = std::function<idemsaga::steps::saga::Definition(
+    idemsaga::ParticipantClient&, idemsaga::ParticipantClient&)>;
+std::vector<idemsaga::steps::SagaFactory> OrderSagas(const OrderSagaFactory& factory) {
+  if (!factory) return idemsaga::steps::ShippedSagas();
   return {[factory](idemsaga::Participants& p) {
     return factory(p.Get("inventory"), p.Get("payment"));
   }};
@@ -84,16 +85,17 @@ class OrdersTest : public ::testing::Test {
       : orch_db_("orchestrator"),
         inv_db_("inventory"),
         pay_db_("payment"),
-        inventory_(ParticipantKind::kInventory, inv_db_.url(), demo::ParticipantOptions{}),
-        payment_(ParticipantKind::kPayment, pay_db_.url(), demo::ParticipantOptions{}) {}
+        inventory_(ParticipantKind::kInventory, inv_db_.url(),
+                   idemsaga::demo::ParticipantOptions{}),
+        payment_(ParticipantKind::kPayment, pay_db_.url(), idemsaga::demo::ParticipantOptions{}) {}
 
   void SetUp() override { Start(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url())); }
 
   void Start(OrchestratorOptions options, OrderSagaFactory factory = {}) {
     orch_.reset();
     orch_ = std::make_unique<Serving<Orchestrator>>(std::move(options), OrderSagas(factory));
-    orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
-    orch_->service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
+    orch_->service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
+    orch_->service.store().UpsertTenant("acme", idemsaga::common::Sha256Hex("dev-key-acme"));
     client_ = std::make_unique<httplib::Client>(orch_->Client());
   }
 
@@ -139,16 +141,18 @@ class OrdersTest : public ::testing::Test {
   // payment participant's GC collected the charge's key (past its retention): the charge's
   // compensation then finds no record of an action that certainly happened, and goes stuck.
   OrderSagaFactory ShippingThatLosesTheCharge() {
-    return [this](idemsaga::ParticipantClient& inventory,
-                  idemsaga::ParticipantClient& payment) {
-      auto d = steps::MakePlaceOrderSagaV1(inventory, payment);
+    return [this](idemsaga::ParticipantClient& inventory, idemsaga::ParticipantClient& payment) {
+      auto d = idemsaga::steps::MakePlaceOrderSagaV1(inventory, payment);
       d.Step(
           "shipping",
-          [this](saga::StepContext&) {
+          [this](idemsaga::steps::saga::StepContext&) {
             pay_db_.Exec("DELETE FROM idempotency_keys");
-            return saga::StepResult::Terminal(422, "undeliverable", "no such address");
+            return idemsaga::steps::saga::StepResult::Terminal(422, "undeliverable",
+                                                               "no such address");
           },
-          [](saga::StepContext&) { return saga::StepResult::Succeeded({}); });
+          [](idemsaga::steps::saga::StepContext&) {
+            return idemsaga::steps::saga::StepResult::Succeeded({});
+          });
       return d;
     };
   }
@@ -342,11 +346,10 @@ TEST_F(OrdersTest, MetricsCountKeysStepsCompensationsAndDurationsAndPassPromtool
 TEST_F(OrdersTest, ACancelledSagaStopsAtItsNextStepBoundaryAndCompensatesWhatRan) {
   std::promise<void> entered, release;
   auto released = release.get_future().share();
-  auto factory = [&](idemsaga::ParticipantClient& inventory,
-                     idemsaga::ParticipantClient& payment) {
-    return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "inventory",
-                   [&](saga::StepFn inner) -> saga::StepFn {
-                     return [&, inner](saga::StepContext& ctx) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory, idemsaga::ParticipantClient& payment) {
+    return Wrapped(idemsaga::steps::MakePlaceOrderSagaV1(inventory, payment), "inventory",
+                   [&](idemsaga::steps::saga::StepFn inner) -> idemsaga::steps::saga::StepFn {
+                     return [&, inner](idemsaga::steps::saga::StepContext& ctx) {
                        auto r = inner(ctx);
                        entered.set_value();
                        released.wait();
@@ -413,10 +416,11 @@ TEST_F(OrdersTest, ReconcileAgreesWithTheParticipantsThenFindsEveryPlantedDiscre
   ASSERT_EQ(Submit(Order("rec-ok2"))->status, 201);
   ASSERT_EQ(Submit(Order("rec-declined", kDeclinedOrder))->status, 402);
   auto reconcile = [&] {
-    orchestrator::Reconciler r(orch_->service.store(),
-                               {{"inventory", {inventory_.Url(), "dev-service-token"}},
-                                {"payment", {payment_.Url(), "dev-service-token"}}},
-                               {.since = std::chrono::hours(1), .settle = std::chrono::seconds(0)});
+    idemsaga::orchestrator::Reconciler r(
+        orch_->service.store(),
+        {{"inventory", {inventory_.Url(), "dev-service-token"}},
+         {"payment", {payment_.Url(), "dev-service-token"}}},
+        {.since = std::chrono::hours(1), .settle = std::chrono::seconds(0)});
     return r.Run();
   };
   auto clean = reconcile();
@@ -735,11 +739,10 @@ TEST_F(OrdersTest, TransientParticipantErrorsAreRetriedWithTheSameKey) {
   // Every attempt the runner makes goes through this wrapper, which notes the key it sends.
   std::vector<std::string> payment_keys;
   std::mutex mutex;
-  auto factory = [&](idemsaga::ParticipantClient& inventory,
-                     idemsaga::ParticipantClient& payment) {
-    return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
-                   [&](saga::StepFn inner) {
-                     return [&, inner](saga::StepContext& ctx) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory, idemsaga::ParticipantClient& payment) {
+    return Wrapped(idemsaga::steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
+                   [&](idemsaga::steps::saga::StepFn inner) {
+                     return [&, inner](idemsaga::steps::saga::StepContext& ctx) {
                        std::lock_guard lock(mutex);
                        payment_keys.push_back(ctx.derived_key);
                        return inner(ctx);
@@ -812,10 +815,10 @@ TEST_F(OrdersTest, ASigtermDuringRetriesLeavesTheOrderToAnotherReplicaAndCompens
 
 // §3: a participant restart of several seconds fails no order. Default retry policy.
 TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone) {
-  int pay_port = common::FreeLoopbackPort();
+  int pay_port = idemsaga::common::FreeLoopbackPort();
   auto pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
                                                            ParticipantKind::kPayment, pay_db_.url(),
-                                                           demo::ParticipantOptions{});
+                                                           idemsaga::demo::ParticipantOptions{});
   OrchestratorOptions options;
   options.database_url = orch_db_.url();
   options.participants["inventory"].base_url = inventory_.Url();
@@ -838,7 +841,7 @@ TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone)
   std::this_thread::sleep_until(down_at + 10s);  // the outage itself is what is tested
   pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
                                                       ParticipantKind::kPayment, pay_db_.url(),
-                                                      demo::ParticipantOptions{});
+                                                      idemsaga::demo::ParticipantOptions{});
   for (int i = 0; i < 5; ++i) {
     auto key = "outage-" + std::to_string(i);
     auto view = WaitForView(
@@ -898,13 +901,13 @@ TEST_F(OrdersTest, AWrongParticipantUrlIsAConfigurationFaultNotTheCustomersAnswe
 // key collected) the client retries the same key. It must not be told "completed".
 TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
   std::atomic<bool> lose_answers{true};
-  auto factory = [&](idemsaga::ParticipantClient& inventory,
-                     idemsaga::ParticipantClient& payment) {
-    return Wrapped(steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
-                   [&](saga::StepFn inner) {
-                     return [&, inner](saga::StepContext& ctx) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory, idemsaga::ParticipantClient& payment) {
+    return Wrapped(idemsaga::steps::MakePlaceOrderSagaV1(inventory, payment), "payment",
+                   [&](idemsaga::steps::saga::StepFn inner) {
+                     return [&, inner](idemsaga::steps::saga::StepContext& ctx) {
                        auto r = inner(ctx);  // applied by the participant...
-                       if (lose_answers) return saga::StepResult::InDoubt("answer lost");
+                       if (lose_answers)
+                         return idemsaga::steps::saga::StepResult::InDoubt("answer lost");
                        return r;  // ...and, once answers get through, heard
                      };
                    });
@@ -941,7 +944,7 @@ TEST_F(OrdersTest, AnOrchestratorRefusesToStartWhenAParticipantForgetsKeysTooSoo
   ScratchDatabase short_db("payment");
   Serving<ParticipantService> forgetful(
       ParticipantKind::kPayment, short_db.url(),
-      demo::ParticipantOptions{.guard = {.retention = std::chrono::hours(12)}});
+      idemsaga::demo::ParticipantOptions{.guard = {.retention = std::chrono::hours(12)}});
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), forgetful.Url());
   options.store.retention = std::chrono::hours(24);
   Orchestrator too_long(options);
@@ -1053,36 +1056,40 @@ TEST_F(OrdersTest, ACompensationResumedByAnotherOwnerSeesTheOutputsOfTheStepsItU
   std::atomic<int> factory_calls{0};
   std::atomic<bool> first_owner_parked{false};
   std::atomic<bool> release_first_owner{false};
-  auto factory = [&](idemsaga::ParticipantClient& inventory,
-                     idemsaga::ParticipantClient& payment) {
+  auto factory = [&](idemsaga::ParticipantClient& inventory, idemsaga::ParticipantClient& payment) {
     const bool first_owner = factory_calls++ == 0;
     auto payment_seen = Wrapped(
-        steps::MakePlaceOrderSagaV1(inventory, payment), "payment", {}, [&](saga::StepFn inner) {
-          return [&, inner](saga::StepContext& ctx) {
+        idemsaga::steps::MakePlaceOrderSagaV1(inventory, payment), "payment", {},
+        [&](idemsaga::steps::saga::StepFn inner) {
+          return [&, inner](idemsaga::steps::saga::StepContext& ctx) {
             const auto& out = (*ctx.outputs)["payment"];
             std::lock_guard lock(mutex);
             refunded_charge_ids.push_back(out.is_object() ? out.value("charge_id", "") : "");
             return inner(ctx);
           };
         });
-    auto d = Wrapped(payment_seen, "inventory", {}, [&, first_owner](saga::StepFn inner) {
-      return [&, first_owner, inner](saga::StepContext& ctx) {
-        if (first_owner) {
-          // The first owner stops dead between compensations (as under kill -9) until the
-          // test ends; its records in the store are all the next owner gets.
-          first_owner_parked = true;
-          while (!release_first_owner) std::this_thread::sleep_for(5ms);
-          return saga::StepResult::InDoubt("the process was gone");
-        }
-        return inner(ctx);
-      };
-    });
+    auto d = Wrapped(
+        payment_seen, "inventory", {}, [&, first_owner](idemsaga::steps::saga::StepFn inner) {
+          return [&, first_owner, inner](idemsaga::steps::saga::StepContext& ctx) {
+            if (first_owner) {
+              // The first owner stops dead between compensations (as under kill -9) until the
+              // test ends; its records in the store are all the next owner gets.
+              first_owner_parked = true;
+              while (!release_first_owner) std::this_thread::sleep_for(5ms);
+              return idemsaga::steps::saga::StepResult::InDoubt("the process was gone");
+            }
+            return inner(ctx);
+          };
+        });
     d.Step(
         "shipping",
-        [](saga::StepContext&) {
-          return saga::StepResult::Terminal(422, "undeliverable", "no such address");
+        [](idemsaga::steps::saga::StepContext&) {
+          return idemsaga::steps::saga::StepResult::Terminal(422, "undeliverable",
+                                                             "no such address");
         },
-        [](saga::StepContext&) { return saga::StepResult::Succeeded({}); });
+        [](idemsaga::steps::saga::StepContext&) {
+          return idemsaga::steps::saga::StepResult::Succeeded({});
+        });
     return d;
   };
   auto options = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());

@@ -14,7 +14,9 @@ using namespace std::chrono_literals;
 class ParallelOrders : public ::testing::Test {
  protected:
   ParallelOrders()
-      : stack_([](orchestrator::OrchestratorOptions& o) { o.recovery.sweep_interval = 100ms; }),
+      : stack_([](idemsaga::orchestrator::OrchestratorOptions& o) {
+          o.recovery.sweep_interval = 100ms;
+        }),
         orch_(stack_.orch.Client()) {}
 
   httplib::Result Place(const std::string& key, const std::string& body) {
@@ -147,7 +149,7 @@ TEST_F(ParallelOrders, ConcurrentOrdersEachSettleTheirMoneyAndStock) {
 // operator resolves it by hand, the step resolved is the release (not the refund, which is
 // last in the definition's order) and the saga then refunds the charge itself.
 TEST(ParallelResolve, TheStepResolvedByHandIsTheStuckOneInTheOrderTheBranchesFinished) {
-  test_support::Stack stack([](orchestrator::OrchestratorOptions& o) {
+  test_support::Stack stack([](idemsaga::orchestrator::OrchestratorOptions& o) {
     o.recovery.sweep_interval = 100ms;
     o.retry.initial_backoff = 5ms;
     o.retry.max_backoff = 20ms;

@@ -13,8 +13,8 @@
 
 namespace {
 
-using demo::ParticipantKind;
-using demo::ParticipantService;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantService;
 using test_support::ScratchDatabase;
 
 constexpr const char* kToken = "dev-service-token";
@@ -30,7 +30,7 @@ class InventoryTest : public ::testing::Test {
   InventoryTest()
       : db_("inventory"),
         svc_(ParticipantKind::kInventory, db_.url(),
-             demo::ParticipantOptions{.pool_size = 8}),
+             idemsaga::demo::ParticipantOptions{.pool_size = 8}),
         client_(svc_.Client()) {}
   long long Available(const std::string& sku) {
     return db_.Count("SELECT available FROM stock WHERE sku = $1", sku);
@@ -472,7 +472,7 @@ class PaymentTest : public ::testing::Test {
   PaymentTest()
       : db_("payment"),
         svc_(ParticipantKind::kPayment, db_.url(),
-             demo::ParticipantOptions{.pool_size = 8}),
+             idemsaga::demo::ParticipantOptions{.pool_size = 8}),
         client_(svc_.Client()) {}
   long long Charges(const std::string& status) {
     return db_.Count("SELECT count(*) FROM charges WHERE status = $1", status);

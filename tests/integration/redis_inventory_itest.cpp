@@ -18,9 +18,9 @@
 #include "common/crypto.hpp"
 #include "common/http/problem.hpp"
 #include "common/net.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include "demo/redis_inventory.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -28,12 +28,12 @@
 
 namespace {
 
-using demo::ParticipantKind;
-using demo::ParticipantOptions;
-using demo::ParticipantService;
-using demo::RedisInventory;
-using steps::guard::RedisGuard;
-using common::redis::Pool;
+using idemsaga::common::redis::Pool;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantOptions;
+using idemsaga::demo::ParticipantService;
+using idemsaga::demo::RedisInventory;
+using idemsaga::steps::guard::RedisGuard;
 using test_support::Call;
 using test_support::Post;
 using test_support::RedisServer;
@@ -58,7 +58,7 @@ class RedisInventoryTest : public ::testing::Test {
 
   long long Field(const std::string& key, const std::string& field) {
     auto r = inspect_.Command({"HGET", key, field});
-    return r.type == common::redis::Reply::Type::kString ? std::stoll(r.str) : -1;
+    return r.type == idemsaga::common::redis::Reply::Type::kString ? std::stoll(r.str) : -1;
   }
   long long Available(const std::string& sku) {
     return Field(RedisInventory::StockKey(sku), "available");
@@ -86,7 +86,7 @@ class RedisInventoryTest : public ::testing::Test {
   }
 
   RedisServer redis_;
-  common::redis::Pool inspect_;
+  idemsaga::common::redis::Pool inspect_;
   std::unique_ptr<Running> svc_;
   httplib::Client client_;
 };
@@ -138,9 +138,9 @@ TEST_F(RedisInventoryTest, AKeyReusedWithAnotherBodyIs422AndStoresNothing) {
   auto reused = Reserve("reuse-inventory", R"({"items":[{"sku":"widget","quantity":3}]})");
   ASSERT_TRUE(reused);
   EXPECT_EQ(reused->status, 422);
-  EXPECT_EQ(reused->body,
-            common::http::ProblemBody(422, "idempotency_key_reused",
-                                      "this Idempotency-Key was used with a different request"));
+  EXPECT_EQ(reused->body, idemsaga::common::http::ProblemBody(
+                              422, "idempotency_key_reused",
+                              "this Idempotency-Key was used with a different request"));
   EXPECT_EQ(DbSize(), size);
   EXPECT_EQ(Available("widget"), 1000000 - 2);
   // The same request in another JSON spelling is the same request: a replay.
@@ -156,8 +156,8 @@ TEST_F(RedisInventoryTest, InsufficientStockIsStoredAndReplayedAndTakesNothingFr
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409);
   EXPECT_EQ(r->get_header_value("Content-Type"), "application/problem+json");
-  EXPECT_EQ(r->body, common::http::ProblemBody(409, "insufficient_stock",
-                                               "only 10 of 'gadget' available, 11 wanted"));
+  EXPECT_EQ(r->body, idemsaga::common::http::ProblemBody(
+                         409, "insufficient_stock", "only 10 of 'gadget' available, 11 wanted"));
   EXPECT_EQ(Available("widget"), 1000000);
   EXPECT_EQ(Available("gadget"), 10);
   EXPECT_TRUE(Keys("inv:res:*").empty());
@@ -166,8 +166,8 @@ TEST_F(RedisInventoryTest, InsufficientStockIsStoredAndReplayedAndTakesNothingFr
   EXPECT_EQ(again->body, r->body);
   EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
   auto unknown = Reserve("unicorn-inventory", R"({"items":[{"sku":"unicorn","quantity":1}]})");
-  EXPECT_EQ(unknown->body,
-            common::http::ProblemBody(409, "insufficient_stock", "unknown SKU 'unicorn'"));
+  EXPECT_EQ(unknown->body, idemsaga::common::http::ProblemBody(409, "insufficient_stock",
+                                                               "unknown SKU 'unicorn'"));
 }
 
 TEST_F(RedisInventoryTest, AReleaseBeforeItsReservationLeavesATombstoneThatRefusesTheLateOne) {
@@ -229,8 +229,7 @@ TEST_F(RedisInventoryTest, KeysExpireAfterTheRetentionCountedFromTheirCompensati
   inspect_.Command({"PEXPIRE", record, "1000000"});  // as if most of its life had passed
   ASSERT_EQ(Release("ttl-inventory-compensate", "ttl-inventory")->status, 200);
   EXPECT_GT(pttl(record), retention_ms - 60000);
-  EXPECT_GT(pttl(RedisGuard::RecordKey("demo", "ttl-inventory-compensate")),
-            retention_ms - 60000);
+  EXPECT_GT(pttl(RedisGuard::RecordKey("demo", "ttl-inventory-compensate")), retention_ms - 60000);
   // A key read past half its life is kept a full retention again.
   inspect_.Command({"PEXPIRE", record, "1000000"});
   EXPECT_EQ(Reserve("ttl-inventory")->status, 409);  // compensated
@@ -277,7 +276,7 @@ class ReplyDelayingRelay {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    port_ = common::FreeLoopbackPort();
+    port_ = idemsaga::common::FreeLoopbackPort();
     addr.sin_port = htons(static_cast<uint16_t>(port_));
     int one = 1;
     setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -553,16 +552,16 @@ TEST(RedisInventoryOrderTest, OrdersCompleteAndADeclinedPaymentReleasesTheRedisS
   ScratchDatabase orch_db("orchestrator"), pay_db("payment");
   Running inventory(ParticipantKind::kInventory, "", OnRedis(redis.Url()));
   Running payment(ParticipantKind::kPayment, pay_db.url(), ParticipantOptions{});
-  orchestrator::OrchestratorOptions o;
+  idemsaga::orchestrator::OrchestratorOptions o;
   o.database_url = orch_db.url();
   o.participants["inventory"].base_url = inventory.Url();
   o.participants["payment"].base_url = payment.Url();
   o.retry = {
       .max_attempts = 4, .initial_backoff = 5ms, .max_backoff = 40ms, .step_deadline = 4000ms};
-  Serving<orchestrator::Orchestrator> orch(o);
-  orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+  Serving<idemsaga::orchestrator::Orchestrator> orch(o);
+  orch.service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
   auto client = orch.Client();
-  common::redis::Pool inspect({.url = redis.Url(), .size = 1});
+  idemsaga::common::redis::Pool inspect({.url = redis.Url(), .size = 1});
   auto available = [&] {
     return std::stoll(
         inspect.Command({"HGET", RedisInventory::StockKey("widget"), "available"}).str);

@@ -13,9 +13,9 @@
 
 #include "cmd/idemsaga/crash_points.hpp"
 #include "common/crypto.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include "demo/participant.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "steps/saga/fields.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -24,10 +24,10 @@
 
 namespace {
 
-using orchestrator::Orchestrator;
-using orchestrator::OrchestratorOptions;
-using demo::ParticipantKind;
-using demo::ParticipantService;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantService;
+using idemsaga::orchestrator::Orchestrator;
+using idemsaga::orchestrator::OrchestratorOptions;
 using test_support::ErrorCode;
 using test_support::Order;
 using test_support::Post;
@@ -52,17 +52,20 @@ class Loyalty {
                      ? ""
                      : "the body must be {\"charge_id\": \"ch_...\", \"points\": N}";
         },
-        [](pqxx::work& tx, const steps::guard::Request& req) -> steps::guard::Response {
+        [](pqxx::work& tx,
+           const idemsaga::steps::guard::Request& req) -> idemsaga::steps::guard::Response {
           tx.exec_params("INSERT INTO points (key, charge_id, points) VALUES ($1, $2, $3)", req.key,
                          req.body["charge_id"].get<std::string>(), req.body["points"].get<int>());
-          return {201, nlohmann::json{{"points_id", "pts_" + common::RandomHex(8)}}.dump()};
+          return {201,
+                  nlohmann::json{{"points_id", "pts_" + idemsaga::common::RandomHex(8)}}.dump()};
         });
-    participant_.Compensation(
-        server, "/v1/points/revoke",
-        [](pqxx::work& tx, const steps::guard::Request&, const steps::guard::ActionRecord& action) {
-          tx.exec_params("UPDATE points SET revoked = true WHERE key = $1", action.key);
-          return nlohmann::json::object();
-        });
+    participant_.Compensation(server, "/v1/points/revoke",
+                              [](pqxx::work& tx, const idemsaga::steps::guard::Request&,
+                                 const idemsaga::steps::guard::ActionRecord& action) {
+                                tx.exec_params("UPDATE points SET revoked = true WHERE key = $1",
+                                               action.key);
+                                return nlohmann::json::object();
+                              });
     participant_.Action(
         server, "/v1/vouchers",
         [](const nlohmann::json& b) {
@@ -71,27 +74,30 @@ class Loyalty {
                      ? ""
                      : "the body must be {\"cents\": N}";
         },
-        [](pqxx::work& tx, const steps::guard::Request& req) -> steps::guard::Response {
+        [](pqxx::work& tx,
+           const idemsaga::steps::guard::Request& req) -> idemsaga::steps::guard::Response {
           if (req.body["cents"].get<int>() > 1000) {
-            return steps::guard::Problem(422, "voucher_limit", "vouchers go up to 1000 cents");
+            return idemsaga::steps::guard::Problem(422, "voucher_limit",
+                                                   "vouchers go up to 1000 cents");
           }
           tx.exec_params("INSERT INTO vouchers (key) VALUES ($1)", req.key);
-          return {201, nlohmann::json{{"voucher_id", "vch_" + common::RandomHex(8)}}.dump()};
+          return {201,
+                  nlohmann::json{{"voucher_id", "vch_" + idemsaga::common::RandomHex(8)}}.dump()};
         });
-    participant_.Compensation(
-        server, "/v1/vouchers/void",
-        [](pqxx::work& tx, const steps::guard::Request&, const steps::guard::ActionRecord& a) {
-          tx.exec_params("DELETE FROM vouchers WHERE key = $1", a.key);
-          return nlohmann::json::object();
-        });
+    participant_.Compensation(server, "/v1/vouchers/void",
+                              [](pqxx::work& tx, const idemsaga::steps::guard::Request&,
+                                 const idemsaga::steps::guard::ActionRecord& a) {
+                                tx.exec_params("DELETE FROM vouchers WHERE key = $1", a.key);
+                                return nlohmann::json::object();
+                              });
   }
   std::string Url() const { return server_.Url(); }
 
  private:
-  common::pg::Pool pool_;
-  demo::Faults faults_;
-  demo::Participant participant_;
-  Serving<common::http::Server> server_;
+  idemsaga::common::pg::Pool pool_;
+  idemsaga::demo::Faults faults_;
+  idemsaga::demo::Participant participant_;
+  Serving<idemsaga::common::http::Server> server_;
 };
 
 struct GiftBox {
@@ -103,7 +109,7 @@ struct GiftBox {
 };
 
 GiftBox ParseGiftBox(const nlohmann::json& body) {
-  saga::Fields f(body);
+  idemsaga::steps::saga::Fields f(body);
   GiftBox in{f.Text("customer_id", 64), f.Text("sku", 64), f.Integer("quantity", 1, 100),
              f.Integer("amount_cents", 1, 100000), f.Integer("voucher_cents", 0, 100000)};
   f.Done();
@@ -118,8 +124,9 @@ struct Seen {
 std::mutex seen_mutex;
 std::vector<Seen> seen;
 
-saga::StepFn Observed(const std::string& step, const saga::StepFn& undo) {
-  return [step, undo](saga::StepContext& ctx) {
+idemsaga::steps::saga::StepFn Observed(const std::string& step,
+                                       const idemsaga::steps::saga::StepFn& undo) {
+  return [step, undo](idemsaga::steps::saga::StepContext& ctx) {
     {
       std::lock_guard lock(seen_mutex);
       seen.push_back({step, *ctx.outputs});
@@ -134,17 +141,17 @@ struct Charge {
 };
 Charge ParseCharge(const nlohmann::json& output) {
   if (!output.contains("charge_id") || !output["charge_id"].is_string()) {
-    throw saga::InvalidInput("charge_id must be a string");
+    throw idemsaga::steps::saga::InvalidInput("charge_id must be a string");
   }
   return {output["charge_id"].get<std::string>()};
 }
 
-saga::Definition MakeGiftBoxSaga(idemsaga::Participants& p) {
+idemsaga::steps::saga::Definition MakeGiftBoxSaga(idemsaga::Participants& p) {
   auto& inventory = p.Get("inventory");
   auto& payment = p.Get("payment");
   auto& loyalty = p.Get("loyalty");
-  using Ctx = saga::StepContext;
-  return saga::Definition("gift_box", 3)
+  using Ctx = idemsaga::steps::saga::StepContext;
+  return idemsaga::steps::saga::Definition("gift_box", 3)
       .Input<GiftBox>(ParseGiftBox)
       .Step(
           "inventory",
@@ -185,12 +192,13 @@ saga::Definition MakeGiftBoxSaga(idemsaga::Participants& p) {
           Observed("voucher",
                    [&](Ctx& ctx) { return loyalty.Compensate("/v1/vouchers/void", ctx); }))
       .Answer([](const Ctx& ctx) {
-        return saga::SuccessAnswer{201,
-                                   {{"status", "completed"},
-                                    {"idempotency_key", ctx.parent_key},
-                                    {"reservation_id", ctx.Output("inventory")["reservation_id"]},
-                                    {"charge_id", ctx.Output<Charge>("payment").id},
-                                    {"points", ctx.Input<GiftBox>().amount_cents / 100}}};
+        return idemsaga::steps::saga::SuccessAnswer{
+            201,
+            {{"status", "completed"},
+             {"idempotency_key", ctx.parent_key},
+             {"reservation_id", ctx.Output("inventory")["reservation_id"]},
+             {"charge_id", ctx.Output<Charge>("payment").id},
+             {"points", ctx.Input<GiftBox>().amount_cents / 100}}};
       });
 }
 
@@ -229,9 +237,11 @@ class SagasTest : public ::testing::Test {
         pay_db_("payment"),
         loyalty_db_("payment"),  // a participant database: it has the guard's key table
         ship_db_("shipping"),
-        inventory_(ParticipantKind::kInventory, inv_db_.url(), demo::ParticipantOptions{}),
-        payment_(ParticipantKind::kPayment, pay_db_.url(), demo::ParticipantOptions{}),
-        shipping_(ParticipantKind::kShipping, ship_db_.url(), demo::ParticipantOptions{}) {
+        inventory_(ParticipantKind::kInventory, inv_db_.url(),
+                   idemsaga::demo::ParticipantOptions{}),
+        payment_(ParticipantKind::kPayment, pay_db_.url(), idemsaga::demo::ParticipantOptions{}),
+        shipping_(ParticipantKind::kShipping, ship_db_.url(),
+                  idemsaga::demo::ParticipantOptions{}) {
     loyalty_db_.Exec(
         "CREATE TABLE points (key text PRIMARY KEY, charge_id text NOT NULL, points int NOT NULL, "
         "revoked boolean NOT NULL DEFAULT false)");
@@ -248,10 +258,10 @@ class SagasTest : public ::testing::Test {
 
   // The product's sagas and the user's, side by side.
   void Start() {
-    auto sagas = steps::ShippedSagas();
+    auto sagas = idemsaga::steps::ShippedSagas();
     sagas.push_back(MakeGiftBoxSaga);
     orch_ = std::make_unique<Serving<Orchestrator>>(Opts(), sagas);
-    orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+    orch_->service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
   }
 
   httplib::Result Run(const std::string& key, const std::string& body,
@@ -450,7 +460,7 @@ TEST_F(SagasTest, ASagaWhoseVersionThisBuildLacksGoesVisiblyStuckAndRunsNothing)
   auto& store = orch_->service.store();
   auto claim = store.ClaimKey({"demo", "gone-1", std::string(64, 'a'), nlohmann::json::parse(kGift),
                                "gift_box", 7, "another-build", std::string(32, 'b')});
-  ASSERT_EQ(claim.kind, orchestrator::Claim::kClaimed);
+  ASSERT_EQ(claim.kind, idemsaga::orchestrator::store::Claim::kClaimed);
   nlohmann::json view;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -474,7 +484,7 @@ TEST_F(SagasTest, AStoredInputThisBuildCannotReadGoesStuckKeepingItsStepRecords)
   unreadable["gift_wrap"] = true;  // a field this build's gift_box refuses
   auto claim = store.ClaimKey({"demo", "odd-1", std::string(64, 'a'), unreadable, "gift_box", 3,
                                "another-build", std::string(32, 'b')});
-  ASSERT_EQ(claim.kind, orchestrator::Claim::kClaimed);
+  ASSERT_EQ(claim.kind, idemsaga::orchestrator::store::Claim::kClaimed);
   nlohmann::json recorded = {{{"name", "inventory"},
                               {"action_key", "odd-1-inventory"},
                               {"status", "succeeded"},
@@ -507,8 +517,8 @@ TEST(SagasChild, ServesTheGiftBoxSagaUntilItsCrashPoint) {
   auto options = Options(db, std::getenv("SAGAS_CHILD_INVENTORY"),
                          std::getenv("SAGAS_CHILD_PAYMENT"), std::getenv("SAGAS_CHILD_LOYALTY"));
   // The engine reports boundaries to a hook; the kill is the stock binary's, installed here.
-  options.sagas.at_boundary = idemsaga::app::CrashPointsFromEnvironment();
-  Serving<Orchestrator> orch(options, std::vector<steps::SagaFactory>{MakeGiftBoxSaga});
+  options.sagas.at_boundary = idemsaga::cmd::CrashPointsFromEnvironment();
+  Serving<Orchestrator> orch(options, std::vector<idemsaga::steps::SagaFactory>{MakeGiftBoxSaga});
   std::cout << "sagas-child-port=" << orch.port << std::endl;
   std::this_thread::sleep_for(60s);  // the crash point ends it long before
 }

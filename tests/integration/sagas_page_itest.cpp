@@ -42,7 +42,7 @@ class SagasPageTest : public ::testing::Test {
   }
 
   test_support::Stack stack_;
-  test_support::Serving<orchestrator::Orchestrator>& orch_ = stack_.orch;
+  test_support::Serving<idemsaga::orchestrator::Orchestrator>& orch_ = stack_.orch;
   const test_support::ScratchDatabase& orch_db_ = stack_.orch_db;
 };
 

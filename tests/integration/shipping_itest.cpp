@@ -14,8 +14,8 @@
 
 namespace {
 
-using demo::ParticipantKind;
-using demo::ParticipantService;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantService;
 using test_support::Call;
 using test_support::ErrorCode;
 using test_support::Post;
@@ -38,7 +38,7 @@ class ShippingTest : public ::testing::Test {
   ShippingTest()
       : db_("shipping"),
         svc_(ParticipantKind::kShipping, db_.url(),
-             demo::ParticipantOptions{.pool_size = 8}),
+             idemsaga::demo::ParticipantOptions{.pool_size = 8}),
         client_(svc_.Client()) {}
 
   long long Shipments() const { return db_.Count("SELECT count(*) FROM shipments"); }

@@ -18,8 +18,11 @@ constexpr auto kConfirmationTimeout = 3s;
 class ThreeDSecure : public ::testing::Test {
  protected:
   ThreeDSecure()
-      : stack_([](orchestrator::OrchestratorOptions& o) { o.recovery.sweep_interval = 100ms; },
-               steps::ShippedSagas({.confirmation_timeout = kConfirmationTimeout})),
+      : stack_(
+            [](idemsaga::orchestrator::OrchestratorOptions& o) {
+              o.recovery.sweep_interval = 100ms;
+            },
+            idemsaga::steps::ShippedSagas({.confirmation_timeout = kConfirmationTimeout})),
         orch_(stack_.orch.Client()) {}
 
   httplib::Result Place(const std::string& key, const std::string& method = "pm_card_3ds") {
@@ -267,7 +270,7 @@ TEST_F(Delivery, AnOrderTheChildWouldRefuseIsRefusedAtTheRouteAndStoresNothing) 
 // Over the approval limit: the child order completes (charged), then the delivery waits,
 // parked, for an operator; an approval ships it, a rejection refunds and releases.
 TEST_F(Delivery, AnOrderOverTheLimitWaitsForAnOperatorAndShipsOnlyWhenApproved) {
-  const long long over = steps::kDeliveryApprovalOverCents + 1;
+  const long long over = idemsaga::steps::kDeliveryApprovalOverCents + 1;
   auto placed = Deliver("dlv-4", "pm_card_visa", "GB", over);
   ASSERT_EQ(placed->status, 202) << placed->body;
   EXPECT_EQ(nlohmann::json::parse(placed->body)["waiting_for"],
@@ -309,7 +312,8 @@ TEST_F(Delivery, AnOrderOverTheLimitWaitsForAnOperatorAndShipsOnlyWhenApproved) 
   EXPECT_EQ(Reserved(), 2);  // dlv-4's, shipped; dlv-5's released
 
   // At the limit itself no operator is asked: the approval is skipped.
-  auto at_limit = Deliver("dlv-6", "pm_card_visa", "GB", steps::kDeliveryApprovalOverCents);
+  auto at_limit =
+      Deliver("dlv-6", "pm_card_visa", "GB", idemsaga::steps::kDeliveryApprovalOverCents);
   ASSERT_EQ(at_limit->status, 201) << at_limit->body;
   auto report = stack_.orch.service.Reconcile(std::chrono::hours(1));
   EXPECT_TRUE(report.discrepancies.empty()) << report.ToText();

@@ -12,16 +12,16 @@
 
 #include "common/crypto.hpp"
 #include "common/process.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
 namespace {
 
-using orchestrator::Orchestrator;
-using demo::ParticipantKind;
-using demo::ParticipantService;
+using idemsaga::demo::ParticipantKind;
+using idemsaga::demo::ParticipantService;
+using idemsaga::orchestrator::Orchestrator;
 using test_support::AtPort;
 using test_support::Call;
 using test_support::kDeclinedOrder;
@@ -36,12 +36,13 @@ class TracesTest : public ::testing::Test {
 
   void SetUp() override { Start({}); }
 
-  void Start(common::trace::Exporter::Options exporter) {
+  void Start(idemsaga::common::trace::Exporter::Options exporter) {
     payment_.reset();
     inventory_.reset();
     orch_.reset();
-    int inventory_port = common::FreeLoopbackPort(), payment_port = common::FreeLoopbackPort();
-    orchestrator::OrchestratorOptions o;
+    int inventory_port = idemsaga::common::FreeLoopbackPort(),
+        payment_port = idemsaga::common::FreeLoopbackPort();
+    idemsaga::orchestrator::OrchestratorOptions o;
     o.database_url = orch_db_.url();
     o.participants["inventory"].base_url = "http://127.0.0.1:" + std::to_string(inventory_port);
     o.participants["payment"].base_url = "http://127.0.0.1:" + std::to_string(payment_port);
@@ -52,9 +53,9 @@ class TracesTest : public ::testing::Test {
     // Each service holds the others' idle connections; a stop waits that long for them.
     o.limits.keep_alive_timeout_s = 1;
     orch_ = std::make_unique<Serving<Orchestrator>>(o);
-    orch_->service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
-    orch_->service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
-    demo::ParticipantOptions p{
+    orch_->service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
+    orch_->service.store().UpsertTenant("acme", idemsaga::common::Sha256Hex("dev-key-acme"));
+    idemsaga::demo::ParticipantOptions p{
         .otlp_endpoint = orch_->Url() + "/v1/traces",
         .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
     p.limits.keep_alive_timeout_s = 1;
@@ -272,7 +273,7 @@ TEST_F(TracesTest, TheIntakeKeepsGoodSpansAndNamesTheRefusedOnes) {
 TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServiceToken) {
   std::mutex mutex;
   std::vector<std::map<std::string, std::string>> received;
-  Serving<common::http::Server> collector;
+  Serving<idemsaga::common::http::Server> collector;
   collector.service.Post("/v1/traces", [&](const httplib::Request& req, httplib::Response& res) {
     std::lock_guard lock(mutex);
     std::map<std::string, std::string> headers;
@@ -280,7 +281,7 @@ TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServic
     received.push_back(headers);
     res.set_content("{}", "application/json");
   });
-  orchestrator::OrchestratorOptions o;
+  idemsaga::orchestrator::OrchestratorOptions o;
   o.database_url = orch_db_.url();
   o.service_token = "secret-service-token";
   o.otlp_endpoint = collector.Url() + "/v1/traces";
@@ -290,7 +291,7 @@ TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServic
   o.sagas.response_budget = std::chrono::milliseconds(100);
   {
     Serving<Orchestrator> exporting(o);
-    exporting.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
+    exporting.service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
     auto c = exporting.Client();
     Post(c, "/v1/orders", Order("export-1"));
     exporting.service.exporter().Flush();
@@ -329,8 +330,8 @@ TEST_F(TracesTest, ThePageDrawsTheWholeWaterfallOfADeclinedOrder) {
   ASSERT_TRUE(trace["complete"].get<bool>());
   size_t spans = trace["spans"].size();
 
-  std::string profile =
-      std::filesystem::temp_directory_path() / ("idemsaga-chromium-" + common::RandomHex(4));
+  std::string profile = std::filesystem::temp_directory_path() /
+                        ("idemsaga-chromium-" + idemsaga::common::RandomHex(4));
   std::string url = orch_->Url() + "/ui/#key=dev-key-demo&order=page-1";
   std::vector<std::string> flags = {chromium,
                                     "--headless",
@@ -346,7 +347,7 @@ TEST_F(TracesTest, ThePageDrawsTheWholeWaterfallOfADeclinedOrder) {
   auto dom_args = flags;
   dom_args.push_back("--dump-dom");
   dom_args.push_back(url);
-  std::string dom = common::ReadProgramOutput(dom_args);
+  std::string dom = idemsaga::common::ReadProgramOutput(dom_args);
   auto count = [&](const std::string& needle) {
     size_t n = 0;
     for (size_t at = dom.find(needle); at != std::string::npos; at = dom.find(needle, at + 1)) ++n;
@@ -365,7 +366,7 @@ TEST_F(TracesTest, ThePageDrawsTheWholeWaterfallOfADeclinedOrder) {
   shot_args.push_back("--screenshot=" +
                       (std::filesystem::current_path() / "test-artifacts/trace-page.png").string());
   shot_args.push_back(url);
-  EXPECT_EQ(common::RunProgram(shot_args, profile + ".log"), 0);
+  EXPECT_EQ(idemsaga::common::RunProgram(shot_args, profile + ".log"), 0);
   EXPECT_TRUE(std::filesystem::exists("test-artifacts/trace-page.png"));
   std::filesystem::remove_all(profile);
   std::filesystem::remove(profile + ".log");

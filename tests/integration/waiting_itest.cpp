@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 TEST(Waiting, AParticipantOutageParksItsSagasAndHoldsUpNothingElse) {
-  test_support::Stack stack([](orchestrator::OrchestratorOptions& o) {
+  test_support::Stack stack([](idemsaga::orchestrator::OrchestratorOptions& o) {
     o.sagas.threads = 4;       // far fewer than the sagas that wait
     o.sagas.inline_limit = 2;  // these two sleep through the budget, then park
     o.sagas.response_budget = 2s;
@@ -97,16 +97,17 @@ TEST(Waiting, AParticipantOutageParksItsSagasAndHoldsUpNothingElse) {
 // bulkhead parks at once), so a saga that never calls payment is served all along: every one
 // answers 201, and nothing anywhere is a 503.
 TEST(Waiting, ASlowParticipantDelaysOnlyTheSagasThatCallIt) {
-  auto reserve_only = [](idemsaga::Participants& p) -> std::optional<saga::Definition> {
-    saga::Definition d("reserve_only");
-    d.Step("inventory", steps::ReserveItems(p.Get("inventory")),
-           steps::ReleaseItems(p.Get("inventory")));
+  auto reserve_only =
+      [](idemsaga::Participants& p) -> std::optional<idemsaga::steps::saga::Definition> {
+    idemsaga::steps::saga::Definition d("reserve_only");
+    d.Step("inventory", idemsaga::steps::ReserveItems(p.Get("inventory")),
+           idemsaga::steps::ReleaseItems(p.Get("inventory")));
     return d;
   };
-  auto sagas = steps::ShippedSagas();
+  auto sagas = idemsaga::steps::ShippedSagas();
   sagas.push_back(reserve_only);
   test_support::Stack stack(
-      [](orchestrator::OrchestratorOptions& o) {
+      [](idemsaga::orchestrator::OrchestratorOptions& o) {
         o.limits.threads = 4;      // server workers: few, so a held one shows
         o.sagas.inline_limit = 3;  // of 4, as the defaults have 24 of 32
         o.sagas.threads = 8;

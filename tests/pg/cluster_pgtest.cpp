@@ -17,7 +17,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-using common::pg::PrivateCluster;
+using idemsaga::common::pg::PrivateCluster;
 using ::testing::HasSubstr;
 
 // Removes a folder of the test's when the test ends, however it ends.

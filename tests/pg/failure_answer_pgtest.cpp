@@ -1,6 +1,7 @@
 // How an edge answers a failure of the database, by SQLSTATE class, with errors raised by a
-// real PostgreSQL behind a real common::http::Server: only an outage that a retry can cure is
-// a 503 with Retry-After; a value the database refused is a 500 that never invites the retry.
+// real PostgreSQL behind a real idemsaga::common::http::Server: only an outage that a retry can
+// cure is a 503 with Retry-After; a value the database refused is a 500 that never invites the
+// retry.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -12,7 +13,7 @@
 
 namespace {
 
-using common::pg::Failure;
+using idemsaga::common::pg::Failure;
 
 class FailureAnswer : public ::testing::Test {
  protected:
@@ -79,8 +80,8 @@ class FailureAnswer : public ::testing::Test {
   }
 
   test_support::ScratchDatabase db_;
-  common::pg::Pool pool_;
-  common::http::Server server_{{}, common::pg::Classify};
+  idemsaga::common::pg::Pool pool_;
+  idemsaga::common::http::Server server_{{}, idemsaga::common::pg::Classify};
   int port_ = 0;
   std::thread thread_;
 };
@@ -134,23 +135,28 @@ TEST_F(FailureAnswer, OtherErrorsAreA500) {
 }
 
 TEST(ClassifySqlState, FollowsTheSqlStateClasses) {
-  EXPECT_EQ(common::pg::ClassifySqlState("08003"), Failure::kUnavailable);
-  EXPECT_EQ(common::pg::ClassifySqlState("57P01"), Failure::kUnavailable);
-  EXPECT_EQ(common::pg::ClassifySqlState("57000"), Failure::kDefect);
-  EXPECT_EQ(common::pg::ClassifySqlState("22P02"), Failure::kRejectedValue);
-  EXPECT_EQ(common::pg::ClassifySqlState("23503"), Failure::kRejectedValue);
-  EXPECT_EQ(common::pg::ClassifySqlState("XX000"), Failure::kDefect);
-  EXPECT_EQ(common::pg::ClassifySqlState(""), Failure::kDefect);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState("08003"), Failure::kUnavailable);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState("57P01"), Failure::kUnavailable);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState("57000"), Failure::kDefect);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState("22P02"), Failure::kRejectedValue);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState("23503"), Failure::kRejectedValue);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState("XX000"), Failure::kDefect);
+  EXPECT_EQ(idemsaga::common::pg::ClassifySqlState(""), Failure::kDefect);
 }
 
 TEST(Classify, StoreOutagesOfAnyKindAreUnavailable) {
-  EXPECT_EQ(common::pg::Classify(std::make_exception_ptr(common::pg::PoolUnavailable("x"))).kind,
+  EXPECT_EQ(idemsaga::common::pg::Classify(
+                std::make_exception_ptr(idemsaga::common::pg::PoolUnavailable("x")))
+                .kind,
             Failure::kUnavailable);
-  EXPECT_EQ(common::pg::Classify(std::make_exception_ptr(common::Unavailable("redis"))).kind,
+  EXPECT_EQ(idemsaga::common::pg::Classify(
+                std::make_exception_ptr(idemsaga::common::Unavailable("redis")))
+                .kind,
             Failure::kUnavailable);
-  EXPECT_EQ(common::pg::Classify(std::make_exception_ptr(pqxx::in_doubt_error("commit?"))).kind,
-            Failure::kUnavailable);
-  EXPECT_EQ(common::pg::Classify(std::make_exception_ptr(std::runtime_error("bug"))).kind,
+  EXPECT_EQ(
+      idemsaga::common::pg::Classify(std::make_exception_ptr(pqxx::in_doubt_error("commit?"))).kind,
+      Failure::kUnavailable);
+  EXPECT_EQ(idemsaga::common::pg::Classify(std::make_exception_ptr(std::runtime_error("bug"))).kind,
             Failure::kDefect);
 }
 
@@ -161,13 +167,15 @@ TEST(Classify, StoreOutagesOfAnyKindAreUnavailable) {
 TEST_F(FailureAnswer, AnEdgeAnswersByTheClassifierItWasGivenNotByThePoolsInTheProcess) {
   auto outage = std::make_exception_ptr(pqxx::broken_connection("gone"));
   httplib::Response plain, pg;
-  EXPECT_EQ(common::http::SetFailure(plain, outage, common::ClassifyPlain).kind, Failure::kDefect);
+  EXPECT_EQ(idemsaga::common::http::SetFailure(plain, outage, idemsaga::common::ClassifyPlain).kind,
+            Failure::kDefect);
   EXPECT_EQ(plain.status, 500);
-  EXPECT_EQ(common::http::SetFailure(pg, outage, common::pg::Classify).kind, Failure::kUnavailable);
+  EXPECT_EQ(idemsaga::common::http::SetFailure(pg, outage, idemsaga::common::pg::Classify).kind,
+            Failure::kUnavailable);
   EXPECT_EQ(pg.status, 503);
   EXPECT_EQ(pg.get_header_value("Retry-After"), "1");
 
-  common::http::Server unconfigured;  // built after pool_: it still answers plainly
+  idemsaga::common::http::Server unconfigured;  // built after pool_: it still answers plainly
   unconfigured.Get("/broken", [](const httplib::Request&, httplib::Response&) {
     throw pqxx::broken_connection("gone");
   });

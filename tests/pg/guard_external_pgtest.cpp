@@ -16,11 +16,11 @@
 namespace {
 
 using namespace std::chrono_literals;
-using steps::guard::ActionRecord;
-using steps::guard::ExternalCall;
-using steps::guard::Guard;
-using steps::guard::Request;
-using steps::guard::Response;
+using idemsaga::steps::guard::ActionRecord;
+using idemsaga::steps::guard::ExternalCall;
+using idemsaga::steps::guard::Guard;
+using idemsaga::steps::guard::Request;
+using idemsaga::steps::guard::Response;
 using test_support::ScratchDatabase;
 
 struct ThirdParty {
@@ -96,7 +96,7 @@ class GuardExternalTest : public ::testing::Test {
   }
 
   ScratchDatabase db_;
-  common::pg::Pool pool_;
+  idemsaga::common::pg::Pool pool_;
   Guard guard_;
   ThirdParty third_party_;
   std::vector<std::pair<long long, bool>> seen_;  // (token, earlier_attempt) per call
@@ -114,7 +114,7 @@ TEST_F(GuardExternalTest, TheCallGoesOutOnceWithNoTransactionOpenAndItsRetryRepl
     return Send()(call);
   });
   EXPECT_EQ(res.status, 201);
-  EXPECT_EQ(res.outcome, steps::guard::Outcome::kApplied);
+  EXPECT_EQ(res.outcome, idemsaga::steps::protocol::Outcome::kApplied);
   EXPECT_EQ(status_during_call, "pending");
   EXPECT_EQ(open_transactions, 0);
   auto again = guard_.RunExternal(Req("A-email"), Send("sent again"));
@@ -131,7 +131,7 @@ TEST_F(GuardExternalTest, ADuplicateWhileTheCallIsOutGets409AndCallsNothing) {
   HeldCall first(guard_, Req("B-email"), Send());
   auto duplicate = guard_.RunExternal(Req("B-email"), Send("duplicate"));
   EXPECT_EQ(duplicate.status, 409);
-  EXPECT_EQ(duplicate.outcome, steps::guard::Outcome::kInProgress);
+  EXPECT_EQ(duplicate.outcome, idemsaga::steps::protocol::Outcome::kInProgress);
   EXPECT_EQ(first.Release().status, 201);
   EXPECT_EQ(third_party_.calls, 1);
 }
@@ -153,7 +153,7 @@ TEST_F(GuardExternalTest, AnExpiredClaimIsTakenOverAndTheZombiesLateAnswerIsRefu
   EXPECT_EQ(winner.status, 201);
   EXPECT_EQ(seen_, (std::vector<std::pair<long long, bool>>{{2, true}}));
   auto late = zombie.Release();
-  EXPECT_EQ(late.outcome, steps::guard::Outcome::kFenced);
+  EXPECT_EQ(late.outcome, idemsaga::steps::protocol::Outcome::kFenced);
   EXPECT_EQ(late.body, winner.body);  // the stored answer is the winner's
   EXPECT_EQ(
       db_.Text("SELECT response_body FROM idempotency_keys WHERE idempotency_key = $1", "C-email"),
@@ -175,7 +175,7 @@ TEST_F(GuardExternalTest, ACallThatThrowsKeepsItsClaimUntilTheLeaseEndsUnlessItW
                std::runtime_error);
   auto eager = guard_.RunExternal(Req("D-email"), Send("sent again"));
   EXPECT_EQ(eager.status, 409);
-  EXPECT_EQ(eager.outcome, steps::guard::Outcome::kInProgress);
+  EXPECT_EQ(eager.outcome, idemsaga::steps::protocol::Outcome::kInProgress);
   ExpireLease("D-email");
   auto retry = guard_.RunExternal(Req("D-email"), Send("sent again"));
   EXPECT_EQ(retry.status, 201);
@@ -185,9 +185,9 @@ TEST_F(GuardExternalTest, ACallThatThrowsKeepsItsClaimUntilTheLeaseEndsUnlessItW
 
   EXPECT_THROW(guard_.RunExternal(Req("G-email"),
                                   [](const ExternalCall&) -> Response {
-                                    throw steps::guard::NotSent("connection refused");
+                                    throw idemsaga::steps::guard::NotSent("connection refused");
                                   }),
-               steps::guard::NotSent);
+               idemsaga::steps::guard::NotSent);
   EXPECT_EQ(guard_.RunExternal(Req("G-email"), Send()).status, 201);  // at once
 }
 
@@ -213,7 +213,7 @@ TEST_F(GuardExternalTest, AZombieThatAnswersWhileTheTakerIsStillCallingIsFencedB
   ExpireLease("J-email");
   HeldCall taker(guard_, Req("J-email"), token);
   auto late = zombie.Release();
-  EXPECT_EQ(late.outcome, steps::guard::Outcome::kFenced);
+  EXPECT_EQ(late.outcome, idemsaga::steps::protocol::Outcome::kFenced);
   EXPECT_EQ(late.status, 409);
   EXPECT_EQ(Status("J-email"), "pending");
   EXPECT_EQ(
@@ -252,14 +252,14 @@ TEST_F(GuardExternalTest, AnExternalUndoWaitsForItsActionRunsOnceAndRefusesALate
   EXPECT_EQ(third_party_.undos, 1);
   // A late retry of the undone action hears that it was compensated, not its old success.
   EXPECT_EQ(guard_.RunExternal(Req("E-email"), Send()).outcome,
-            steps::guard::Outcome::kCompensated);
+            idemsaga::steps::protocol::Outcome::kCompensated);
   // A compensation that arrives first leaves a tombstone: the late action is refused uncalled.
   auto first = guard_.CompensateExternal(Req("F-email-compensate", {{"action_key", "F-email"}}),
                                          "F-email", undo);
   EXPECT_EQ(nlohmann::json::parse(first.body)["outcome"], "cancelled");
   auto late = guard_.RunExternal(Req("F-email"), Send());
   EXPECT_EQ(late.status, 409);
-  EXPECT_EQ(late.outcome, steps::guard::Outcome::kCancelled);
+  EXPECT_EQ(late.outcome, idemsaga::steps::protocol::Outcome::kCancelled);
   EXPECT_EQ(third_party_.calls, 1);
   EXPECT_EQ(third_party_.undos, 1);
 }
@@ -284,9 +284,9 @@ TEST_F(GuardExternalTest, ACompensationCutsOffAnActionWhoseHolderDiedMidCall) {
   ASSERT_EQ(undone.size(), 1u);
   EXPECT_EQ(undone[0].status, 0);  // outcome unknown
   EXPECT_EQ(undone[0].key, "K-email");
-  EXPECT_EQ(dead.Release().outcome, steps::guard::Outcome::kFenced);
+  EXPECT_EQ(dead.Release().outcome, idemsaga::steps::protocol::Outcome::kFenced);
   EXPECT_EQ(guard_.RunExternal(Req("K-email"), Send()).outcome,
-            steps::guard::Outcome::kCompensated);
+            idemsaga::steps::protocol::Outcome::kCompensated);
   EXPECT_EQ(third_party_.calls, 1);  // only the dead holder's call
 }
 

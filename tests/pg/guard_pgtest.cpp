@@ -12,11 +12,11 @@
 
 namespace {
 
-using steps::guard::ActionRecord;
-using steps::guard::EffectScope;
-using steps::guard::Guard;
-using steps::guard::Request;
-using steps::guard::Response;
+using idemsaga::steps::guard::ActionRecord;
+using idemsaga::steps::guard::EffectScope;
+using idemsaga::steps::guard::Guard;
+using idemsaga::steps::guard::Request;
+using idemsaga::steps::guard::Response;
 using test_support::ScratchDatabase;
 
 // A participant database plus a table of effects, so tests count what really happened. Every
@@ -61,7 +61,7 @@ class GuardTest : public ::testing::TestWithParam<EffectScope> {
   static bool CalledOnlyWhenOwned() { return GetParam() == EffectScope::kAny; }
 
   ScratchDatabase db_;
-  common::pg::Pool pool_;
+  idemsaga::common::pg::Pool pool_;
   Guard guard_;
   std::atomic<int> runs_{0};
   std::atomic<int> undos_{0};
@@ -132,7 +132,7 @@ TEST_P(GuardTest, FiftyConcurrentDuplicatesRunTheEffectOnceAndAllGetTheSameBody)
 
 TEST_P(GuardTest, AStoredBusinessFailureIsReplayedWithoutRunningAgain) {
   auto declined = Run(Req("B-payment"), [](pqxx::work&) {
-    return steps::guard::Problem(402, "card_declined", "the card was declined");
+    return idemsaga::steps::guard::Problem(402, "card_declined", "the card was declined");
   });
   auto again = Run(Req("B-payment"), RecordEffect());
   EXPECT_EQ(again.status, 402);
@@ -202,8 +202,9 @@ TEST_P(GuardTest, CompensationBeforeTheActionLeavesATombstoneThatRefusesTheLateA
 }
 
 TEST_P(GuardTest, CompensatingAFailedActionHasNothingToUndo) {
-  Run(Req("F-payment"),
-      [](pqxx::work&) { return steps::guard::Problem(402, "card_declined", "declined"); });
+  Run(Req("F-payment"), [](pqxx::work&) {
+    return idemsaga::steps::guard::Problem(402, "card_declined", "declined");
+  });
   auto comp = guard_.Compensate(Req("F-payment-compensate", {{"action_key", "F-payment"}}),
                                 "F-payment", CountUndo());
   EXPECT_EQ(nlohmann::json::parse(comp.body)["outcome"], "nothing_to_undo");
@@ -350,7 +351,7 @@ TEST_P(GuardTest, TheHeadersTheHandlerNamesAreStoredAndReplayed) {
   EXPECT_EQ(again.headers.at("Location"),
             "/v1/things/" + nlohmann::json::parse(first.body)["id"].get<std::string>());
   auto refused = Run(Req("H2-payment"), [](pqxx::work&) {
-    return steps::guard::Problem(402, "card_declined", "declined");
+    return idemsaga::steps::guard::Problem(402, "card_declined", "declined");
   });
   EXPECT_TRUE(Run(Req("H2-payment"), RecordEffect()).headers.empty());
   EXPECT_TRUE(refused.headers.empty());
@@ -360,13 +361,13 @@ TEST_P(GuardTest, TheHeadersTheHandlerNamesAreStoredAndReplayed) {
 // duplicates under fail-fast are answered 409 in_progress without ever waiting on a lock in
 // PostgreSQL (sampled from pg_stat_activity); under wait they sit on the unique index. The
 // effect runs once either way.
-const auto kBothPolicies =
-    ::testing::Values(steps::guard::Duplicates::kWait, steps::guard::Duplicates::kFailFast);
-std::string PolicyName(const ::testing::TestParamInfo<steps::guard::Duplicates>& info) {
-  return info.param == steps::guard::Duplicates::kWait ? "Wait" : "FailFast";
+const auto kBothPolicies = ::testing::Values(idemsaga::steps::guard::Duplicates::kWait,
+                                             idemsaga::steps::guard::Duplicates::kFailFast);
+std::string PolicyName(const ::testing::TestParamInfo<idemsaga::steps::guard::Duplicates>& info) {
+  return info.param == idemsaga::steps::guard::Duplicates::kWait ? "Wait" : "FailFast";
 }
 
-class DuplicatesTest : public ::testing::TestWithParam<steps::guard::Duplicates> {
+class DuplicatesTest : public ::testing::TestWithParam<idemsaga::steps::guard::Duplicates> {
  protected:
   DuplicatesTest()
       : db_("payment"),
@@ -375,12 +376,12 @@ class DuplicatesTest : public ::testing::TestWithParam<steps::guard::Duplicates>
     db_.Exec("CREATE TABLE effects (key text)");
   }
   ScratchDatabase db_;
-  common::pg::Pool pool_;
+  idemsaga::common::pg::Pool pool_;
   Guard guard_;
 };
 
 TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnce) {
-  const bool fail_fast = GetParam() == steps::guard::Duplicates::kFailFast;
+  const bool fail_fast = GetParam() == idemsaga::steps::guard::Duplicates::kFailFast;
   std::promise<void> entered, release;
   auto released = release.get_future().share();
   Request req{"demo", "held-payment", "POST", "/v1/charges", {{"amount", 1}}};
@@ -436,7 +437,7 @@ TEST_P(DuplicatesTest, DuplicatesOfAKeyInFlightWaitOrFailFastAndTheEffectRunsOnc
 
   for (const auto& a : answers) {
     EXPECT_EQ(a.status, 409) << a.body;
-    EXPECT_EQ(a.outcome, steps::guard::Outcome::kInProgress);
+    EXPECT_EQ(a.outcome, idemsaga::steps::protocol::Outcome::kInProgress);
     EXPECT_NE(a.body.find("idempotency_key_in_progress"), std::string::npos);
   }
   if (fail_fast) {
@@ -500,7 +501,7 @@ class PlannedTest : public DuplicatesTest {
   }
 
   // The caller makes the id, so the answer is known before the effect runs.
-  static steps::guard::PlannedEffect Plan(const Request& req, const std::string& id) {
+  static idemsaga::steps::guard::PlannedEffect Plan(const Request& req, const std::string& id) {
     return {Response{201, nlohmann::json{{"id", id}}.dump()},
             "INSERT INTO effects (tenant_id, key, id) SELECT $1, $2, $3 FROM claimed",
             {req.tenant_id, req.key, id}};
@@ -521,7 +522,7 @@ TEST_P(PlannedTest, ANewKeyAppliesTheEffectOnceAndItsAnswerIsReplayedByteForByte
   auto first = guard_.RunPlanned(req, Plan(req, "id-1"));
   EXPECT_EQ(first.status, 201);
   EXPECT_FALSE(first.replayed);
-  EXPECT_EQ(first.outcome, steps::guard::Outcome::kApplied);
+  EXPECT_EQ(first.outcome, idemsaga::steps::protocol::Outcome::kApplied);
   EXPECT_EQ(first.body, R"({"id":"id-1"})");
   EXPECT_EQ(db_.Count("SELECT count(*) FROM effects WHERE id = 'id-1' AND key = 'P-payment'"), 1);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND "
@@ -548,7 +549,8 @@ TEST_P(PlannedTest, TheSameKeyWithAnotherBodyIs422AndAppliesNothing) {
 
 TEST_P(PlannedTest, ARefusalPlannedWithoutAStatementStoresOnlyItsAnswer) {
   auto req = Req("R-payment");
-  steps::guard::PlannedEffect refusal{Response{402, R"({"code":"card_declined"})"}, "", {}};
+  idemsaga::steps::guard::PlannedEffect refusal{
+      Response{402, R"({"code":"card_declined"})"}, "", {}};
   auto first = guard_.RunPlanned(req, refusal);
   EXPECT_EQ(first.status, 402);
   EXPECT_FALSE(first.replayed);
@@ -581,7 +583,7 @@ TEST_P(PlannedTest, ThirtyTwoConcurrentDuplicatesApplyTheEffectOnceAndShareOneAn
   }
   EXPECT_EQ(applied, 1);
   EXPECT_EQ(bodies.size(), 1u);
-  if (GetParam() == steps::guard::Duplicates::kWait) {
+  if (GetParam() == idemsaga::steps::guard::Duplicates::kWait) {
     EXPECT_EQ(in_progress, 0);
   }
   EXPECT_EQ(Effects(), 1);
@@ -649,8 +651,8 @@ class ConditionalPlanTest : public PlannedTest {
   }
   long long Units() { return db_.Count("SELECT n FROM units"); }
 
-  steps::guard::PlannedEffect Take(const Request& req, const std::string& id) {
-    steps::guard::PlannedEffect plan = Plan(req, id);
+  idemsaga::steps::guard::PlannedEffect Take(const Request& req, const std::string& id) {
+    idemsaga::steps::guard::PlannedEffect plan = Plan(req, id);
     plan.ctes =
         "taken AS (UPDATE units SET n = n - 1 WHERE n >= 1 AND EXISTS (SELECT 1 FROM "
         "claimed) RETURNING n)";
@@ -685,7 +687,7 @@ TEST_P(ConditionalPlanTest, APlanThatFindsItsUnitAppliesOnceAndIsReplayedWithout
   EXPECT_EQ(Effects(), 1);
   EXPECT_EQ(Keys(), 1);
   // Fail-fast runs the plan as Run's effect from the start: `otherwise` decides there.
-  EXPECT_EQ(otherwise_, GetParam() == steps::guard::Duplicates::kWait ? 0 : 1);
+  EXPECT_EQ(otherwise_, GetParam() == idemsaga::steps::guard::Duplicates::kWait ? 0 : 1);
 }
 
 TEST_P(ConditionalPlanTest, APlanThatFindsNothingStoresNothingAndOtherwiseAnswersOnce) {
@@ -712,7 +714,7 @@ TEST_P(ConditionalPlanTest, APlanThatFindsNothingStoresNothingAndOtherwiseAnswer
 // first's key, a unique violation that gives the unit back. (Under fail-fast only the
 // request holding the key waits; the others are refused at once.)
 TEST_P(ConditionalPlanTest, DuplicatesThatFoundTheKeyFreeTakeOneUnitBetweenThem) {
-  const bool fail_fast = GetParam() == steps::guard::Duplicates::kFailFast;
+  const bool fail_fast = GetParam() == idemsaga::steps::guard::Duplicates::kFailFast;
   SetUnits(100);
   auto req = Req("E-stock");
   pqxx::connection holder(db_.url());
@@ -779,7 +781,7 @@ TEST_P(ConditionalPlanTest, FortyKeysForTenUnitsTakeExactlyTen) {
   EXPECT_EQ(refused, 30);
   // Ten planned statements took a unit; the thirty that found none were decided by
   // `otherwise`, once each. Fail-fast runs every one through `otherwise`.
-  EXPECT_EQ(otherwise_, GetParam() == steps::guard::Duplicates::kWait ? 30 : 40);
+  EXPECT_EQ(otherwise_, GetParam() == idemsaga::steps::guard::Duplicates::kWait ? 30 : 40);
   EXPECT_EQ(Units(), 0);
   EXPECT_EQ(Effects(), 10);
   EXPECT_EQ(Keys(), 40);
@@ -810,7 +812,7 @@ TEST_P(ConditionalPlanTest, AConditionalPlanWithoutReturningOrWithCtesAndNoSqlRu
 TEST_P(ConditionalPlanTest, AnUnplannedRequestIsAnsweredByOtherwise) {
   SetUnits(5);
   auto req = Req("H-stock");
-  steps::guard::PlannedEffect plan = Take(req, "id-1");
+  idemsaga::steps::guard::PlannedEffect plan = Take(req, "id-1");
   plan.sql.clear();
   plan.ctes.clear();
   plan.params.clear();

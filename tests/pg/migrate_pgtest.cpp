@@ -17,8 +17,8 @@ const std::filesystem::path kSqlDir = IDEMSAGA_SQL_DIR;
 
 int MigrationsOf(const std::string& kind) {
   int n = 0;
-  for (const auto& set : common::pg::SetsFor(kind)) {
-    for (const auto& m : common::pg::AllMigrations()) n += m.set == set ? 1 : 0;
+  for (const auto& set : idemsaga::common::pg::SetsFor(kind)) {
+    for (const auto& m : idemsaga::common::pg::AllMigrations()) n += m.set == set ? 1 : 0;
   }
   return n;
 }
@@ -27,10 +27,10 @@ int MigrationsOf(const std::string& kind) {
 // (a file the build did not embed would otherwise go unnoticed until a database lacked it),
 // and a fresh database of the kind records exactly those migrations in its ledger.
 TEST(Migrate, EveryKindHasEmbeddedMigrations) {
-  for (const auto& kind : common::pg::DatabaseKinds()) {
-    for (const auto& set : common::pg::SetsFor(kind)) {
+  for (const auto& kind : idemsaga::common::pg::DatabaseKinds()) {
+    for (const auto& set : idemsaga::common::pg::SetsFor(kind)) {
       std::vector<int> versions;
-      for (const auto& m : common::pg::AllMigrations()) {
+      for (const auto& m : idemsaga::common::pg::AllMigrations()) {
         if (m.set == set) versions.push_back(m.version);
       }
       EXPECT_FALSE(versions.empty()) << kind << ": no migrations of set " << set;
@@ -52,7 +52,7 @@ TEST(Migrate, AScratchDatabaseIsFullyMigratedAndASecondRunAppliesNothing) {
   ScratchDatabase db("inventory");
   EXPECT_EQ(db.Count("SELECT count(*) FROM schema_migrations"), MigrationsOf("inventory"));
   pqxx::connection conn(db.url());
-  EXPECT_EQ(common::pg::Migrate(conn, "inventory"), 0);
+  EXPECT_EQ(idemsaga::common::pg::Migrate(conn, "inventory"), 0);
 }
 
 TEST(Migrate, ParticipantsGetTheGuardTableAndTheirOwnTablesOnly) {
@@ -84,32 +84,34 @@ TEST(Migrate, RefusesADatabaseWhoseAppliedMigrationWasEdited) {
   ScratchDatabase db("payment");
   db.Exec("UPDATE schema_migrations SET checksum = 'edited' WHERE set_name = 'payment'");
   pqxx::connection conn(db.url());
-  EXPECT_THROW(common::pg::Migrate(conn, "payment"), std::runtime_error);
+  EXPECT_THROW(idemsaga::common::pg::Migrate(conn, "payment"), std::runtime_error);
 }
 
 TEST(Migrate, ConcurrentRunnersOnAnEmptyDatabaseApplyEachMigrationOnce) {
   ScratchDatabase scratch("payment");
   // A database with no schema at all: create a new empty one next to the scratch copy.
-  std::string url =
-      common::pg::WithDatabase(scratch.url(), common::pg::DatabaseOf(scratch.url()) + "_empty");
-  common::pg::CreateDatabaseIfMissing(scratch.url(), common::pg::DatabaseOf(url));
+  std::string url = idemsaga::common::pg::WithDatabase(
+      scratch.url(), idemsaga::common::pg::DatabaseOf(scratch.url()) + "_empty");
+  idemsaga::common::pg::CreateDatabaseIfMissing(scratch.url(),
+                                                idemsaga::common::pg::DatabaseOf(url));
   int applied[2] = {0, 0};
   std::thread a([&] {
     pqxx::connection c(url);
-    applied[0] = common::pg::Migrate(c, "payment");
+    applied[0] = idemsaga::common::pg::Migrate(c, "payment");
   });
   std::thread b([&] {
     pqxx::connection c(url);
-    applied[1] = common::pg::Migrate(c, "payment");
+    applied[1] = idemsaga::common::pg::Migrate(c, "payment");
   });
   a.join();
   b.join();
   EXPECT_EQ(applied[0] + applied[1], MigrationsOf("payment"));
   EXPECT_TRUE(applied[0] == 0 || applied[1] == 0);
   {
-    pqxx::connection admin(common::pg::WithDatabase(url, "postgres"));
+    pqxx::connection admin(idemsaga::common::pg::WithDatabase(url, "postgres"));
     pqxx::nontransaction tx(admin);
-    tx.exec("DROP DATABASE " + tx.quote_name(common::pg::DatabaseOf(url)) + " WITH (FORCE)");
+    tx.exec("DROP DATABASE " + tx.quote_name(idemsaga::common::pg::DatabaseOf(url)) +
+            " WITH (FORCE)");
   }
 }
 
@@ -197,7 +199,7 @@ TEST(Migrate, TheSchemasRefuseRowsThatBreakTheirRules) {
 }
 
 TEST(Migrate, UnknownKindIsRefused) {
-  EXPECT_THROW(common::pg::SetsFor("billing"), std::invalid_argument);
+  EXPECT_THROW(idemsaga::common::pg::SetsFor("billing"), std::invalid_argument);
 }
 
 }  // namespace

@@ -11,9 +11,9 @@
 
 namespace {
 
-using orchestrator::Claim;
-using orchestrator::ClaimRequest;
-using orchestrator::ParentStore;
+using idemsaga::orchestrator::store::Claim;
+using idemsaga::orchestrator::store::ClaimRequest;
+using idemsaga::orchestrator::store::ParentStore;
 using test_support::ScratchDatabase;
 
 // A stored batch of one span named `name`, as SQL.
@@ -29,7 +29,7 @@ std::string SpanJson(const std::string& name) {
 // the window another claim (or garbage collection) can race.
 class RacingStore : public ParentStore {
  public:
-  RacingStore(common::pg::Pool& pool, std::function<void()> on_conflict)
+  RacingStore(idemsaga::common::pg::Pool& pool, std::function<void()> on_conflict)
       : ParentStore(pool, {}), on_conflict_(std::move(on_conflict)) {}
 
  protected:
@@ -42,20 +42,20 @@ class RacingStore : public ParentStore {
 class ParentStoreTest : public ::testing::Test {
  protected:
   ParentStoreTest() : db_("orchestrator"), pool_({.url = db_.url(), .size = 4}), store_(pool_, {}) {
-    store_.UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
-    store_.UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
+    store_.UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
+    store_.UpsertTenant("acme", idemsaga::common::Sha256Hex("dev-key-acme"));
   }
   ClaimRequest Req(std::string key, std::string owner = "owner-a", std::string body = "1",
                    std::string tenant = "demo") {
     // Each key its own trace, as when no caller sends a traceparent.
     return {tenant,
             key,
-            common::Sha256Hex(body),
+            idemsaga::common::Sha256Hex(body),
             {{"n", body}},
             "place_order",
             1,
             owner,
-            common::Sha256Hex(tenant + key).substr(0, 32)};
+            idemsaga::common::Sha256Hex(tenant + key).substr(0, 32)};
   }
   void ExpireLease(const std::string& key) {
     db_.Exec(
@@ -64,7 +64,7 @@ class ParentStoreTest : public ::testing::Test {
         key);
   }
   ScratchDatabase db_;
-  common::pg::Pool pool_;
+  idemsaga::common::pg::Pool pool_;
   ParentStore store_;
 };
 
@@ -72,7 +72,7 @@ TEST_F(ParentStoreTest, TheFirstRequestClaimsTheKeyWithALease) {
   auto c = store_.ClaimKey(Req("A"));
   EXPECT_EQ(c.kind, Claim::kClaimed);
   EXPECT_EQ(c.lease.epoch, 1);
-  EXPECT_EQ(c.row.status, orchestrator::SagaStatus::kStarted);
+  EXPECT_EQ(c.row.status, idemsaga::orchestrator::store::SagaStatus::kStarted);
   EXPECT_TRUE(c.row.lease_live);
   EXPECT_EQ(c.row.order_id.rfind("ord_", 0), 0u);
 }
@@ -138,7 +138,7 @@ TEST_F(ParentStoreTest, TheDecisionToCompensateIsDurableAndVisible) {
                                        {{"outcome", "terminal"}, {"http_status", 402}}));
   auto row = store_.Get("demo", "A");
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->status, orchestrator::SagaStatus::kCompensating);
+  EXPECT_EQ(row->status, idemsaga::orchestrator::store::SagaStatus::kCompensating);
   EXPECT_EQ(row->failed_step, "payment");
   EXPECT_EQ(row->steps, steps);
 }
@@ -152,8 +152,8 @@ TEST_F(ParentStoreTest, KeysAreScopedByTenant) {
 }
 
 TEST_F(ParentStoreTest, TenantsAreFoundByTheHashOfTheirApiKey) {
-  EXPECT_EQ(store_.TenantForKeyHash(common::Sha256Hex("dev-key-demo")), "demo");
-  EXPECT_FALSE(store_.TenantForKeyHash(common::Sha256Hex("nope")).has_value());
+  EXPECT_EQ(store_.TenantForKeyHash(idemsaga::common::Sha256Hex("dev-key-demo")), "demo");
+  EXPECT_FALSE(store_.TenantForKeyHash(idemsaga::common::Sha256Hex("nope")).has_value());
   EXPECT_EQ(db_.Count("SELECT count(*) FROM tenants WHERE api_key_hash LIKE '%dev-key%'"), 0);
 }
 
@@ -164,7 +164,7 @@ namespace {
 TEST_F(ParentStoreTest, ConcurrentSweepersTakeOverDisjointSagas) {
   for (int i = 0; i < 40; ++i) store_.ClaimKey(Req("k" + std::to_string(i)));
   db_.Exec("UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second'");
-  std::vector<orchestrator::Claim> a, b;
+  std::vector<idemsaga::orchestrator::store::Claim> a, b;
   std::thread ta([&] { a = store_.TakeOverExpiredBatch("sweeper-a", 30); });
   std::thread tb([&] { b = store_.TakeOverExpiredBatch("sweeper-b", 30); });
   ta.join();
@@ -187,14 +187,15 @@ TEST_F(ParentStoreTest, ADeferredStuckSagaIsVisibleAndComesBackWhenItsLeaseRunsO
   auto c = store_.ClaimKey(Req("stuck"));
   ASSERT_TRUE(store_.BeginCompensation(c.lease, nlohmann::json::array(), "payment", {}));
   ASSERT_TRUE(store_.DeferStuck(c.lease, nlohmann::json::array(), std::chrono::milliseconds(200)));
-  auto listed = store_.List("demo", orchestrator::SagaStatus::kCompensating, true, 10);
+  auto listed =
+      store_.List("demo", idemsaga::orchestrator::store::SagaStatus::kCompensating, true, 10);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_TRUE(listed[0].stuck);
   EXPECT_TRUE(store_.TakeOverExpiredBatch("sweeper", 10).empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto taken = store_.TakeOverExpiredBatch("sweeper", 10);
   ASSERT_EQ(taken.size(), 1u);
-  EXPECT_EQ(taken[0].row.status, orchestrator::SagaStatus::kCompensating);
+  EXPECT_EQ(taken[0].row.status, idemsaga::orchestrator::store::SagaStatus::kCompensating);
   // The new owner is retrying it now; it shows as stuck again if that fails again.
   EXPECT_EQ(store_.CountRunning().stuck, 0);
 }
@@ -236,7 +237,8 @@ TEST_F(ParentStoreTest, AClaimThatLosesARaceAnswersFromTheWinnersRow) {
         "saga_name, order_id, status, lease_owner, lease_epoch, lease_expires_at, trace_id, "
         "expires_at) VALUES ('demo', $1, $2, '{\"n\":\"1\"}', 'place_order', $3, 'started', "
         "'winner', 1, now() + interval '1 minute', $4, now() + interval '1 day')",
-        key, common::Sha256Hex("1"), "ord_" + key, common::Sha256Hex("demo" + key).substr(0, 32));
+        key, idemsaga::common::Sha256Hex("1"), "ord_" + key,
+        idemsaga::common::Sha256Hex("demo" + key).substr(0, 32));
     int raced = 0;
     RacingStore loser(pool_, [&] { ++raced; });
     std::optional<Claim> claim;
@@ -288,8 +290,8 @@ TEST_F(ParentStoreTest, AClaimAnswersTheRowItStored) {
   ASSERT_EQ(claim.kind, Claim::kClaimed);
   auto stored = store_.Get("demo", "fresh");
   ASSERT_TRUE(stored);
-  const orchestrator::SagaRow& a = claim.row;
-  const orchestrator::SagaRow& b = *stored;
+  const idemsaga::orchestrator::store::SagaRow& a = claim.row;
+  const idemsaga::orchestrator::store::SagaRow& b = *stored;
   EXPECT_EQ(std::tie(a.tenant_id, a.key, a.request_hash, a.saga_name, a.saga_version, a.order_id,
                      a.lease_owner, a.lease_epoch, a.lease_live, a.failed_step, a.stuck,
                      a.response_status, a.response_body, a.trace_id, a.created_at, a.updated_at,
@@ -299,7 +301,7 @@ TEST_F(ParentStoreTest, AClaimAnswersTheRowItStored) {
                      b.response_status, b.response_body, b.trace_id, b.created_at, b.updated_at,
                      b.root_span_id));
   EXPECT_EQ(a.status, b.status);
-  using Row = orchestrator::SagaRow;
+  using Row = idemsaga::orchestrator::store::SagaRow;
   for (nlohmann::json Row::*field :
        {&Row::request_body, &Row::steps, &Row::failure, &Row::response_headers,
         &Row::cancel_requested, &Row::resolution}) {
@@ -426,7 +428,8 @@ TEST_F(ParentStoreTest, TheListingMergesRunningAndFinishedSagasNewestFirst) {
   store_.ClaimKey(Req("other", "owner-a", "1", "acme"));
   auto keys = [&](const std::string& status, int limit) {
     std::string out;
-    auto filter = status.empty() ? std::nullopt : orchestrator::ParseSagaStatus(status);
+    auto filter =
+        status.empty() ? std::nullopt : idemsaga::orchestrator::store::ParseSagaStatus(status);
     for (const auto& row : store_.List("demo", filter, false, limit)) out += row.key + " ";
     return out;
   };

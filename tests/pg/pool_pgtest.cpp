@@ -7,7 +7,7 @@
 
 namespace {
 
-using common::pg::Pool;
+using idemsaga::common::pg::Pool;
 using test_support::ScratchDatabase;
 
 int BackendPid(pqxx::connection& conn) {
@@ -27,7 +27,7 @@ TEST(Pool, BorrowTimesOutWhenEveryConnectionIsLent) {
   ScratchDatabase db("payment");
   Pool pool({.url = db.url(), .size = 1, .borrow_timeout = std::chrono::milliseconds(100)});
   auto held = pool.Borrow();
-  EXPECT_THROW(pool.Borrow(), common::pg::PoolUnavailable);
+  EXPECT_THROW(pool.Borrow(), idemsaga::common::pg::PoolUnavailable);
 }
 
 TEST(Pool, AWaitingBorrowerGetsTheConnectionWhenItIsReturned) {
@@ -71,7 +71,7 @@ TEST(Pool, SessionTimeoutsComeFromTheConnectionString) {
 
 TEST(Pool, AnUnreachableDatabaseIsReportedAsUnavailable) {
   Pool pool({.url = "postgresql://postgres@127.0.0.1:1/none", .size = 1});
-  EXPECT_THROW(pool.Borrow(), common::pg::PoolUnavailable);
+  EXPECT_THROW(pool.Borrow(), idemsaga::common::pg::PoolUnavailable);
 }
 
 }  // namespace

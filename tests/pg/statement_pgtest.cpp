@@ -6,8 +6,8 @@
 
 namespace {
 
-using common::pg::Exec;
-using common::pg::Statement;
+using idemsaga::common::pg::Exec;
+using idemsaga::common::pg::Statement;
 using test_support::ScratchDatabase;
 
 const Statement kBackendPid{"SELECT pg_backend_pid(), $1::int + 1"};
@@ -69,7 +69,7 @@ TEST(Statement, SurvivesLibpqxxSilentReconnect) {
 
 TEST(Statement, AConnectionThePoolReplacesPreparesAgain) {
   ScratchDatabase db("payment");
-  common::pg::Pool pool({.url = db.url(), .size = 1});
+  idemsaga::common::pg::Pool pool({.url = db.url(), .size = 1});
   auto run = [&](int n) {
     return pool.With([&](pqxx::connection& c) {
       pqxx::work tx(c);
@@ -91,7 +91,7 @@ TEST(Statement, AConnectionThePoolReplacesPreparesAgain) {
 // the pool replaces it instead of lending it out again.
 TEST(Statement, AConnectionThatLostItsStatementsIsReplaced) {
   ScratchDatabase db("payment");
-  common::pg::Pool pool({.url = db.url(), .size = 1});
+  idemsaga::common::pg::Pool pool({.url = db.url(), .size = 1});
   auto run = [&] {
     return pool.With([&](pqxx::connection& c) {
       pqxx::nontransaction tx(c);

@@ -20,9 +20,11 @@ int main(int argc, char** argv) {
   std::filesystem::path dir = argv[2];
   try {
     if (command == "start") {
-      common::pg::PrivateCluster::StopDetached(dir / "cluster", true);  // leftovers of a killed run
+      idemsaga::common::pg::PrivateCluster::StopDetached(dir / "cluster",
+                                                         true);  // leftovers of a killed run
       std::filesystem::create_directories(dir);
-      auto cluster = common::pg::PrivateCluster::Start({.dir = dir / "cluster", .durable = false});
+      auto cluster =
+          idemsaga::common::pg::PrivateCluster::Start({.dir = dir / "cluster", .durable = false});
       std::ofstream(dir / "url") << cluster->Url() << "\n";
       std::cout << "test cluster ready at " << cluster->Url() << " in " << cluster->dir().string()
                 << std::endl;
@@ -30,7 +32,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "stop") {
-      common::pg::PrivateCluster::StopDetached(dir / "cluster", true);
+      idemsaga::common::pg::PrivateCluster::StopDetached(dir / "cluster", true);
       std::filesystem::remove(dir / "url");
       return 0;
     }

@@ -46,10 +46,10 @@ class Registry {
         std::getline(in, server_url_);
       }
       if (server_url_.empty()) {
-        cluster_ =
-            common::pg::PrivateCluster::Start({.dir = common::pg::PrivateCluster::MakeTempDir(),
-                                               .durable = false,
-                                               .temporary = true});
+        cluster_ = idemsaga::common::pg::PrivateCluster::Start(
+            {.dir = idemsaga::common::pg::PrivateCluster::MakeTempDir(),
+             .durable = false,
+             .temporary = true});
         server_url_ = cluster_->Url();
       }
     });
@@ -62,10 +62,10 @@ class Registry {
     if (it != templates_.end()) return it->second;
     std::string name = Prefix() + "tmpl_" + kind;
     Drop(name);
-    common::pg::CreateDatabaseIfMissing(Server(), name);
+    idemsaga::common::pg::CreateDatabaseIfMissing(Server(), name);
     {
-      pqxx::connection conn(common::pg::WithDatabase(Server(), name));
-      common::pg::Migrate(conn, kind);
+      pqxx::connection conn(idemsaga::common::pg::WithDatabase(Server(), name));
+      idemsaga::common::pg::Migrate(conn, kind);
     }
     templates_[kind] = name;
     return name;
@@ -74,14 +74,14 @@ class Registry {
   std::string Prefix() const { return "idemsaga_test_" + std::to_string(getpid()) + "_"; }
 
   void Drop(const std::string& name) {
-    pqxx::connection conn(common::pg::WithDatabase(Server(), "postgres"));
+    pqxx::connection conn(idemsaga::common::pg::WithDatabase(Server(), "postgres"));
     pqxx::nontransaction tx(conn);
     // DROP DATABASE takes no parameters; names are ours, quoted as identifiers.
     tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(name) + " WITH (FORCE)");
   }
 
   void Create(const std::string& name, const std::string& tmpl) {
-    pqxx::connection conn(common::pg::WithDatabase(Server(), "postgres"));
+    pqxx::connection conn(idemsaga::common::pg::WithDatabase(Server(), "postgres"));
     pqxx::nontransaction tx(conn);
     tx.exec("CREATE DATABASE " + tx.quote_name(name) + " TEMPLATE " + tx.quote_name(tmpl));
   }
@@ -89,7 +89,7 @@ class Registry {
  private:
   std::once_flag server_once_;
   std::string server_url_;
-  std::unique_ptr<common::pg::PrivateCluster> cluster_;
+  std::unique_ptr<idemsaga::common::pg::PrivateCluster> cluster_;
   std::mutex mutex_;
   std::map<std::string, std::string> templates_;
 };
@@ -118,7 +118,7 @@ ScratchDatabase::ScratchDatabase(const std::string& kind) {
   std::string tmpl = registry.Template(kind);
   name_ = registry.Prefix() + std::to_string(next_database++) + "_" + kind;
   registry.Create(name_, tmpl);
-  url_ = common::pg::WithDatabase(registry.Server(), name_);
+  url_ = idemsaga::common::pg::WithDatabase(registry.Server(), name_);
 }
 
 ScratchDatabase::~ScratchDatabase() {

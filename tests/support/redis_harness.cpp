@@ -51,7 +51,7 @@ RedisServer::RedisServer(Options options) : options_(std::move(options)) {
   std::string tmpl = base.string();
   if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
-  port_ = common::FreeLoopbackPort();
+  port_ = idemsaga::common::FreeLoopbackPort();
   Start();
 }
 

@@ -6,7 +6,7 @@
 // what appendfsync already wrote). Runs as any user, root included; the server dies with the
 // test process (PR_SET_PDEATHSIG). Not thread-safe: one test thread drives it.
 //   test_support::RedisServer redis({.appendfsync = "always"});
-//   common::redis::Pool pool({.url = redis.Url()}); ... redis.Kill(); redis.Restart();
+//   idemsaga::common::redis::Pool pool({.url = redis.Url()}); ... redis.Kill(); redis.Restart();
 #pragma once
 
 #include <sys/types.h>

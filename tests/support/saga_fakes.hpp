@@ -24,9 +24,9 @@ namespace test_support {
 class FakeParticipants {
  public:
   // Answers for `key`, in order; the last one repeats.
-  void Script(const std::string& key, std::vector<saga::StepResult> answers) {
+  void Script(const std::string& key, std::vector<idemsaga::steps::saga::StepResult> answers) {
     std::lock_guard lock(mu_);
-    scripts_[key] = std::deque<saga::StepResult>(answers.begin(), answers.end());
+    scripts_[key] = std::deque<idemsaga::steps::saga::StepResult>(answers.begin(), answers.end());
   }
   // The first call of `key` answers only once `other` has answered, and 50 ms later (or after
   // 5 s, which `timed_out` reports): orders parallel branches, and proves they overlap.
@@ -40,8 +40,8 @@ class FakeParticipants {
     std::lock_guard lock(mu_);
     for (const auto& k : keys) together_[k] = keys;
   }
-  saga::StepFn Step() {
-    return [this](saga::StepContext& ctx) {
+  idemsaga::steps::saga::StepFn Step() {
+    return [this](idemsaga::steps::saga::StepContext& ctx) {
       std::unique_lock lock(mu_);
       calls.push_back(ctx.derived_key);
       called_.insert(ctx.derived_key);
@@ -69,9 +69,10 @@ class FakeParticipants {
       cv_.notify_all();
       auto it = scripts_.find(ctx.derived_key);
       if (it == scripts_.end()) {
-        return saga::StepResult::Succeeded({{ctx.step_name + "_id", ctx.step_name + "-1"}});
+        return idemsaga::steps::saga::StepResult::Succeeded(
+            {{ctx.step_name + "_id", ctx.step_name + "-1"}});
       }
-      saga::StepResult r = it->second.front();
+      idemsaga::steps::saga::StepResult r = it->second.front();
       if (it->second.size() > 1) it->second.pop_front();
       return r;
     };
@@ -82,51 +83,53 @@ class FakeParticipants {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, std::deque<saga::StepResult>> scripts_;
+  std::map<std::string, std::deque<idemsaga::steps::saga::StepResult>> scripts_;
   std::map<std::string, std::string> after_;
   std::map<std::string, std::vector<std::string>> together_;
   std::set<std::string> answered_, called_;
 };
 
 // A run of `d` as the tests' saga: parent key "A" of tenant demo, a fixed trace id.
-inline saga::SagaResult RunAsA(
-    const saga::Definition& d, const saga::RetryPolicy& policy, saga::Journal& journal,
-    saga::SagaInput input = {}, saga::Runner::Sleep sleep = [](std::chrono::milliseconds) {}) {
+inline idemsaga::steps::saga::SagaResult RunAsA(
+    const idemsaga::steps::saga::Definition& d, const idemsaga::steps::saga::RetryPolicy& policy,
+    idemsaga::steps::saga::Journal& journal, idemsaga::steps::saga::SagaInput input = {},
+    idemsaga::steps::saga::Runner::Sleep sleep = [](std::chrono::milliseconds) {}) {
   input.parent_key = "A";
   input.tenant_id = "demo";
   input.trace_id = std::string(32, 'a');
-  return saga::Runner(d, policy, std::move(sleep)).Run(std::move(input), journal);
+  return idemsaga::steps::saga::Runner(d, policy, std::move(sleep)).Run(std::move(input), journal);
 }
 
 // The record of step `name`; throws std::out_of_range when there is none.
-inline const saga::StepRecord& StepNamed(const std::vector<saga::StepRecord>& steps,
-                                         const std::string& name) {
+inline const idemsaga::steps::saga::StepRecord& StepNamed(
+    const std::vector<idemsaga::steps::saga::StepRecord>& steps, const std::string& name) {
   for (const auto& s : steps) {
     if (s.name == name) return s;
   }
   throw std::out_of_range(name);
 }
 
-class FakeJournal : public saga::Journal {
+class FakeJournal : public idemsaga::steps::saga::Journal {
  public:
   bool KeepLease() override {
     ++lease_checks;
     return lease_checks <= lose_lease_after;
   }
-  bool BeginCompensation(const std::vector<saga::StepRecord>& steps, const saga::StepResult&,
+  bool BeginCompensation(const std::vector<idemsaga::steps::saga::StepRecord>& steps,
+                         const idemsaga::steps::saga::StepResult&,
                          const std::string& failed_step) override {
     events.push_back("begin_compensation:" + failed_step);
     compensating_steps = steps;
     return allow_begin;
   }
-  bool DeferStuck(const std::vector<saga::StepRecord>& steps,
+  bool DeferStuck(const std::vector<idemsaga::steps::saga::StepRecord>& steps,
                   std::chrono::milliseconds retry_in) override {
     events.push_back("stuck");
     deferred_for = retry_in;
     compensating_steps = steps;
     return true;
   }
-  ParkResult Park(const std::vector<saga::StepRecord>& steps,
+  ParkResult Park(const std::vector<idemsaga::steps::saga::StepRecord>& steps,
                   std::chrono::milliseconds wake_in) override {
     if (!can_park) return ParkResult::kUnsupported;
     events.push_back("park");
@@ -140,7 +143,7 @@ class FakeJournal : public saga::Journal {
   }
   bool can_park = false;  // a journal of our own that parks (the store's does)
   std::chrono::milliseconds parked_for{0};
-  std::vector<saga::StepRecord> checkpoint;
+  std::vector<idemsaga::steps::saga::StepRecord> checkpoint;
   int cancel_after_boundaries = -1;  // the cancel arrives once this many steps have begun
   int boundaries = 0;
   std::chrono::milliseconds keep_lease_every{2000};
@@ -155,7 +158,8 @@ class FakeJournal : public saga::Journal {
     }
     delivered.push_back({name, std::move(payload)});
   }
-  std::optional<saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
+  std::optional<idemsaga::steps::saga::ReceivedEvent> Event(
+      const std::vector<std::string>& names) override {
     ++event_reads;
     for (const auto& e : delivered) {
       for (const auto& n : names) {
@@ -164,7 +168,7 @@ class FakeJournal : public saga::Journal {
     }
     return std::nullopt;
   }
-  AwaitResult AwaitEvent(const std::vector<saga::StepRecord>& steps,
+  AwaitResult AwaitEvent(const std::vector<idemsaga::steps::saga::StepRecord>& steps,
                          const std::vector<std::string>& names,
                          std::chrono::milliseconds wake_in) override {
     if (!can_park) return AwaitResult::kUnsupported;
@@ -179,13 +183,13 @@ class FakeJournal : public saga::Journal {
     awaited = names;
     return AwaitResult::kParked;
   }
-  std::vector<saga::ReceivedEvent> delivered;
+  std::vector<idemsaga::steps::saga::ReceivedEvent> delivered;
   // Delivered during the next AwaitEvent (the race a store closes by re-reading after parking).
-  std::optional<saga::ReceivedEvent> deliver_while_parking;
+  std::optional<idemsaga::steps::saga::ReceivedEvent> deliver_while_parking;
   std::vector<std::string> awaited;
   int event_reads = 0;
   std::vector<std::string> events;
-  std::vector<saga::StepRecord> compensating_steps;
+  std::vector<idemsaga::steps::saga::StepRecord> compensating_steps;
 };
 
 }  // namespace test_support

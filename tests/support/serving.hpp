@@ -17,7 +17,7 @@
 namespace test_support {
 
 // Serving<T>(AtPort{p}, args...) binds a given port instead (one chosen with
-// common::FreeLoopbackPort()).
+// idemsaga::common::FreeLoopbackPort()).
 struct AtPort {
   int port;
 };

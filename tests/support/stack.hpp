@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/crypto.hpp"
-#include "orchestrator/orchestrator.hpp"
 #include "demo/service.hpp"
+#include "orchestrator/orchestrator.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
@@ -26,25 +26,25 @@ inline std::string OrderPaidBy(const std::string& method, const std::string& sku
 }
 
 struct Stack {
-  using Adjust = std::function<void(orchestrator::OrchestratorOptions&)>;
+  using Adjust = std::function<void(idemsaga::orchestrator::OrchestratorOptions&)>;
 
   // `sagas`: what the orchestrator serves (the shipped sagas, with options of the test's, or
   // sagas of its own beside them).
-  explicit Stack(const Adjust& adjust = {},
-                 const std::vector<steps::SagaFactory>& sagas = steps::ShippedSagas())
+  explicit Stack(const Adjust& adjust = {}, const std::vector<idemsaga::steps::SagaFactory>& sagas =
+                                                idemsaga::steps::ShippedSagas())
       : orch_db("orchestrator"),
         inv_db("inventory"),
         pay_db("payment"),
         ship_db("shipping"),
-        inventory(demo::ParticipantKind::kInventory, inv_db.url(),
-                  demo::ParticipantOptions{}),
-        payment(demo::ParticipantKind::kPayment, pay_db.url(),
-                demo::ParticipantOptions{}),
-        shipping(demo::ParticipantKind::kShipping, ship_db.url(),
-                 demo::ParticipantOptions{}),
+        inventory(idemsaga::demo::ParticipantKind::kInventory, inv_db.url(),
+                  idemsaga::demo::ParticipantOptions{}),
+        payment(idemsaga::demo::ParticipantKind::kPayment, pay_db.url(),
+                idemsaga::demo::ParticipantOptions{}),
+        shipping(idemsaga::demo::ParticipantKind::kShipping, ship_db.url(),
+                 idemsaga::demo::ParticipantOptions{}),
         orch(
             [&] {
-              orchestrator::OrchestratorOptions o;
+              idemsaga::orchestrator::OrchestratorOptions o;
               o.database_url = orch_db.url();
               o.participants["inventory"].base_url = inventory.Url();
               o.participants["payment"].base_url = payment.Url();
@@ -53,8 +53,8 @@ struct Stack {
               return o;
             }(),
             sagas) {
-    orch.service.store().UpsertTenant("demo", common::Sha256Hex("dev-key-demo"));
-    orch.service.store().UpsertTenant("acme", common::Sha256Hex("dev-key-acme"));
+    orch.service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
+    orch.service.store().UpsertTenant("acme", idemsaga::common::Sha256Hex("dev-key-acme"));
   }
 
   // Where the charge made under `key`-payment stands: requires_action, captured, refunded,
@@ -70,8 +70,8 @@ struct Stack {
   }
 
   ScratchDatabase orch_db, inv_db, pay_db, ship_db;
-  Serving<demo::ParticipantService> inventory, payment, shipping;
-  Serving<orchestrator::Orchestrator> orch;
+  Serving<idemsaga::demo::ParticipantService> inventory, payment, shipping;
+  Serving<idemsaga::orchestrator::Orchestrator> orch;
 };
 
 // A running saga written straight into the orchestrator's database, as the runner records

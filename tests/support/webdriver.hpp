@@ -78,7 +78,7 @@ class WebDriver {
 
  private:
   WebDriver(int width, int height) {
-    port_ = common::FreeLoopbackPort();
+    port_ = idemsaga::common::FreeLoopbackPort();
     std::string port_flag = "--port=" + std::to_string(port_);
     std::vector<char*> argv = {const_cast<char*>("/usr/bin/chromedriver"), port_flag.data(),
                                const_cast<char*>("--silent"), nullptr};

@@ -198,8 +198,8 @@ std::set<std::string> KillSwitches(const fs::path& root) {
 }
 
 // A team's process links the libraries: nothing in them may kill it at a crash point. The
-// engine reports boundaries through saga::Runner::AtBoundary; only cmd/idemsaga installs the
-// hook that kills (crash_points.hpp).
+// engine reports boundaries through idemsaga::steps::saga::Runner::AtBoundary; only cmd/idemsaga
+// installs the hook that kills (crash_points.hpp).
 TEST(Architecture, NoLibraryCanBeKilledThroughCrashPoints) {
   EXPECT_EQ(KillSwitches(IDEMSAGA_SOURCE_DIR), std::set<std::string>{});
   EXPECT_TRUE(fs::exists(fs::path(IDEMSAGA_SOURCE_DIR) / "cmd/idemsaga/crash_points.cpp"))
@@ -248,6 +248,182 @@ TEST(Architecture, APlantedWrongWayIncludeIsCaught) {
   EXPECT_TRUE(WrongWay({{"testing/testing.cpp", "idemsaga/testing.hpp"},
                         {"testing/testing.cpp", "steps/saga/runner.hpp"}})
                   .empty());
+}
+
+// Namespaces follow folders (docs/architecture.md): a product file's named namespaces are
+// idemsaga::<its folder, '/' as '::', a folder named idemsaga dropped> or nested in it; a file
+// that defines the public API (it or its header includes "idemsaga/...") may open `idemsaga`.
+namespace namespaces {
+
+std::string Expected(const std::string& file) {
+  std::string out = "idemsaga";
+  std::string dir = std::filesystem::path(file).parent_path().generic_string();
+  for (size_t start = 0; start < dir.size();) {
+    size_t end = dir.find('/', start);
+    if (end == std::string::npos) end = dir.size();
+    std::string part = dir.substr(start, end - start);
+    if (!part.empty() && part != "idemsaga") out += "::" + part;
+    start = end + 1;
+  }
+  return out;
+}
+
+// The text with comments, string and character literals blanked (line breaks kept), so that
+// only code's braces and `namespace` words are read.
+std::string CodeOnly(const std::string& text) {
+  std::string out = text;
+  const std::regex raw(R"re(R"([^(\s]*)\()re");
+  for (size_t i = 0; i < out.size();) {
+    auto blank = [&](size_t from, size_t to) {
+      for (size_t k = from; k < to && k < out.size(); ++k) {
+        if (out[k] != '\n') out[k] = ' ';
+      }
+      return to;
+    };
+    if (out.compare(i, 2, "//") == 0) {
+      i = blank(i, out.find('\n', i));
+    } else if (out.compare(i, 2, "/*") == 0) {
+      size_t end = out.find("*/", i + 2);
+      i = blank(i, end == std::string::npos ? out.size() : end + 2);
+    } else if (out[i] == 'R' && i + 1 < out.size() && out[i + 1] == '"') {
+      std::smatch m;
+      std::string rest = out.substr(i, 40);
+      if (std::regex_search(rest, m, raw) && m.position(0) == 0) {
+        size_t end = out.find(")" + m[1].str() + "\"", i);
+        i = blank(i, end == std::string::npos ? out.size() : end + m[1].length() + 2);
+      } else {
+        ++i;
+      }
+    } else if (out[i] == '"' ||
+               (out[i] == '\'' &&
+                (i == 0 || !std::isalnum(static_cast<unsigned char>(out[i - 1]))))) {
+      char quote = out[i];
+      size_t k = i + 1;
+      while (k < out.size() && out[k] != quote && out[k] != '\n') k += out[k] == '\\' ? 2 : 1;
+      i = blank(i, k + 1);
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+// "file: namespace (want ...)" for every named namespace a file opens outside its folder's.
+// std and nlohmann are reopened only to specialise their templates.
+std::vector<std::string> Misplaced(const std::string& file, const std::string& source,
+                                   bool public_api) {
+  const std::string text = CodeOnly(source);
+  const std::regex opener(R"((?:^|\n)[ \t]*namespace[ \t]+([A-Za-z_][A-Za-z0-9_:]*)?[ \t]*\{)");
+  const std::string want = Expected(file);
+  std::vector<std::string> out;
+  std::vector<std::pair<std::string, int>> stack;  // full name, brace depth inside it
+  int depth = 0;
+  size_t pos = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), opener);
+       it != std::sregex_iterator(); ++it) {
+    for (; pos < static_cast<size_t>(it->position(0)); ++pos) {
+      if (text[pos] == '{') {
+        ++depth;
+      } else if (text[pos] == '}') {
+        --depth;
+        while (!stack.empty() && stack.back().second > depth) stack.pop_back();
+      }
+    }
+    std::string name = (*it)[1];
+    std::string outer = stack.empty() ? "" : stack.back().first;
+    std::string full = name.empty() ? outer : (outer.empty() ? name : outer + "::" + name);
+    bool ok = name.empty() || full == want || full.rfind(want + "::", 0) == 0 ||
+              full.rfind("std", 0) == 0 || full.rfind("nlohmann", 0) == 0 ||
+              (public_api && full == "idemsaga");
+    if (!ok) out.push_back(file + ": " + full + " (want " + want + ")");
+    pos = it->position(0) + it->length(0);
+    ++depth;
+    stack.push_back({full, depth});
+  }
+  return out;
+}
+
+std::string Read(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Whether a file includes a public header, itself or through headers of its own folder (a
+// .cpp, its header, the engine's alias header step.hpp): then it implements the public API.
+bool IncludesPublicApi(const std::filesystem::path& root, const std::filesystem::path& path,
+                       int levels = 3) {
+  if (levels == 0 || !std::filesystem::exists(path)) return false;
+  const std::string text = Read(path);
+  if (text.find("#include \"idemsaga/") != std::string::npos) return true;
+  const std::regex include(R"re(#include "([^"]+)")re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), include);
+       it != std::sregex_iterator(); ++it) {
+    auto header = root / (*it)[1].str();
+    if (header.parent_path() == path.parent_path() && IncludesPublicApi(root, header, levels - 1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Every .cpp/.hpp under a top-level folder of the product (not the public headers, tests,
+// benchmarks, examples or a build tree).
+std::vector<std::filesystem::path> ProductSources(const std::filesystem::path& root) {
+  const std::set<std::string> outside = {"include", "tests",   "bench",   "examples", "docs",
+                                         "cmake",   "compose", "scripts", "sql"};
+  std::vector<std::filesystem::path> out;
+  for (const auto& top : std::filesystem::directory_iterator(root)) {
+    auto name = top.path().filename().string();
+    if (!top.is_directory() || outside.count(name) != 0 || name.rfind("build", 0) == 0 ||
+        name[0] == '.')
+      continue;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(top.path())) {
+      auto ext = entry.path().extension();
+      if (entry.is_regular_file() && (ext == ".cpp" || ext == ".hpp")) out.push_back(entry.path());
+    }
+  }
+  return out;
+}
+
+}  // namespace namespaces
+
+TEST(Architecture, EveryFileIsInItsFoldersNamespace) {
+  const std::filesystem::path root = IDEMSAGA_SOURCE_DIR;
+  auto files = namespaces::ProductSources(root);
+  ASSERT_GT(files.size(), 100U) << "the sources were not found";
+  for (const auto& path : files) {
+    bool public_api = namespaces::IncludesPublicApi(root, path);
+    auto rel = std::filesystem::relative(path, root).generic_string();
+    for (const auto& wrong : namespaces::Misplaced(rel, namespaces::Read(path), public_api)) {
+      ADD_FAILURE() << wrong << ": namespaces follow folders (docs/architecture.md)";
+    }
+  }
+}
+
+// The check itself: a file in another folder's namespace is caught; nesting, comments and
+// strings are not.
+TEST(Architecture, AFileInTheWrongNamespaceIsCaught) {
+  using namespaces::Misplaced;
+  EXPECT_EQ(namespaces::Expected("cmd/idemsaga/main.cpp"), "idemsaga::cmd");
+  EXPECT_EQ(namespaces::Expected("orchestrator/store/x.cpp"), "idemsaga::orchestrator::store");
+  EXPECT_TRUE(
+      Misplaced("common/pg/a.cpp",
+                "namespace idemsaga::common::pg {\nnamespace detail {\nnamespace {\n"
+                "char c = '{';\n}\n}\n}\n// namespace saga {\nauto s = \"\\nnamespace saga {\";\n",
+                false)
+          .empty());
+  EXPECT_EQ(Misplaced("orchestrator/store/a.cpp", "namespace idemsaga::orchestrator {\n}\n", false)
+                .size(),
+            1U);
+  EXPECT_EQ(Misplaced("steps/saga/a.cpp", "namespace saga {\n}\n", false).size(), 1U);
+  EXPECT_EQ(Misplaced("app/a.cpp", "namespace idemsaga {\n}\n", false).size(), 1U);
+  EXPECT_TRUE(Misplaced("app/a.cpp", "namespace idemsaga {\n}\n", true).empty());
+  EXPECT_EQ(Misplaced("common/a.cpp",
+                      "namespace idemsaga::common {\nvoid F() { if (x) { } }\n}\nnamespace "
+                      "idemsaga::steps {\n}\n",
+                      false)
+                .size(),
+            1U);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 
 namespace {
 
-using common::ParseIdempotencyKey;
+using idemsaga::common::ParseIdempotencyKey;
 
 TEST(IdempotencyKey, MissingHeaderIsReportedAsMissing) {
   auto k = ParseIdempotencyKey(0, "", 255);
@@ -103,7 +103,7 @@ TEST(IdempotencyKey, FormatThenParseIsTheIdentityOverTheWholeAlphabet) {
       key.push_back(rng() % 3 == 0 ? kNasty[rng() % kNasty.size()]
                                    : alphabet[rng() % alphabet.size()]);
     }
-    auto wire = common::FormatIdempotencyKey(key);
+    auto wire = idemsaga::common::FormatIdempotencyKey(key);
     auto back = ParseIdempotencyKey(1, wire, 255);
     ASSERT_TRUE(back.ok()) << "key [" << key << "] as " << wire << ": " << back.message;
     ASSERT_EQ(back.key, key) << wire;
@@ -114,11 +114,11 @@ TEST(IdempotencyKey, FormatThenParseIsTheIdentityOverTheWholeAlphabet) {
 }
 
 TEST(IdempotencyKey, KeyBytesAreValidatedWithoutHeaderSyntax) {
-  EXPECT_TRUE(common::IsValidKeyBytes(R"(x"y-inventory)", 255));
-  EXPECT_TRUE(common::IsValidKeyBytes(" lead", 255));
-  EXPECT_FALSE(common::IsValidKeyBytes("", 255));
-  EXPECT_FALSE(common::IsValidKeyBytes(std::string("a\0b", 3), 255));
-  EXPECT_FALSE(common::IsValidKeyBytes(std::string(256, 'k'), 255));
+  EXPECT_TRUE(idemsaga::common::IsValidKeyBytes(R"(x"y-inventory)", 255));
+  EXPECT_TRUE(idemsaga::common::IsValidKeyBytes(" lead", 255));
+  EXPECT_FALSE(idemsaga::common::IsValidKeyBytes("", 255));
+  EXPECT_FALSE(idemsaga::common::IsValidKeyBytes(std::string("a\0b", 3), 255));
+  EXPECT_FALSE(idemsaga::common::IsValidKeyBytes(std::string(256, 'k'), 255));
 }
 
 TEST(IdempotencyKey, AcceptsExactlyTheMaximumLength) {
@@ -126,54 +126,57 @@ TEST(IdempotencyKey, AcceptsExactlyTheMaximumLength) {
 }
 
 TEST(TenantId, AllowsOnlyShortSafeNames) {
-  EXPECT_TRUE(common::IsValidTenantId("demo"));
-  EXPECT_TRUE(common::IsValidTenantId("acme_EU-1"));
-  EXPECT_FALSE(common::IsValidTenantId(""));
-  EXPECT_FALSE(common::IsValidTenantId("a b"));
-  EXPECT_FALSE(common::IsValidTenantId("x/../y"));
-  EXPECT_FALSE(common::IsValidTenantId(std::string(65, 'a')));
+  EXPECT_TRUE(idemsaga::common::IsValidTenantId("demo"));
+  EXPECT_TRUE(idemsaga::common::IsValidTenantId("acme_EU-1"));
+  EXPECT_FALSE(idemsaga::common::IsValidTenantId(""));
+  EXPECT_FALSE(idemsaga::common::IsValidTenantId("a b"));
+  EXPECT_FALSE(idemsaga::common::IsValidTenantId("x/../y"));
+  EXPECT_FALSE(idemsaga::common::IsValidTenantId(std::string(65, 'a')));
 }
 
 TEST(PgUrl, ReplacesTheDatabaseAndKeepsParameters) {
-  EXPECT_EQ(common::pg::WithDatabase("postgresql://u@h:5/old?sslmode=disable", "new"),
+  EXPECT_EQ(idemsaga::common::pg::WithDatabase("postgresql://u@h:5/old?sslmode=disable", "new"),
             "postgresql://u@h:5/new?sslmode=disable");
-  EXPECT_EQ(common::pg::WithDatabase("postgresql://u@h:5", "new"), "postgresql://u@h:5/new");
-  EXPECT_EQ(common::pg::DatabaseOf("postgresql://u@h:5/db?x=1"), "db");
+  EXPECT_EQ(idemsaga::common::pg::WithDatabase("postgresql://u@h:5", "new"),
+            "postgresql://u@h:5/new");
+  EXPECT_EQ(idemsaga::common::pg::DatabaseOf("postgresql://u@h:5/db?x=1"), "db");
 }
 
 TEST(PgUrl, PercentEncodesAddedParameters) {
-  EXPECT_EQ(common::pg::WithParam("postgresql://h/db", "options", "-c a=1"),
+  EXPECT_EQ(idemsaga::common::pg::WithParam("postgresql://h/db", "options", "-c a=1"),
             "postgresql://h/db?options=-c%20a%3D1");
-  EXPECT_EQ(common::pg::WithParam("postgresql://h/db?x=1", "y", "2"), "postgresql://h/db?x=1&y=2");
+  EXPECT_EQ(idemsaga::common::pg::WithParam("postgresql://h/db?x=1", "y", "2"),
+            "postgresql://h/db?x=1&y=2");
 }
 
 TEST(PgUrl, RejectsSomethingThatIsNotAUrl) {
-  EXPECT_THROW(common::pg::WithDatabase("host=localhost", "x"), std::invalid_argument);
+  EXPECT_THROW(idemsaga::common::pg::WithDatabase("host=localhost", "x"), std::invalid_argument);
 }
 
 TEST(Crypto, Sha256MatchesAKnownVector) {
-  EXPECT_EQ(common::Sha256Hex("abc"),
+  EXPECT_EQ(idemsaga::common::Sha256Hex("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(Crypto, ConstantTimeEqualsComparesContent) {
-  EXPECT_TRUE(common::ConstantTimeEquals("dev-service-token", "dev-service-token"));
-  EXPECT_FALSE(common::ConstantTimeEquals("dev-service-token", "dev-service-tokeN"));
-  EXPECT_FALSE(common::ConstantTimeEquals("", "x"));
+  EXPECT_TRUE(idemsaga::common::ConstantTimeEquals("dev-service-token", "dev-service-token"));
+  EXPECT_FALSE(idemsaga::common::ConstantTimeEquals("dev-service-token", "dev-service-tokeN"));
+  EXPECT_FALSE(idemsaga::common::ConstantTimeEquals("", "x"));
 }
 
 TEST(Crypto, RandomHexHasTheAskedLengthAndVaries) {
-  auto a = common::RandomHex(16), b = common::RandomHex(16);
+  auto a = idemsaga::common::RandomHex(16), b = idemsaga::common::RandomHex(16);
   EXPECT_EQ(a.size(), 32u);
   EXPECT_NE(a, b);
 }
 
 TEST(Log, JsonFormatWritesOneObjectPerLineWhateverTheValuesHold) {
-  common::SetLogFormat(common::LogFormat::kJson);
+  idemsaga::common::SetLogFormat(idemsaga::common::LogFormat::kJson);
   testing::internal::CaptureStderr();
-  common::Log("step_call", {{"key", "a \"quoted\" key\nwith a newline"}, {"bytes", "\xff\xfe"}});
+  idemsaga::common::Log("step_call",
+                        {{"key", "a \"quoted\" key\nwith a newline"}, {"bytes", "\xff\xfe"}});
   std::string out = testing::internal::GetCapturedStderr();
-  common::SetLogFormat(common::LogFormat::kText);
+  idemsaga::common::SetLogFormat(idemsaga::common::LogFormat::kText);
   ASSERT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["event"], "step_call");
@@ -184,7 +187,7 @@ TEST(Log, JsonFormatWritesOneObjectPerLineWhateverTheValuesHold) {
 
 // What every wire (the HTTP routes, the AMQP intake) reads a request's body and caller with.
 TEST(RequestInput, ReadsAJsonBodyOrSaysWhyNot) {
-  const common::JsonLimits limits{.max_bytes = 32, .max_depth = 2};
+  const idemsaga::common::JsonLimits limits{.max_bytes = 32, .max_depth = 2};
   struct Case {
     std::string_view type, body;
     int status;  // 0: accepted
@@ -200,26 +203,26 @@ TEST(RequestInput, ReadsAJsonBodyOrSaysWhyNot) {
       {"application/json", "{", 400, "invalid_json"},
   };
   for (const auto& c : cases) {
-    auto body = common::ReadJsonBody(c.type, c.body, limits);
+    auto body = idemsaga::common::ReadJsonBody(c.type, c.body, limits);
     EXPECT_EQ(body.value.has_value(), c.status == 0) << c.type << " " << c.body;
     if (c.status == 0) continue;
     EXPECT_EQ(body.refusal.status, c.status) << c.body;
     EXPECT_EQ(body.refusal.code, c.code) << c.body;
   }
   // The OTLP intake checks each span's strings itself.
-  EXPECT_TRUE(common::ReadJsonBody("application/json", R"({"a":"\u0000"})", limits,
-                                   common::NulInJson::kCallerChecksFields)
+  EXPECT_TRUE(idemsaga::common::ReadJsonBody("application/json", R"({"a":"\u0000"})", limits,
+                                             idemsaga::common::NulInJson::kCallerChecksFields)
                   .value);
 }
 
 TEST(RequestInput, TakesTheTokenOfABearerAuthorizationOnly) {
-  EXPECT_EQ(common::BearerTokenOf("Bearer abc"), "abc");
-  EXPECT_EQ(common::BearerTokenOf("bEaReR   abc"), "abc");
-  EXPECT_EQ(common::BearerTokenOf("Basic abc"), "");
-  EXPECT_EQ(common::BearerTokenOf("Bearerabc"), "");
-  EXPECT_EQ(common::BearerTokenOf("Bearer "), "");
-  EXPECT_EQ(common::BearerTokenOf("Bearer    "), "");
-  EXPECT_EQ(common::BearerTokenOf(""), "");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf("Bearer abc"), "abc");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf("bEaReR   abc"), "abc");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf("Basic abc"), "");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf("Bearerabc"), "");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf("Bearer "), "");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf("Bearer    "), "");
+  EXPECT_EQ(idemsaga::common::BearerTokenOf(""), "");
 }
 
 }  // namespace

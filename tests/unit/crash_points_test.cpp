@@ -9,7 +9,7 @@
 
 namespace {
 
-using idemsaga::app::CrashPoints;
+using idemsaga::cmd::CrashPoints;
 
 TEST(CrashPoints, AnEmptySpecInstallsNoHook) {
   EXPECT_FALSE(CrashPoints(""));

@@ -4,7 +4,7 @@
 
 namespace {
 
-using demo::ParseFaultSettings;
+using idemsaga::demo::ParseFaultSettings;
 
 TEST(FaultSettings, ParsesEveryField) {
   std::string error;
@@ -37,8 +37,7 @@ TEST(FaultSettings, RejectsOutOfRangeWrongTypeAndUnknownFields) {
        {nlohmann::json{{"error_rate", 1.5}}, nlohmann::json{{"error_rate", -0.1}},
         nlohmann::json{{"latency_ms", -1}}, nlohmann::json{{"latency_ms", 0.5}},
         nlohmann::json{{"hang", "yes"}}, nlohmann::json{{"retry_after_s", 3601}},
-        nlohmann::json{{"key_prefix", 1}}, nlohmann::json{{"typo", 1}},
-        nlohmann::json::array()}) {
+        nlohmann::json{{"key_prefix", 1}}, nlohmann::json{{"typo", 1}}, nlohmann::json::array()}) {
     std::string error;
     EXPECT_FALSE(ParseFaultSettings(bad, error)) << bad.dump();
     EXPECT_FALSE(error.empty());
@@ -46,7 +45,7 @@ TEST(FaultSettings, RejectsOutOfRangeWrongTypeAndUnknownFields) {
 }
 
 TEST(Faults, FailNextFailsExactlyThatManyRequests) {
-  demo::Faults faults({.fail_next = 2});
+  idemsaga::demo::Faults faults({.fail_next = 2});
   EXPECT_TRUE(faults.Fail("k-1"));
   EXPECT_TRUE(faults.Fail("k-2"));
   EXPECT_FALSE(faults.Fail("k-3"));
@@ -54,7 +53,7 @@ TEST(Faults, FailNextFailsExactlyThatManyRequests) {
 }
 
 TEST(Faults, RateOneAlwaysFiresAndRateZeroNever) {
-  demo::Faults faults({.error_rate = 1, .drop_after_commit_rate = 0});
+  idemsaga::demo::Faults faults({.error_rate = 1, .drop_after_commit_rate = 0});
   for (int i = 0; i < 100; ++i) {
     EXPECT_TRUE(faults.Fail("k"));
     EXPECT_FALSE(faults.ShouldDropAfterCommit());
@@ -62,14 +61,14 @@ TEST(Faults, RateOneAlwaysFiresAndRateZeroNever) {
 }
 
 TEST(Faults, AKeyPrefixFailsOnlyTheKeysThatStartWithItWithItsRetryAfter) {
-  demo::Faults faults({.error_rate = 1, .retry_after_s = 30, .key_prefix = "outage-"});
+  idemsaga::demo::Faults faults({.error_rate = 1, .retry_after_s = 30, .key_prefix = "outage-"});
   EXPECT_EQ(faults.Fail("outage-17-payment"), 30);
   EXPECT_FALSE(faults.Fail("healthy-17-payment"));
   EXPECT_FALSE(faults.Fail("outage"));
 }
 
 TEST(Faults, FailNextCountsOnlyTheSelectedKeys) {
-  demo::Faults faults({.fail_next = 1, .key_prefix = "a-"});
+  idemsaga::demo::Faults faults({.fail_next = 1, .key_prefix = "a-"});
   EXPECT_FALSE(faults.Fail("b-1"));
   EXPECT_EQ(faults.Fail("a-1"), 1);
   EXPECT_FALSE(faults.Fail("a-2"));

@@ -7,8 +7,8 @@
 namespace {
 
 using namespace std::chrono_literals;
-using orchestrator::FinishedAnswer;
-using orchestrator::FinishedCache;
+using idemsaga::orchestrator::store::FinishedAnswer;
+using idemsaga::orchestrator::store::FinishedCache;
 
 FinishedAnswer Answer(std::string body) {
   return {std::string(64, 'a'), 201, std::move(body), std::string(32, 'b'), std::string(16, 'c')};

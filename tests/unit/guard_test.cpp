@@ -7,12 +7,12 @@
 
 namespace {
 
-using steps::guard::Fingerprint;
-using steps::guard::KeyRecord;
-using steps::guard::KeyStatus;
-using steps::guard::Outcome;
-using steps::guard::Refusal;
-using steps::guard::Request;
+using idemsaga::steps::guard::Fingerprint;
+using idemsaga::steps::guard::Request;
+using idemsaga::steps::protocol::KeyRecord;
+using idemsaga::steps::protocol::KeyStatus;
+using idemsaga::steps::protocol::Outcome;
+using idemsaga::steps::protocol::Refusal;
 
 Request Make(std::string path, nlohmann::json body) {
   return Request{"demo", "k", "POST", std::move(path), std::move(body)};
@@ -47,26 +47,28 @@ TEST(Fingerprint, DoesNotDependOnTenantOrKey) {
 // a key to the same thing, and a fingerprint stored by either means what it says.
 TEST(Fingerprint, IsTheSharedRequestFingerprintPinnedToItsBytes) {
   auto req = Make("/v1/charges", {{"amount_cents", 5}});
-  EXPECT_EQ(Fingerprint(req), common::RequestFingerprint("POST", "/v1/charges", req.body));
-  EXPECT_EQ(Fingerprint(req), common::Sha256Hex("POST\n/v1/charges\n{\"amount_cents\":5}"));
+  EXPECT_EQ(Fingerprint(req),
+            idemsaga::common::RequestFingerprint("POST", "/v1/charges", req.body));
+  EXPECT_EQ(Fingerprint(req),
+            idemsaga::common::Sha256Hex("POST\n/v1/charges\n{\"amount_cents\":5}"));
 }
 
 // The participant protocol's names (steps/protocol/participant_protocol.hpp) are the wire's
 // and the metrics': each table parses back what it prints, and the names stay these.
 TEST(Protocol, OutcomeNamesRoundTripAndStayTheWireNames) {
-  for (const auto& [outcome, name] : steps::guard::kOutcomeNames) {
-    EXPECT_EQ(steps::guard::ParseOutcome(name), outcome) << name;
+  for (const auto& [outcome, name] : idemsaga::steps::protocol::kOutcomeNames) {
+    EXPECT_EQ(idemsaga::steps::protocol::ParseOutcome(name), outcome) << name;
   }
   EXPECT_STREQ(ToString(Outcome::kInProgress), "in_progress");
   EXPECT_STREQ(ToString(Outcome::kNothingToUndo), "nothing_to_undo");
-  EXPECT_STREQ(steps::guard::MetricLabel(Outcome::kCancelled), "tombstoned");
-  EXPECT_STREQ(steps::guard::MetricLabel(Outcome::kReused), "reused");
-  EXPECT_EQ(steps::guard::ParseOutcome("tombstoned"), std::nullopt);
+  EXPECT_STREQ(idemsaga::steps::protocol::MetricLabel(Outcome::kCancelled), "tombstoned");
+  EXPECT_STREQ(idemsaga::steps::protocol::MetricLabel(Outcome::kReused), "reused");
+  EXPECT_EQ(idemsaga::steps::protocol::ParseOutcome("tombstoned"), std::nullopt);
 }
 
 TEST(Protocol, KeyRecordJsonRoundTrips) {
-  for (const auto& [status, name] : steps::guard::kKeyStatusNames) {
-    EXPECT_EQ(steps::guard::ParseKeyStatus(name), status) << name;
+  for (const auto& [status, name] : idemsaga::steps::protocol::kKeyStatusNames) {
+    EXPECT_EQ(idemsaga::steps::protocol::ParseKeyStatus(name), status) << name;
   }
   KeyRecord k{"A-payment", KeyStatus::kTombstone, 409, false, 1.5};
   auto json = k.ToJson();
@@ -83,18 +85,18 @@ TEST(Protocol, KeyRecordJsonRoundTrips) {
 }
 
 TEST(Protocol, RefusalsCarryTheirCodeOutcomeAndTheOneRetryAfterRule) {
-  for (const auto& entry : steps::guard::kRefusals) {
-    auto res = steps::guard::Refuse(entry.refusal);
+  for (const auto& entry : idemsaga::steps::protocol::kRefusals) {
+    auto res = idemsaga::steps::guard::Refuse(entry.refusal);
     auto body = nlohmann::json::parse(res.body);
-    EXPECT_EQ(res.status, steps::guard::HttpStatus(entry.code));
+    EXPECT_EQ(res.status, idemsaga::steps::protocol::HttpStatus(entry.code));
     EXPECT_EQ(body["code"], ToString(entry.code));
     EXPECT_EQ(body["detail"], entry.detail);
     EXPECT_EQ(res.outcome, entry.outcome);
     EXPECT_EQ(res.headers.count("Retry-After"),
-              entry.code == steps::guard::GuardCode::kInProgress ? 1U : 0U);
+              entry.code == idemsaga::steps::protocol::GuardCode::kInProgress ? 1U : 0U);
   }
-  EXPECT_EQ(steps::guard::Refuse(Refusal::kKeyReused).status, 422);
-  EXPECT_EQ(steps::guard::Refuse(Refusal::kClaimTakenOver).outcome, Outcome::kFenced);
+  EXPECT_EQ(idemsaga::steps::guard::Refuse(Refusal::kKeyReused).status, 422);
+  EXPECT_EQ(idemsaga::steps::guard::Refuse(Refusal::kClaimTakenOver).outcome, Outcome::kFenced);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// common::metrics: the exposition format as Prometheus reads it (checked by promtool itself),
-// and the registry's rules for names, shapes and scrapes.
+// idemsaga::common::metrics: the exposition format as Prometheus reads it (checked by promtool
+// itself), and the registry's rules for names, shapes and scrapes.
 #include "common/metrics.hpp"
 
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 
 namespace {
 
-using common::metrics::Registry;
+using idemsaga::common::metrics::Registry;
 using test_support::PromtoolProblems;
 using test_support::Sample;
 

@@ -18,9 +18,9 @@
 
 namespace {
 
-using saga::Outcome;
-using steps::client::HttpExchange;
-using steps::client::MapOutcome;
+using idemsaga::steps::client::HttpExchange;
+using idemsaga::steps::client::MapOutcome;
+using idemsaga::steps::saga::Outcome;
 using T = HttpExchange::Transport;
 
 struct Row {
@@ -30,7 +30,9 @@ struct Row {
 };
 
 // A participant's error body with `code`.
-std::string Problem(const char* code) { return common::http::ProblemBody(400, code, "m"); }
+std::string Problem(const char* code) {
+  return idemsaga::common::http::ProblemBody(400, code, "m");
+}
 
 TEST(MapOutcome, MapsEveryKindOfAnswerToWhatTheRunnerShouldDo) {
   const std::string busy = Problem("idempotency_key_in_progress");
@@ -98,17 +100,18 @@ TEST(MapOutcome, HonoursTheParticipantsRetryAfterInSecondsCappedAtAMinute) {
 }
 
 TEST(MapOutcome, KeepsTheParticipantsErrorCodeStatusAndReplayFlag) {
-  auto problem = MapOutcome(
-      {T::kAnswered, 402,
-       common::http::ProblemBody(402, "card_declined", "declined!", {{"error", "decoy"}})},
-      {"card_declined"});
+  auto problem = MapOutcome({T::kAnswered, 402,
+                             idemsaga::common::http::ProblemBody(402, "card_declined", "declined!",
+                                                                 {{"error", "decoy"}})},
+                            {"card_declined"});
   EXPECT_EQ(problem.http_status, 402);
-  EXPECT_EQ(problem.outcome, saga::Outcome::kTerminal);
+  EXPECT_EQ(problem.outcome, idemsaga::steps::saga::Outcome::kTerminal);
   EXPECT_EQ(problem.error_code, "card_declined");
   EXPECT_EQ(problem.detail, "declined!");
   auto busy = MapOutcome(
-      {T::kAnswered, 409, common::http::ProblemBody(409, "idempotency_key_in_progress", "later")});
-  EXPECT_EQ(busy.outcome, saga::Outcome::kRetryable);
+      {T::kAnswered, 409,
+       idemsaga::common::http::ProblemBody(409, "idempotency_key_in_progress", "later")});
+  EXPECT_EQ(busy.outcome, idemsaga::steps::saga::Outcome::kRetryable);
   auto ok = MapOutcome({T::kAnswered, 201, R"({"charge_id":"ch_1"})", true});
   EXPECT_TRUE(ok.replayed);
   EXPECT_EQ(ok.output["charge_id"], "ch_1");
@@ -120,8 +123,8 @@ TEST(MapOutcome, KeepsTheParticipantsErrorCodeStatusAndReplayFlag) {
 
 namespace {
 
-using steps::client::HttpConnection;
-using steps::client::ParseHttpBaseUrl;
+using idemsaga::steps::client::HttpConnection;
+using idemsaga::steps::client::ParseHttpBaseUrl;
 using namespace std::chrono_literals;
 
 // A one-connection-at-a-time TCP peer on 127.0.0.1: each accepted connection runs `script`
@@ -284,7 +287,7 @@ TEST(HttpConnection, TellsNotConnectedFromSentButUnanswered) {
 
 namespace {
 
-using steps::client::HttpConnection;
+using idemsaga::steps::client::HttpConnection;
 using namespace std::chrono_literals;
 
 // Interim answers (1xx) are skipped, whether they come with the final one or apart; an answer
@@ -360,17 +363,17 @@ TEST(ParticipantClient, ACallPastTheBulkheadIsNotSentAndAsksForARetryLater) {
       Write(fd, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}");
     }
   });
-  steps::client::HttpParticipantClient client(
+  idemsaga::steps::client::HttpParticipantClient client(
       {.base_url = "http://127.0.0.1:" + std::to_string(peer.port()), .max_in_flight = 1});
   auto context = [](const std::string& key) {
-    saga::StepContext ctx;
+    idemsaga::steps::saga::StepContext ctx;
     ctx.tenant_id = "demo";
     ctx.derived_key = key;
-    ctx.trace = saga::TraceContext{std::string(32, 'a'), std::string(16, 'b')};
+    ctx.trace = idemsaga::steps::saga::TraceContext{std::string(32, 'a'), std::string(16, 'b')};
     ctx.deadline = std::chrono::steady_clock::now() + 5s;
     return ctx;
   };
-  saga::StepResult first;
+  idemsaga::steps::saga::StepResult first;
   std::thread slow([&] { first = client.Post("/v1/charges", context("A-payment"), {}); });
   std::this_thread::sleep_for(100ms);
   auto busy = client.Post("/v1/charges", context("B-payment"), {});

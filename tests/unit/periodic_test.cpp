@@ -13,7 +13,7 @@
 
 namespace {
 
-using common::Periodic;
+using idemsaga::common::Periodic;
 using std::chrono::milliseconds;
 
 // Counts runs; a test waits on the count instead of on the clock.
@@ -79,7 +79,7 @@ TEST(Periodic, AStartAfterStopRunsNothing) {
   EXPECT_EQ(runs.Count(), 0);
 }
 
-using common::DeadlineWatch;
+using idemsaga::common::DeadlineWatch;
 
 TEST(DeadlineWatch, RunsAtTheDeadlineWhatIsStillHeld) {
   DeadlineWatch watch(milliseconds(5));

@@ -121,7 +121,7 @@ std::map<int, std::string> DocumentedByStatus(const std::string& service) {
   // A participant serves its own document merged into the one every participant shares.
   auto doc = service == "orchestrator"
                  ? read(service)
-                 : common::http::MergeOpenApi(read("participant"), read(service));
+                 : idemsaga::common::http::MergeOpenApi(read("participant"), read(service));
   {
     auto resolve = [&](nlohmann::json r) {
       while (r.contains("$ref")) {

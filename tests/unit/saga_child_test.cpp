@@ -11,24 +11,25 @@
 namespace {
 
 using namespace std::chrono_literals;
-using saga::Definition;
-using saga::SagaEnd;
-using saga::StepContext;
-using saga::StepRecord;
-using saga::StepResult;
-using saga::StepStatus;
+using idemsaga::steps::saga::Definition;
+using idemsaga::steps::saga::SagaEnd;
+using idemsaga::steps::saga::StepContext;
+using idemsaga::steps::saga::StepRecord;
+using idemsaga::steps::saga::StepResult;
+using idemsaga::steps::saga::StepStatus;
 using Calls = std::vector<std::string>;
 
 class ChildTest : public ::testing::Test {
  protected:
   ChildTest() { journal_.can_park = true; }
 
-  saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
+  idemsaga::steps::saga::SagaResult Run(const Definition& d,
+                                        idemsaga::steps::saga::SagaInput input = {}) {
     return test_support::RunAsA(d, policy_, journal_, std::move(input));
   }
   // The run resumed from the checkpoint of the last park.
-  saga::SagaResult ResumeFromPark(const Definition& d) {
-    saga::SagaInput resume;
+  idemsaga::steps::saga::SagaResult ResumeFromPark(const Definition& d) {
+    idemsaga::steps::saga::SagaInput resume;
     resume.resumed = true;
     resume.checkpoint = journal_.checkpoint;
     return Run(d, resume);
@@ -53,7 +54,7 @@ class ChildTest : public ::testing::Test {
 
   test_support::FakeParticipants fake_;
   test_support::FakeJournal journal_;
-  saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
+  idemsaga::steps::saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
 };
 
 TEST_F(ChildTest, AChildRunsUnderItsOwnDerivedKeysAndLaterStepsSeeItsOutputs) {
@@ -82,21 +83,22 @@ TEST_F(ChildTest, AChildRunsUnderItsOwnDerivedKeysAndLaterStepsSeeItsOutputs) {
 
 TEST_F(ChildTest, TheChildsTraceHangsUnderItsStepInTheParentsTrace) {
   std::mutex mu;
-  std::vector<common::trace::SpanData> spans;
-  common::trace::Exporter exporter(
-      [&](const std::vector<common::trace::SpanData>& batch) {
+  std::vector<idemsaga::common::trace::SpanData> spans;
+  idemsaga::common::trace::Exporter exporter(
+      [&](const std::vector<idemsaga::common::trace::SpanData>& batch) {
         std::lock_guard lock(mu);
         spans.insert(spans.end(), batch.begin(), batch.end());
         return true;
       },
       {});
-  common::trace::Tracer tracer("orchestrator", &exporter);
-  saga::SagaInput input{.tenant_id = "demo", .parent_key = "A", .trace_id = std::string(32, 'a')};
+  idemsaga::common::trace::Tracer tracer("orchestrator", &exporter);
+  idemsaga::steps::saga::SagaInput input{
+      .tenant_id = "demo", .parent_key = "A", .trace_id = std::string(32, 'a')};
   Definition d = Order(Gift());
-  saga::Runner runner(d, policy_, {}, {}, &tracer);
+  idemsaga::steps::saga::Runner runner(d, policy_, {}, {}, &tracer);
   ASSERT_EQ(runner.Run(input, journal_).end, SagaEnd::kCompleted);
   exporter.Flush();
-  std::map<std::string, common::trace::SpanData> by_name;
+  std::map<std::string, idemsaga::common::trace::SpanData> by_name;
   for (const auto& s : spans) by_name[s.name] = s;
   ASSERT_TRUE(by_name.count("saga order") && by_name.count("step gift") &&
               by_name.count("saga gift_box") && by_name.count("step payment"));
@@ -135,7 +137,7 @@ TEST_F(ChildTest, AFailingChildsDecisionIsTheParentsMadeDurableBeforeAnyCompensa
   EXPECT_EQ(gift.output["steps"][0]["status"], "compensating");  // the child's inventory
   // Killed right there: the next owner resumes from what was committed.
   fake_.calls.clear();
-  saga::SagaInput resume;
+  idemsaga::steps::saga::SagaInput resume;
   resume.resumed = true;
   resume.compensating = committed;
   resume.failure = r.failure;
@@ -160,7 +162,7 @@ TEST_F(ChildTest, AChildParkedWhileUndoingItselfKeepsTheParentsDecisionInItsChec
   EXPECT_EQ(gift.output["steps"][0]["status"], "compensating");
   // Resumed (the row is compensating): the child's release, then pre's.
   fake_.calls.clear();
-  saga::SagaInput resume;
+  idemsaga::steps::saga::SagaInput resume;
   resume.resumed = true;
   resume.compensating = journal_.checkpoint;
   resume.failed_step = "gift";
@@ -267,7 +269,7 @@ TEST_F(ChildTest, AChildsTimerCountsFromWhenItWasFirstReachedAcrossParks) {
             .count();
   }
   fake_.calls.clear();
-  saga::SagaInput resume;
+  idemsaga::steps::saga::SagaInput resume;
   resume.resumed = true;
   resume.checkpoint = checkpoint;
   EXPECT_EQ(Run(d, resume).end, SagaEnd::kCompleted);
@@ -290,7 +292,7 @@ TEST_F(ChildTest, AnEventTheChildAwaitsIsAwaitedByTheParentsRun) {
 TEST_F(ChildTest, ACancelOfAResumedParentUndoesEveryCallTheChildMayHaveMade) {
   // An earlier owner may have run the child before it crashed; nothing of it is recorded.
   journal_.cancel_after_boundaries = 1;  // after pre
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.resumed = true;
   auto r = Run(Order(Gift()), input);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
@@ -305,9 +307,10 @@ TEST_F(ChildTest, ACancelOfAResumedParentUndoesEveryCallTheChildMayHaveMade) {
 TEST_F(ChildTest, AChildsLongestRunCountsInItsParents) {
   Definition cool("cool_off");
   cool.Sleep("wait", 1h).Step("notify", fake_.Step(), fake_.Step());
-  saga::RetryPolicy policy;
+  idemsaga::steps::saga::RetryPolicy policy;
   policy.step_deadline = 2min;
-  EXPECT_EQ(saga::LongestRun(policy, Order(std::move(cool))), 2min + (1h + 2min) + 2min);
+  EXPECT_EQ(idemsaga::steps::saga::LongestRun(policy, Order(std::move(cool))),
+            2min + (1h + 2min) + 2min);
   EXPECT_THROW(Definition("x").Child("c", Gift(), nullptr), std::invalid_argument);
 }
 

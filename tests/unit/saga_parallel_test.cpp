@@ -13,19 +13,20 @@
 namespace {
 
 using namespace std::chrono_literals;
-using saga::Definition;
-using saga::SagaEnd;
-using saga::StepContext;
-using saga::StepRecord;
-using saga::StepResult;
-using saga::StepStatus;
+using idemsaga::steps::saga::Definition;
+using idemsaga::steps::saga::SagaEnd;
+using idemsaga::steps::saga::StepContext;
+using idemsaga::steps::saga::StepRecord;
+using idemsaga::steps::saga::StepResult;
+using idemsaga::steps::saga::StepStatus;
 using Calls = std::vector<std::string>;
 
 class ParallelTest : public ::testing::Test {
  protected:
   ParallelTest() { journal_.can_park = true; }
 
-  saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
+  idemsaga::steps::saga::SagaResult Run(const Definition& d,
+                                        idemsaga::steps::saga::SagaInput input = {}) {
     return test_support::RunAsA(d, policy_, journal_, std::move(input),
                                 [this](std::chrono::milliseconds ms) {
                                   if (real_sleep_) std::this_thread::sleep_for(ms);
@@ -33,13 +34,16 @@ class ParallelTest : public ::testing::Test {
                                   slept_.push_back(ms);
                                 });
   }
-  saga::SagaResult Resume(const Definition& d, std::vector<StepRecord> checkpoint) {
-    saga::SagaInput input;
+  idemsaga::steps::saga::SagaResult Resume(const Definition& d,
+                                           std::vector<StepRecord> checkpoint) {
+    idemsaga::steps::saga::SagaInput input;
     input.resumed = true;
     input.checkpoint = std::move(checkpoint);
     return Run(d, input);
   }
-  saga::Branch Call(std::string name) { return {std::move(name), fake_.Step(), fake_.Step()}; }
+  idemsaga::steps::saga::Branch Call(std::string name) {
+    return {std::move(name), fake_.Step(), fake_.Step()};
+  }
   // pre, then inventory | payment | shipping side by side, then post.
   Definition Order() {
     Definition d("order");
@@ -48,7 +52,8 @@ class ParallelTest : public ::testing::Test {
         .Step("post", fake_.Step(), fake_.Step());
     return d;
   }
-  static const StepRecord& Step(const saga::SagaResult& r, const std::string& name) {
+  static const StepRecord& Step(const idemsaga::steps::saga::SagaResult& r,
+                                const std::string& name) {
     return test_support::StepNamed(r.steps, name);
   }
   static long Count(const Calls& calls, const std::string& key) {
@@ -57,7 +62,7 @@ class ParallelTest : public ::testing::Test {
 
   test_support::FakeParticipants fake_;
   test_support::FakeJournal journal_;
-  saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
+  idemsaga::steps::saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
   std::mutex mu_;
   std::vector<std::chrono::milliseconds> slept_;
   bool real_sleep_ = false;
@@ -88,24 +93,25 @@ TEST_F(ParallelTest, BranchesOverlapEachUnderItsOwnKeyAndTheSagaGoesOnWhenAllHav
 
 TEST_F(ParallelTest, TheTraceShowsTheBranchesSideBySideUnderTheSaga) {
   std::mutex spans_mu;
-  std::vector<common::trace::SpanData> spans;
-  common::trace::Exporter exporter(
-      [&](const std::vector<common::trace::SpanData>& batch) {
+  std::vector<idemsaga::common::trace::SpanData> spans;
+  idemsaga::common::trace::Exporter exporter(
+      [&](const std::vector<idemsaga::common::trace::SpanData>& batch) {
         std::lock_guard lock(spans_mu);
         spans.insert(spans.end(), batch.begin(), batch.end());
         return true;
       },
       {});
-  common::trace::Tracer tracer("orchestrator", &exporter);
+  idemsaga::common::trace::Tracer tracer("orchestrator", &exporter);
   fake_.Together({"A-inventory", "A-payment"});
   Definition d("order");
   d.Parallel({Call("inventory"), Call("payment")});
-  saga::SagaInput input{.tenant_id = "demo", .parent_key = "A", .trace_id = std::string(32, 'a')};
-  saga::Runner runner(d, policy_, {}, {}, &tracer);
+  idemsaga::steps::saga::SagaInput input{
+      .tenant_id = "demo", .parent_key = "A", .trace_id = std::string(32, 'a')};
+  idemsaga::steps::saga::Runner runner(d, policy_, {}, {}, &tracer);
   ASSERT_EQ(runner.Run(input, journal_).end, SagaEnd::kCompleted);
   EXPECT_FALSE(fake_.timed_out);
   exporter.Flush();
-  std::map<std::string, common::trace::SpanData> by_name;
+  std::map<std::string, idemsaga::common::trace::SpanData> by_name;
   for (const auto& s : spans) by_name[s.name] = s;
   ASSERT_TRUE(by_name.count("saga order") && by_name.count("step inventory") &&
               by_name.count("step payment"));
@@ -123,7 +129,7 @@ TEST_F(ParallelTest, ABranchSeesTheOutputsBeforeTheGroupAndNeverASiblings) {
   std::mutex seen_mu;
   std::vector<std::string> seen;
   auto answer = fake_.Step();
-  auto look = [&](saga::StepContext& ctx) {
+  auto look = [&](idemsaga::steps::saga::StepContext& ctx) {
     auto r = answer(ctx);
     std::lock_guard lock(seen_mu);
     seen.push_back(ctx.step_name + ":" + (ctx.Output("pre").is_null() ? "no-pre" : "pre") + ":" +
@@ -292,7 +298,7 @@ TEST_F(ParallelTest, AResumedCompensationKeepsTheOrderTheBranchesFinishedIn) {
     s.finish_order = order;
     records.push_back(StepRecord::FromJson(s.ToJson()));  // as stored
   }
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.resumed = true;
   input.compensating = records;
   input.failed_step = "post";
@@ -307,7 +313,7 @@ TEST_F(ParallelTest, WhenAfterAGroupDecidesForEveryBranch) {
       .Parallel({Call("inventory"), Call("payment")})
       .When([](const StepContext& ctx) { return ctx.Input<nlohmann::json>().value("go", false); })
       .Step("post", fake_.Step(), fake_.Step());
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.request = {{"go", false}};
   auto r = Run(d, input);
   EXPECT_EQ(r.end, SagaEnd::kCompleted);
@@ -327,12 +333,12 @@ TEST_F(ParallelTest, ACancelBeforeTheGroupRunsNoBranch) {
 TEST(ParallelDefinition, AGroupNeedsTwoToSixteenDistinctBranchesAndIsAddedWholeOrNotAtAll) {
   test_support::FakeParticipants fake;
   auto branch = [&](std::string name) {
-    return saga::Branch{std::move(name), fake.Step(), fake.Step()};
+    return idemsaga::steps::saga::Branch{std::move(name), fake.Step(), fake.Step()};
   };
   Definition d("order");
   d.Step("pre", fake.Step(), fake.Step());
   EXPECT_THROW(d.Parallel({branch("one")}), std::invalid_argument);
-  std::vector<saga::Branch> many;
+  std::vector<idemsaga::steps::saga::Branch> many;
   for (int i = 0; i < 17; ++i) many.push_back(branch("b" + std::to_string(i)));
   EXPECT_THROW(d.Parallel(many), std::invalid_argument);
   EXPECT_THROW(d.Parallel({branch("a"), branch("pre")}), std::invalid_argument);
@@ -361,13 +367,14 @@ TEST(ParallelUndoOrder, BranchesAreUndoneInReverseOfFinishingThoseThatDidNotEndF
     records[i].name = names[i];
     records[i].finish_order = finished[i];
   }
-  EXPECT_EQ(saga::UndoOrder(records, &d), (std::vector<size_t>{4, 2, 1, 3, 0}));
-  EXPECT_EQ(saga::UndoOrder(records, nullptr), (std::vector<size_t>{4, 3, 2, 1, 0}));
+  EXPECT_EQ(idemsaga::steps::saga::UndoOrder(records, &d), (std::vector<size_t>{4, 2, 1, 3, 0}));
+  EXPECT_EQ(idemsaga::steps::saga::UndoOrder(records, nullptr),
+            (std::vector<size_t>{4, 3, 2, 1, 0}));
 }
 
 TEST(ParallelDefinition, AGroupLastsAsLongAsItsLongestBranch) {
   test_support::FakeParticipants fake;
-  saga::RetryPolicy policy;
+  idemsaga::steps::saga::RetryPolicy policy;
   policy.step_deadline = 2min;
   Definition d("order");
   d.Step("pre", fake.Step(), fake.Step())
@@ -375,7 +382,7 @@ TEST(ParallelDefinition, AGroupLastsAsLongAsItsLongestBranch) {
                  {"b", fake.Step(), fake.Step(), {.step_deadline = 5min}},
                  {"c", fake.Step(), fake.Step()}})
       .Sleep("cool_off", 1h);
-  EXPECT_EQ(saga::LongestRun(policy, d), 2min + 5min + 1h);
+  EXPECT_EQ(idemsaga::steps::saga::LongestRun(policy, d), 2min + 5min + 1h);
 }
 
 }  // namespace

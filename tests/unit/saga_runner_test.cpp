@@ -16,11 +16,11 @@
 
 namespace {
 
-using saga::Definition;
-using saga::Outcome;
-using saga::SagaEnd;
-using saga::StepContext;
-using saga::StepResult;
+using idemsaga::steps::saga::Definition;
+using idemsaga::steps::saga::Outcome;
+using idemsaga::steps::saga::SagaEnd;
+using idemsaga::steps::saga::StepContext;
+using idemsaga::steps::saga::StepResult;
 using test_support::FakeJournal;
 using test_support::FakeParticipants;
 
@@ -31,11 +31,12 @@ class RunnerTest : public ::testing::Test {
     for (const auto& n : names) d.Step(n, fake_.Step(), fake_.Step());
     return d;
   }
-  saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
+  idemsaga::steps::saga::SagaResult Run(const Definition& d,
+                                        idemsaga::steps::saga::SagaInput input = {}) {
     if (input.parent_key.empty()) input.parent_key = "A";
     input.tenant_id = "demo";
     input.trace_id = std::string(32, 'a');
-    saga::Runner runner(
+    idemsaga::steps::saga::Runner runner(
         d, policy_, [this](std::chrono::milliseconds ms) { slept_.push_back(ms); },
         [this] {
           return stop_after_calls_ >= 0 && fake_.calls.size() >= size_t(stop_after_calls_);
@@ -47,7 +48,7 @@ class RunnerTest : public ::testing::Test {
   std::vector<std::string> boundaries_;  // what the runner told its AtBoundary hook
   FakeParticipants fake_;
   FakeJournal journal_;
-  saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
+  idemsaga::steps::saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
   std::vector<std::chrono::milliseconds> slept_;
 };
 
@@ -94,7 +95,7 @@ TEST_F(RunnerTest, ACancelStopsAtTheNextStepBoundaryAndCompensatesWhatRan) {
   EXPECT_EQ(r.failed_step, "payment");
   EXPECT_EQ(r.failure.error_code, "saga_cancelled");
   EXPECT_EQ(r.failure.http_status, 409);
-  EXPECT_EQ(r.steps[1].status, saga::StepStatus::kNotRun);
+  EXPECT_EQ(r.steps[1].status, idemsaga::steps::saga::StepStatus::kNotRun);
   EXPECT_EQ(journal_.events, (std::vector<std::string>{"begin_compensation:payment"}));
 }
 
@@ -103,7 +104,7 @@ TEST_F(RunnerTest, ACancelStopsAtTheNextStepBoundaryAndCompensatesWhatRan) {
 TEST_F(RunnerTest, ACancelledResumedSagaCompensatesEveryStepAnEarlierOwnerMayHaveSent) {
   auto def = Saga({"inventory", "payment"});
   journal_.cancel_after_boundaries = 0;
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.resumed = true;
   auto r = Run(def, input);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
@@ -121,8 +122,9 @@ TEST_F(RunnerTest, CommitsTheDecisionToCompensateBeforeAnyCompensationIsSent) {
   EXPECT_EQ(journal_.events, (std::vector<std::string>{"begin_compensation:payment"}));
   EXPECT_EQ(fake_.calls, (std::vector<std::string>{"A-inventory", "A-payment"}));
   ASSERT_EQ(journal_.compensating_steps.size(), 2u);
-  EXPECT_EQ(journal_.compensating_steps[0].status, saga::StepStatus::kCompensating);
-  EXPECT_EQ(journal_.compensating_steps[1].status, saga::StepStatus::kFailed);
+  EXPECT_EQ(journal_.compensating_steps[0].status,
+            idemsaga::steps::saga::StepStatus::kCompensating);
+  EXPECT_EQ(journal_.compensating_steps[1].status, idemsaga::steps::saga::StepStatus::kFailed);
 }
 
 TEST_F(RunnerTest, AnInDoubtStepIsRetriedWithTheSameKeyThenCompensatedIfItNeverSettles) {
@@ -161,7 +163,7 @@ TEST_F(RunnerTest, RetriesExhaustedOnATransientFailureCompensateThatStepToo) {
   auto r = Run(def);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(r.compensated, (std::vector<std::string>{"payment", "inventory"}));
-  auto response = orchestrator::BuildResponse(r, {"ord_1", "A", std::string(32, 'a')});
+  auto response = idemsaga::orchestrator::BuildResponse(r, {"ord_1", "A", std::string(32, 'a')});
   // Final, and says so: a 503 would invite retries of a key that only replays this.
   EXPECT_EQ(response.status, 502);
   auto body = nlohmann::json::parse(response.body);
@@ -179,7 +181,7 @@ TEST_F(RunnerTest, ACompensationFailingFiveTimesIsRetriedUntilItSucceeds) {
   auto r = Run(def);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(r.steps[0].compensation_attempts, 6);
-  EXPECT_EQ(r.steps[0].status, saga::StepStatus::kCompensated);
+  EXPECT_EQ(r.steps[0].status, idemsaga::steps::saga::StepStatus::kCompensated);
   EXPECT_EQ(std::count(fake_.calls.begin(), fake_.calls.end(), "A-inventory-compensate"), 6);
   EXPECT_EQ(std::count(journal_.events.begin(), journal_.events.end(), "stuck"), 0);
 }
@@ -195,10 +197,11 @@ TEST_F(RunnerTest, ACompensationThatKeepsFailingIsMarkedStuckAndDeferredNotDropp
   EXPECT_EQ(std::count(journal_.events.begin(), journal_.events.end(), "stuck"), 1);
   EXPECT_EQ(journal_.deferred_for, std::chrono::milliseconds(5000));
   EXPECT_EQ(r.steps[0].compensation_attempts, 3);
-  EXPECT_EQ(journal_.compensating_steps[0].status, saga::StepStatus::kCompensating);  // still owed
+  EXPECT_EQ(journal_.compensating_steps[0].status,
+            idemsaga::steps::saga::StepStatus::kCompensating);  // still owed
 
   // Recovery resumes it later from what was recorded; each resume makes one attempt.
-  saga::SagaInput resumed;
+  idemsaga::steps::saga::SagaInput resumed;
   resumed.parent_key = "A";
   resumed.compensating = journal_.compensating_steps;
   resumed.failure = r.failure;
@@ -220,12 +223,15 @@ TEST_F(RunnerTest, ARunnerThatLostItsLeaseStopsWithoutCallingAnotherStep) {
 
 TEST_F(RunnerTest, ResumingACompensatingSagaOnlyCompensatesWhatWasRecorded) {
   auto def = Saga({"inventory", "payment"});
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.parent_key = "B";
-  std::vector<saga::StepRecord> steps(2);
-  steps[0] = {
-      .name = "inventory", .action_key = "B-inventory", .status = saga::StepStatus::kCompensating};
-  steps[1] = {.name = "payment", .action_key = "B-payment", .status = saga::StepStatus::kFailed};
+  std::vector<idemsaga::steps::saga::StepRecord> steps(2);
+  steps[0] = {.name = "inventory",
+              .action_key = "B-inventory",
+              .status = idemsaga::steps::saga::StepStatus::kCompensating};
+  steps[1] = {.name = "payment",
+              .action_key = "B-payment",
+              .status = idemsaga::steps::saga::StepStatus::kFailed};
   input.compensating = steps;
   input.failure = StepResult::Terminal(402, "card_declined", "declined");
   input.failed_step = "payment";
@@ -233,7 +239,8 @@ TEST_F(RunnerTest, ResumingACompensatingSagaOnlyCompensatesWhatWasRecorded) {
   EXPECT_EQ(r.end, SagaEnd::kFailed);
   EXPECT_EQ(fake_.calls, (std::vector<std::string>{"B-inventory-compensate"}));
   EXPECT_TRUE(journal_.events.empty());  // the decision was already durable
-  EXPECT_EQ(orchestrator::BuildResponse(r, {"ord", "B", std::string(32, 'a')}).status, 402);
+  EXPECT_EQ(idemsaga::orchestrator::BuildResponse(r, {"ord", "B", std::string(32, 'a')}).status,
+            402);
 }
 
 TEST_F(RunnerTest, AStepThatThrowsIsTreatedAsInDoubt) {
@@ -278,7 +285,7 @@ TEST_F(RunnerTest, BackoffIsFullJitterThatDoublesPerAttemptUpToTheCap) {
 }
 
 TEST_F(RunnerTest, TheDefaultPolicyRidesOutAParticipantOutageOfAMinute) {
-  saga::RetryPolicy defaults;
+  idemsaga::steps::saga::RetryPolicy defaults;
   EXPECT_GE(defaults.step_deadline, std::chrono::minutes(1));
   // The attempt count must not end retries long before the deadline: even if every sleep
   // were the full cap, the attempts last past the deadline.
@@ -303,7 +310,7 @@ TEST_F(RunnerTest, AParticipantsRetryAfterIsWaitedOutBeforeTheNextAttempt) {
   for (auto s : slept_) {
     total += s;
     // Slept in slices, with the lease kept between them: a waiting saga is not an orphan.
-    EXPECT_LE(s, saga::Runner::kLeaseCheckEvery);
+    EXPECT_LE(s, idemsaga::steps::saga::Runner::kLeaseCheckEvery);
   }
   EXPECT_GE(total, std::chrono::seconds(7));
   EXPECT_GE(journal_.lease_checks, static_cast<int>(slept_.size()));
@@ -369,21 +376,21 @@ TEST_F(RunnerTest, ResumedCompensationsSeeTheOutputsOfTheStepsTheyUndo) {
   fake_.Script("A-card", {StepResult::Succeeded({{"charge_id", "ch_c"}})});
   // The first owner decided to compensate, undid "wallet", and was killed (kill -9) before
   // undoing "card": its records are what the store hands the next owner.
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.parent_key = "A";
-  std::vector<saga::StepRecord> steps(2);
+  std::vector<idemsaga::steps::saga::StepRecord> steps(2);
   steps[0] = {.name = "card",
               .action_key = "A-card",
-              .status = saga::StepStatus::kCompensating,
+              .status = idemsaga::steps::saga::StepStatus::kCompensating,
               .action_confirmed = true,
               .output = {{"charge_id", "ch_c"}}};
   steps[1] = {.name = "wallet",
               .action_key = "A-wallet",
-              .status = saga::StepStatus::kCompensated,
+              .status = idemsaga::steps::saga::StepStatus::kCompensated,
               .action_confirmed = true,
               .output = {{"charge_id", "ch_w"}}};
   // Records round-trip through the store as JSON.
-  for (auto& st : steps) st = saga::StepRecord::FromJson(st.ToJson());
+  for (auto& st : steps) st = idemsaga::steps::saga::StepRecord::FromJson(st.ToJson());
   input.compensating = steps;
   input.failure = StepResult::Terminal(402, "card_declined", "declined");
   input.failed_step = "shipping";
@@ -396,28 +403,34 @@ TEST_F(RunnerTest, ResumedCompensationsSeeTheOutputsOfTheStepsTheyUndo) {
 // Stored by name: every status reads back as itself, and a record with a status this build
 // does not know is refused, never guessed (resuming from a guess could undo the wrong thing).
 TEST(StepRecord, StatusesRoundTripByNameAndAnUnknownOneIsRefused) {
-  using saga::StepStatus;
+  using idemsaga::steps::saga::StepStatus;
   for (auto status : {StepStatus::kNotRun, StepStatus::kSucceeded, StepStatus::kFailed,
                       StepStatus::kInDoubt, StepStatus::kCompensating, StepStatus::kCompensated}) {
-    saga::StepRecord r{.name = "card", .status = status};
-    EXPECT_EQ(saga::StepRecord::FromJson(r.ToJson()).status, status) << saga::ToString(status);
+    idemsaga::steps::saga::StepRecord r{.name = "card", .status = status};
+    EXPECT_EQ(idemsaga::steps::saga::StepRecord::FromJson(r.ToJson()).status, status)
+        << idemsaga::steps::saga::ToString(status);
   }
-  EXPECT_EQ(saga::StepRecord{}.ToJson()["status"], "not_run");
-  EXPECT_EQ(saga::StepRecord::FromJson({{"name", "card"}, {"status", "compensating"}}).status,
-            StepStatus::kCompensating);
-  EXPECT_THROW(saga::StepRecord::FromJson({{"name", "card"}, {"status", "undone"}}),
-               std::invalid_argument);
+  EXPECT_EQ(idemsaga::steps::saga::StepRecord{}.ToJson()["status"], "not_run");
+  EXPECT_EQ(
+      idemsaga::steps::saga::StepRecord::FromJson({{"name", "card"}, {"status", "compensating"}})
+          .status,
+      StepStatus::kCompensating);
+  EXPECT_THROW(
+      idemsaga::steps::saga::StepRecord::FromJson({{"name", "card"}, {"status", "undone"}}),
+      std::invalid_argument);
 }
 
 TEST_F(RunnerTest, AStepThisBuildNoLongerDefinesGoesStuckInsteadOfBeingSkipped) {
   auto def = Saga({"inventory"});  // this build dropped "payment"
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.parent_key = "C";
-  std::vector<saga::StepRecord> steps(2);
-  steps[0] = {
-      .name = "inventory", .action_key = "C-inventory", .status = saga::StepStatus::kCompensating};
-  steps[1] = {
-      .name = "payment", .action_key = "C-payment", .status = saga::StepStatus::kCompensating};
+  std::vector<idemsaga::steps::saga::StepRecord> steps(2);
+  steps[0] = {.name = "inventory",
+              .action_key = "C-inventory",
+              .status = idemsaga::steps::saga::StepStatus::kCompensating};
+  steps[1] = {.name = "payment",
+              .action_key = "C-payment",
+              .status = idemsaga::steps::saga::StepStatus::kCompensating};
   input.compensating = steps;
   input.failed_step = "shipping";
   auto r = Run(def, input);
@@ -434,7 +447,8 @@ TEST_F(RunnerTest, ABlockedCompensationIsDeferredAtOnceNotRetriedInALoop) {
   auto r = Run(def);
   EXPECT_EQ(r.end, SagaEnd::kDeferred);
   EXPECT_EQ(std::count(fake_.calls.begin(), fake_.calls.end(), "A-inventory-compensate"), 1);
-  EXPECT_EQ(journal_.compensating_steps[0].status, saga::StepStatus::kCompensating);
+  EXPECT_EQ(journal_.compensating_steps[0].status,
+            idemsaga::steps::saga::StepStatus::kCompensating);
 }
 
 TEST(Definition, RejectsDuplicateAndMalformedStepNames) {
@@ -451,8 +465,8 @@ TEST(Definition, RejectsDuplicateAndMalformedStepNames) {
 }
 
 TEST(DerivedKeys, AreSuffixesOfTheParentKey) {
-  EXPECT_EQ(saga::ActionKey("A", "inventory"), "A-inventory");
-  EXPECT_EQ(saga::CompensationKey("A", "inventory"), "A-inventory-compensate");
+  EXPECT_EQ(idemsaga::steps::saga::ActionKey("A", "inventory"), "A-inventory");
+  EXPECT_EQ(idemsaga::steps::saga::CompensationKey("A", "inventory"), "A-inventory-compensate");
 }
 
 TEST(DerivedKeys, NeverCollideAcrossParentsStepsOrActionAndCompensation) {
@@ -464,9 +478,10 @@ TEST(DerivedKeys, NeverCollideAcrossParentsStepsOrActionAndCompensation) {
   std::map<std::string, std::string> seen;
   for (const auto& p : parents) {
     for (const auto& n : names) {
-      ASSERT_TRUE(saga::IsValidStepName(n));
-      for (const auto& [kind, key] : {std::pair{"action", saga::ActionKey(p, n)},
-                                      std::pair{"compensation", saga::CompensationKey(p, n)}}) {
+      ASSERT_TRUE(idemsaga::steps::saga::IsValidStepName(n));
+      for (const auto& [kind, key] :
+           {std::pair{"action", idemsaga::steps::saga::ActionKey(p, n)},
+            std::pair{"compensation", idemsaga::steps::saga::CompensationKey(p, n)}}) {
         std::string who = std::string(kind) + " of " + p + "/" + n;
         auto [it, inserted] = seen.emplace(key, who);
         EXPECT_TRUE(inserted) << key << " derived by both " << it->second << " and " << who;
@@ -487,21 +502,23 @@ TEST(DerivedKeys, ParseGivesBackExactlyTheParentAndStepOfEveryDerivedKey) {
     for (auto& c : parent) c = alphabet[rng() % alphabet.size()];
     if (i % 7 == 0) parent += "-compensate";
     const auto& step = names[rng() % names.size()];
-    std::string key = saga::ActionKey(parent, step);
-    auto got = saga::ParseDerivedKey(key);
+    std::string key = idemsaga::steps::saga::ActionKey(parent, step);
+    auto got = idemsaga::steps::saga::ParseDerivedKey(key);
     ASSERT_TRUE(got) << key;
     EXPECT_EQ(got->parent, parent);
     EXPECT_EQ(got->step, step);
     EXPECT_FALSE(got->compensation);
-    got = saga::ParseDerivedKey(saga::CompensationKey(parent, step));
+    got = idemsaga::steps::saga::ParseDerivedKey(
+        idemsaga::steps::saga::CompensationKey(parent, step));
     ASSERT_TRUE(got) << key;
     EXPECT_EQ(got->parent, parent);
     EXPECT_EQ(got->step, step);
     EXPECT_TRUE(got->compensation);
     // A child saga's step: derived from the child's run key, itself derived from the parent.
-    auto child = saga::ParseDerivedKey(saga::ActionKey(saga::ActionKey(parent, "order"), step));
+    auto child = idemsaga::steps::saga::ParseDerivedKey(
+        idemsaga::steps::saga::ActionKey(idemsaga::steps::saga::ActionKey(parent, "order"), step));
     ASSERT_TRUE(child);
-    auto outer = saga::ParseDerivedKey(child->parent);
+    auto outer = idemsaga::steps::saga::ParseDerivedKey(child->parent);
     ASSERT_TRUE(outer);
     EXPECT_EQ(outer->parent, parent);
     EXPECT_EQ(outer->step, "order");
@@ -510,16 +527,16 @@ TEST(DerivedKeys, ParseGivesBackExactlyTheParentAndStepOfEveryDerivedKey) {
   EXPECT_EQ(checked, 5000);
   for (std::string not_derived : {"A", "-inventory", "A-", "A-Inventory", "A-compensate",
                                   "-compensate", "A-in-ventory!", "A-x-y-compensate-"}) {
-    EXPECT_FALSE(saga::ParseDerivedKey(not_derived)) << not_derived;
+    EXPECT_FALSE(idemsaga::steps::saga::ParseDerivedKey(not_derived)) << not_derived;
   }
 }
 
 TEST(Response, ACompletedSagaAnswers201WithEveryStepsIds) {
-  saga::SagaResult r;
+  idemsaga::steps::saga::SagaResult r;
   r.end = SagaEnd::kCompleted;
   r.outputs = {{"inventory", {{"reservation_id", "res_1"}, {"items", nlohmann::json::array()}}},
                {"payment", {{"charge_id", "ch_1"}, {"status", "captured"}}}};
-  auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
+  auto res = idemsaga::orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   EXPECT_EQ(res.status, 201);
   EXPECT_EQ(nlohmann::json::parse(res.body),
             nlohmann::json::parse(R"({"status":"completed","order_id":"ord_1","idempotency_key":"K",
@@ -528,12 +545,12 @@ TEST(Response, ACompletedSagaAnswers201WithEveryStepsIds) {
 }
 
 TEST(Response, ADeclinedSagaAnswersTheParticipantsStatusAndWhatWasCompensated) {
-  saga::SagaResult r;
+  idemsaga::steps::saga::SagaResult r;
   r.end = SagaEnd::kFailed;
   r.failure = StepResult::Terminal(402, "card_declined", "the card was declined");
   r.failed_step = "payment";
   r.compensated = {"inventory"};
-  auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
+  auto res = idemsaga::orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   EXPECT_EQ(res.status, 402);
   EXPECT_EQ(res.headers.at("Content-Type"), "application/problem+json");
   // RFC 9457: the members it defines, then ours beside them.
@@ -570,7 +587,7 @@ TEST_F(RunnerTest, StepsReadTheTypedInputAndEarlierOutputs) {
   Definition d("typed");
   std::vector<std::string> seen;
   d.Input<Typed>([](const nlohmann::json& j) {
-     saga::Fields f(j);
+     idemsaga::steps::saga::Fields f(j);
      Typed t{f.Text("who", 8), f.Integer("n", 1, 9)};
      f.Done();
      return t;
@@ -585,7 +602,7 @@ TEST_F(RunnerTest, StepsReadTheTypedInputAndEarlierOutputs) {
             return StepResult::Succeeded({{"second_id", "s"}});
           },
           fake_.Step());
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.request = {{"who", "ada"}, {"n", 3}};
   auto r = Run(d, input);
   EXPECT_EQ(r.end, SagaEnd::kCompleted);
@@ -595,7 +612,7 @@ TEST_F(RunnerTest, StepsReadTheTypedInputAndEarlierOutputs) {
 TEST_F(RunnerTest, AStoredInputThatNoLongerParsesIsDeferredAndNothingRuns) {
   Definition d("typed");
   d.Input<Typed>([](const nlohmann::json&) -> Typed {
-     throw saga::InvalidInput("who is required");
+     throw idemsaga::steps::saga::InvalidInput("who is required");
    }).Step("first", fake_.Step(), fake_.Step());
   auto r = Run(d);
   EXPECT_EQ(r.end, SagaEnd::kDeferred);
@@ -604,7 +621,7 @@ TEST_F(RunnerTest, AStoredInputThatNoLongerParsesIsDeferredAndNothingRuns) {
 }
 
 TEST(Registry, FindsEachVersionAndServesTheLatestToNewRequests) {
-  saga::Registry registry;
+  idemsaga::steps::saga::Registry registry;
   registry.Add(Definition("ship", 1).Step(
       "a", [](StepContext&) { return StepResult::Retryable(""); },
       [](StepContext&) { return StepResult::Retryable(""); }));
@@ -624,7 +641,7 @@ TEST(Registry, FindsEachVersionAndServesTheLatestToNewRequests) {
 TEST(Fields, EveryBrokenRuleNamesItsField) {
   auto error = [](const nlohmann::json& j) -> std::string {
     try {
-      saga::Fields f(j);
+      idemsaga::steps::saga::Fields f(j);
       f.Text("name", 4);
       f.Integer("n", 1, 10);
       auto to = f.Object("to");
@@ -632,7 +649,7 @@ TEST(Fields, EveryBrokenRuleNamesItsField) {
       to.Done();
       f.Done();
       return "";
-    } catch (const saga::InvalidInput& e) {
+    } catch (const idemsaga::steps::saga::InvalidInput& e) {
       return e.what();
     }
   };
@@ -659,10 +676,10 @@ TEST(Fields, EveryBrokenRuleNamesItsField) {
 }
 
 TEST(Response, AStepsOwnOrderIdNeverReplacesTheOrchestrators) {
-  saga::SagaResult r;
+  idemsaga::steps::saga::SagaResult r;
   r.end = SagaEnd::kCompleted;
   r.outputs["loyalty"] = {{"order_id", "theirs"}, {"points_id", "pts_1"}, {"status", "x"}};
-  auto res = orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
+  auto res = idemsaga::orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   auto body = nlohmann::json::parse(res.body);
   EXPECT_EQ(body["order_id"], "ord_1");
   EXPECT_EQ(body["status"], "completed");
@@ -686,7 +703,7 @@ TEST_F(RunnerTest, ALongRetryAfterParksTheSagaInsteadOfSleeping) {
   EXPECT_TRUE(slept_.empty());  // no thread waited
   EXPECT_EQ(journal_.parked_for, std::chrono::seconds(30));
   ASSERT_EQ(journal_.checkpoint.size(), 2u);
-  EXPECT_EQ(journal_.checkpoint[0].status, saga::StepStatus::kSucceeded);
+  EXPECT_EQ(journal_.checkpoint[0].status, idemsaga::steps::saga::StepStatus::kSucceeded);
   EXPECT_EQ(journal_.checkpoint[0].output["inventory_id"], "inventory-1");
   EXPECT_EQ(journal_.checkpoint[1].attempts, 1);
   EXPECT_GT(journal_.checkpoint[1].first_attempt_unix_ms, 0);
@@ -707,7 +724,7 @@ TEST_F(RunnerTest, AShortWaitIsSleptNotParked) {
 TEST_F(RunnerTest, AWaitThatEndsWithinTheWaitingClientsBudgetIsSleptSoItStillGetsItsAnswer) {
   journal_.can_park = true;
   fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(2)), StepResult::Succeeded({})});
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.answer_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   auto r = Run(Saga({"payment"}), input);
   EXPECT_EQ(r.end, SagaEnd::kCompleted);
@@ -725,7 +742,7 @@ TEST_F(RunnerTest, ACallTurnedAwayByTheBulkheadParksEvenWithinTheBudget) {
   auto busy = RetryAfter(std::chrono::seconds(1));
   busy.busy = true;
   fake_.Script("A-payment", {busy, StepResult::Succeeded({})});
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.answer_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   auto r = Run(Saga({"payment"}), input);
   EXPECT_EQ(r.end, SagaEnd::kParked);
@@ -741,7 +758,7 @@ TEST_F(RunnerTest, AResumedSagaSendsNoCheckpointedSuccessAgainAndGoesOnWhereItWa
   auto checkpoint = journal_.checkpoint;
   fake_.calls.clear();
   fake_.Script("A-payment", {StepResult::Succeeded({{"charge_id", "ch_1"}})});
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.resumed = true;
   input.checkpoint = checkpoint;
   auto r = Run(def, input);
@@ -755,7 +772,7 @@ TEST_F(RunnerTest, AResumedStepKeepsItsDeadlineAndItsDoubt) {
   journal_.can_park = true;
   policy_.max_attempts = 1000;
   auto def = Saga({"inventory", "payment"});
-  saga::StepRecord waited;
+  idemsaga::steps::saga::StepRecord waited;
   waited.name = "payment";
   waited.action_key = "A-payment";
   waited.attempts = 5;
@@ -765,9 +782,9 @@ TEST_F(RunnerTest, AResumedStepKeepsItsDeadlineAndItsDoubt) {
           (std::chrono::system_clock::now() - policy_.step_deadline - std::chrono::seconds(1))
               .time_since_epoch())
           .count();
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.resumed = true;
-  input.checkpoint = std::vector<saga::StepRecord>{waited};
+  input.checkpoint = std::vector<idemsaga::steps::saga::StepRecord>{waited};
   fake_.Script("A-payment", {RetryAfter(std::chrono::seconds(30))});
   auto r = Run(def, input);
   // Past its deadline: one more attempt, then the step is given up on, as possibly applied,
@@ -784,7 +801,7 @@ TEST_F(RunnerTest, ACompensationThatMustWaitParksWithItsCountKept) {
   auto r = Run(Saga({"inventory", "payment"}));
   EXPECT_EQ(r.end, SagaEnd::kParked);
   ASSERT_EQ(journal_.checkpoint.size(), 2u);
-  EXPECT_EQ(journal_.checkpoint[0].status, saga::StepStatus::kCompensating);
+  EXPECT_EQ(journal_.checkpoint[0].status, idemsaga::steps::saga::StepStatus::kCompensating);
   EXPECT_EQ(journal_.checkpoint[0].compensation_attempts, 1);
   EXPECT_EQ(journal_.parked_for, std::chrono::seconds(10));
 }

@@ -8,11 +8,11 @@
 
 namespace {
 
-using saga::Definition;
-using saga::SagaEnd;
-using saga::StepContext;
-using saga::StepResult;
-using saga::StepStatus;
+using idemsaga::steps::saga::Definition;
+using idemsaga::steps::saga::SagaEnd;
+using idemsaga::steps::saga::StepContext;
+using idemsaga::steps::saga::StepResult;
+using idemsaga::steps::saga::StepStatus;
 
 struct Reservation {
   std::string id;
@@ -21,19 +21,20 @@ struct Reservation {
 
 Reservation ParseReservation(const nlohmann::json& output) {
   if (!output.contains("reservation_id") || !output["reservation_id"].is_string()) {
-    throw saga::InvalidInput("reservation_id must be a string");
+    throw idemsaga::steps::saga::InvalidInput("reservation_id must be a string");
   }
   return {output["reservation_id"], output.value("units", 0LL)};
 }
 
 class TypedTest : public ::testing::Test {
  protected:
-  saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
+  idemsaga::steps::saga::SagaResult Run(const Definition& d,
+                                        idemsaga::steps::saga::SagaInput input = {}) {
     return test_support::RunAsA(d, policy_, journal_, std::move(input));
   }
   test_support::FakeParticipants fake_;
   test_support::FakeJournal journal_;
-  saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
+  idemsaga::steps::saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
 };
 
 TEST_F(TypedTest, LaterStepsAndCompensationsReadADeclaredOutputAsItsType) {
@@ -107,12 +108,13 @@ TEST_F(TypedTest, ACompletedSagaAnswersWhatItsDefinitionDeclares) {
       .Step("inventory", fake_.Step(), fake_.Step())
       .Output<Reservation>(ParseReservation)
       .Answer([](const StepContext& ctx) {
-        return saga::SuccessAnswer{200,
-                                   {{"booked", ctx.Output<Reservation>("inventory").id},
-                                    {"for", ctx.Input<nlohmann::json>()["customer"]},
-                                    {"key", ctx.parent_key}}};
+        return idemsaga::steps::saga::SuccessAnswer{
+            200,
+            {{"booked", ctx.Output<Reservation>("inventory").id},
+             {"for", ctx.Input<nlohmann::json>()["customer"]},
+             {"key", ctx.parent_key}}};
       });
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.request = {{"customer", "ada"}};
   auto r = Run(d, input);
   ASSERT_EQ(r.end, SagaEnd::kCompleted);
@@ -122,13 +124,15 @@ TEST_F(TypedTest, ACompletedSagaAnswersWhatItsDefinitionDeclares) {
 }
 
 TEST_F(TypedTest, AnAnswerThatThrowsOrIsNot2xxLeavesTheSagaStuckWithEveryStepDone) {
-  for (auto answer : std::vector<saga::AnswerFn>{
-           [](const StepContext&) -> saga::SuccessAnswer { throw std::runtime_error("boom"); },
-           [](const StepContext&) {
-             return saga::SuccessAnswer{500, nlohmann::json::object()};
+  for (auto answer : std::vector<idemsaga::steps::saga::AnswerFn>{
+           [](const StepContext&) -> idemsaga::steps::saga::SuccessAnswer {
+             throw std::runtime_error("boom");
            },
            [](const StepContext&) {
-             return saga::SuccessAnswer{201, std::string("\xff")};
+             return idemsaga::steps::saga::SuccessAnswer{500, nlohmann::json::object()};
+           },
+           [](const StepContext&) {
+             return idemsaga::steps::saga::SuccessAnswer{201, std::string("\xff")};
            }}) {
     journal_.events.clear();
     Definition d("typed");

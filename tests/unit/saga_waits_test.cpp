@@ -9,12 +9,12 @@
 namespace {
 
 using namespace std::chrono_literals;
-using saga::Definition;
-using saga::SagaEnd;
-using saga::StepContext;
-using saga::StepRecord;
-using saga::StepResult;
-using saga::StepStatus;
+using idemsaga::steps::saga::Definition;
+using idemsaga::steps::saga::SagaEnd;
+using idemsaga::steps::saga::StepContext;
+using idemsaga::steps::saga::StepRecord;
+using idemsaga::steps::saga::StepResult;
+using idemsaga::steps::saga::StepStatus;
 
 long long UnixMsAgo(std::chrono::milliseconds ago) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -26,30 +26,33 @@ class WaitsTest : public ::testing::Test {
  protected:
   WaitsTest() { journal_.can_park = true; }
 
-  saga::SagaResult Run(const Definition& d, saga::SagaInput input = {}) {
+  idemsaga::steps::saga::SagaResult Run(const Definition& d,
+                                        idemsaga::steps::saga::SagaInput input = {}) {
     input.parent_key = "A";
     input.tenant_id = "demo";
     input.trace_id = std::string(32, 'a');
-    saga::Runner runner(d, policy_, [this](std::chrono::milliseconds ms) {
+    idemsaga::steps::saga::Runner runner(d, policy_, [this](std::chrono::milliseconds ms) {
       slept_.push_back(ms);
       if (on_sleep_) on_sleep_();
     });
     return runner.Run(input, journal_);
   }
   // The run resumed from what the last one checkpointed (as recovery resumes a parked saga).
-  saga::SagaResult Resume(const Definition& d, std::vector<StepRecord> checkpoint) {
-    saga::SagaInput input;
+  idemsaga::steps::saga::SagaResult Resume(const Definition& d,
+                                           std::vector<StepRecord> checkpoint) {
+    idemsaga::steps::saga::SagaInput input;
     input.resumed = true;
     input.checkpoint = std::move(checkpoint);
     return Run(d, input);
   }
-  static const StepRecord& Step(const saga::SagaResult& r, const std::string& name) {
+  static const StepRecord& Step(const idemsaga::steps::saga::SagaResult& r,
+                                const std::string& name) {
     return test_support::StepNamed(r.steps, name);
   }
 
   test_support::FakeParticipants fake_;
   test_support::FakeJournal journal_;
-  saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
+  idemsaga::steps::saga::RetryPolicy policy_{.max_attempts = 4, .compensation_stuck_after = 8};
   std::vector<std::chrono::milliseconds> slept_;
   std::function<void()> on_sleep_;
 };
@@ -64,7 +67,7 @@ TEST_F(WaitsTest, AStepWhoseConditionFailsIsSkippedNeverCalledAndNeverCompensate
       })
       .Step("payment", fake_.Step(), fake_.Step());
   fake_.Script("A-payment", {StepResult::Terminal(402, "card_declined", "declined")});
-  saga::SagaInput small;
+  idemsaga::steps::saga::SagaInput small;
   small.request = {{"total", 10}};
   auto r = Run(d, small);
   EXPECT_EQ(r.end, SagaEnd::kFailed);
@@ -210,7 +213,7 @@ TEST_F(WaitsTest, SleepUntilWakesAtTheTimeComputedFromTheInput) {
             ctx.Input<nlohmann::json>().at("due_unix_ms").get<long long>()));
       },
       std::chrono::hours(3));
-  saga::SagaInput input;
+  idemsaga::steps::saga::SagaInput input;
   input.request = {{"due_unix_ms", UnixMsAgo(-2h)}};
   auto r = Run(d, input);
   EXPECT_EQ(r.end, SagaEnd::kParked);
@@ -272,7 +275,8 @@ TEST_F(WaitsTest, AnEventThatArrivedBeforeTheRunReachedItsWaitIsTakenWithoutPark
 
 TEST_F(WaitsTest, AnEventDeliveredWhileTheSagaParksIsTakenInTheSameRun) {
   auto d = ThreeDSecure(fake_);
-  journal_.deliver_while_parking = saga::ReceivedEvent{"payment_confirmed", {{"id", "race"}}};
+  journal_.deliver_while_parking =
+      idemsaga::steps::saga::ReceivedEvent{"payment_confirmed", {{"id", "race"}}};
   auto r = Run(d);
   EXPECT_EQ(r.end, SagaEnd::kCompleted);
   EXPECT_EQ(r.outputs["confirmation"]["confirmation_id"], "race");
@@ -324,7 +328,7 @@ TEST_F(WaitsTest, AJournalThatCannotParkIsPolledForTheEvent) {
   auto r = Run(d);
   EXPECT_EQ(r.end, SagaEnd::kCompleted);
   EXPECT_EQ(slept_.size(), 3u);
-  EXPECT_EQ(slept_[0], saga::Runner::kEventPollEvery);
+  EXPECT_EQ(slept_[0], idemsaga::steps::saga::Runner::kEventPollEvery);
 }
 
 TEST_F(WaitsTest, ACancelledWaitingSagaCompensatesWhatRanWhenItResumes) {
@@ -366,10 +370,10 @@ TEST(WaitClock, ARunnerWithAClockOfItsOwnWaitsOnThatClockAlone) {
   d.Sleep("pause", 1h)
       .Await("approval", {.events = {"ok"}, .timeout = 2h})
       .Step("payment", fake.Step(), fake.Step());
-  saga::RetryPolicy policy{.max_attempts = 1000, .park_after = 0ms};
-  saga::SagaInput input;
+  idemsaga::steps::saga::RetryPolicy policy{.max_attempts = 1000, .park_after = 0ms};
+  idemsaga::steps::saga::SagaInput input;
   input.parent_key = "A";
-  saga::Runner runner(
+  idemsaga::steps::saga::Runner runner(
       d, policy,
       [&](std::chrono::milliseconds ms) {
         slept += ms;
@@ -392,7 +396,7 @@ TEST(WaitClock, ARunnerWithAClockOfItsOwnWaitsOnThatClockAlone) {
   // A step's deadline is counted on it too: retried until 10 virtual minutes have passed.
   Definition p("deadline");
   p.Step("payment", fake.Step(), fake.Step(), {.step_deadline = 10min});
-  saga::Runner deadline_runner(
+  idemsaga::steps::saga::Runner deadline_runner(
       p, policy,
       [&](std::chrono::milliseconds ms) {
         slept += ms;
@@ -426,14 +430,14 @@ TEST(WaitDefinitions, RefuseWaitsThatCouldNotEndOrCouldMixUpTheirEvents) {
 
 TEST(WaitDefinitions, WaitsCountTowardsTheLongestRunParticipantsMustKeepKeysFor) {
   auto noop = [](StepContext&) { return StepResult::Succeeded({}); };
-  saga::RetryPolicy policy{.step_deadline = 2min};
+  idemsaga::steps::saga::RetryPolicy policy{.step_deadline = 2min};
   Definition d("waits");
   d.Step("a", noop, noop)
       .Sleep("pause", 1h)
       .Await("approval", {.events = {"ok"}, .timeout = 3h})
       .SleepUntil(
           "until", [](const StepContext& ctx) { return ctx.arrived_at; }, 30min);
-  EXPECT_EQ(saga::LongestRun(policy, d), 2min + 1h + 3h + 30min);
+  EXPECT_EQ(idemsaga::steps::saga::LongestRun(policy, d), 2min + 1h + 3h + 30min);
 }
 
 }  // namespace

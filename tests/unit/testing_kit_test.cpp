@@ -388,7 +388,7 @@ TEST(TestingKit, CheckDeterministicFlagsABodyThatChangesAndPassesAPureOne) {
 
 // The shipped place_order saga, over the kit's participants.
 std::optional<Definition> PlaceOrder(idemsaga::Participants& p) {
-  return steps::MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"));
+  return idemsaga::steps::MakePlaceOrderSaga(p.Get("inventory"), p.Get("payment"));
 }
 
 const nlohmann::json kOrder = {{"customer_id", "cust_1"},
@@ -434,7 +434,7 @@ TEST(TestingKit, RunsTheShippedPlaceOrderSagaWithItsThreeDSecureWait) {
 // order that completes ends the same whichever it is.
 TEST(TestingKit, TheParallelPlaceOrderEndsTheSameAfterACrashAtEveryPoint) {
   auto parallel = [](idemsaga::Participants& p) -> std::optional<Definition> {
-    return steps::MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"));
+    return idemsaga::steps::MakePlaceOrderParallelSaga(p.Get("inventory"), p.Get("payment"));
   };
   auto o = ThreeDSecure();
   auto setup = o.setup;
@@ -471,7 +471,7 @@ TEST(TestingKit, APlaceOrderRefusedByThePaymentReleasesTheStock) {
 // operator's approval that refuses: the child is compensated, its steps in reverse.
 TEST(TestingKit, RunsTheShippedDeliverOrderSagaWithAChildAndTwoWaitsAndSurvivesCrashes) {
   auto deliver = [](idemsaga::Participants& p) -> std::optional<Definition> {
-    return steps::MakeDeliverOrderSaga(p);
+    return idemsaga::steps::MakeDeliverOrderSaga(p);
   };
   kit::CheckOptions o;
   o.setup = [](kit::Environment& env) {

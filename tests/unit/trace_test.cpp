@@ -15,7 +15,7 @@
 
 namespace {
 
-using namespace common::trace;
+using namespace idemsaga::common::trace;
 
 const std::string kTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
 const std::string kSpan = "00f067aa0ba902b7";
@@ -281,7 +281,7 @@ TEST(Otlp, SurvivesThousandsOfMutatedRequests) {
     auto json = nlohmann::json::parse(body, nullptr, false);
     if (json.is_discarded()) continue;  // the route answers 400 invalid_json
     std::string error;
-    std::optional<common::trace::DecodedOtlp> decoded;
+    std::optional<idemsaga::common::trace::DecodedOtlp> decoded;
     ASSERT_NO_THROW(decoded = DecodeOtlp(json, error)) << body;
     if (!decoded) continue;
     ++decoded_ok;
@@ -420,7 +420,7 @@ TEST(Waterfall, DrawsTheTreeWithMarkersBarsAndCompensations) {
          {"end_time_unix_nano", 100},
          {"status", "ok"},
          {"attributes", {{"compensation", true}, {"derived_key", "A-inventory-compensate"}}}}}}};
-  std::string out = common::trace::RenderWaterfall(trace, 20);
+  std::string out = idemsaga::common::trace::RenderWaterfall(trace, 20);
   EXPECT_NE(out.find("POST /v1/orders [402]"), std::string::npos) << out;
   EXPECT_NE(out.find("  \u21a9 compensate inventory [A-inventory-compensate]"), std::string::npos)
       << out;
