@@ -16,6 +16,8 @@
 //   loadgen ... --same-key K --duration 10          every request replays key K for 10 s
 //   loadgen ... --body-bytes 61440 --malformed --accept 400   a flood of junk bodies
 //   loadgen ... --rate 200 --duration 60 -c 2048   open loop: 200 requests/s for 60 s
+//   loadgen --url http://127.0.0.1:18090 --path /orders/place --key-header X-Order-Key ...
+//                                                    a peer's ingress (bench/peers/)
 //
 // Exit status 0 iff every request got an accepted answer: 2xx, or a code named by --accept
 // (503 only with Retry-After). Latency runs from issuing the request (open loop: from when it was
@@ -55,8 +57,9 @@ struct Config {
   std::string api_key, service_token, tenant = "bench";
   std::string prefix = "bench";
   std::string same_key;
-  std::string body;       // "": the usual body for the path
-  double rate = 0;        // > 0: open loop at this many requests per second
+  std::string key_header;  // also send the key in this header (a peer that needs it twice)
+  std::string body;        // "": the usual body for the path
+  double rate = 0;         // > 0: open loop at this many requests per second
   long long n = 1000;
   double duration_s = 0;  // > 0: run for this long instead of -n requests
   int concurrency = 16;
@@ -264,12 +267,20 @@ class Connection {
     const long long i = job.index;
     request_.clear();
     request_ += head_;
+    const size_t key_at = request_.size();
     if (cfg_.same_key.empty()) {
       request_ += cfg_.prefix;
       request_ += '-';
       request_ += std::to_string(i);
     } else {
       request_ += cfg_.same_key;
+    }
+    if (!cfg_.key_header.empty()) {
+      const std::string key = request_.substr(key_at);
+      request_ += "\r\n";
+      request_ += cfg_.key_header;
+      request_ += ": ";
+      request_ += key;
     }
     request_ += tail_;
     response_.clear();
@@ -510,8 +521,10 @@ class OpenLoop {
 
 std::string MakeBody(const Config& cfg) {
   if (!cfg.body.empty()) return cfg.body;
-  // The order body for /v1/orders and for the order sagas' runs routes.
-  const bool orders = cfg.path == "/v1/orders" || cfg.path.rfind("/v1/runs/place_order", 0) == 0;
+  // The order body for /v1/orders, for the order sagas' runs routes and for the peers' order
+  // routes (bench/peers: Restate's /orders/place, DBOS's /orders).
+  const bool orders = cfg.path == "/v1/orders" || cfg.path.rfind("/v1/runs/place_order", 0) == 0 ||
+                      cfg.path == "/orders/place" || cfg.path == "/orders";
   std::string body =
       orders
           ? R"({"customer_id":"cust_1","items":[{"sku":"widget","quantity":1}],"amount_cents":2500,"currency":"USD","payment_method":"pm_card_visa"})"
@@ -574,6 +587,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cfg.threads, "io_context threads")->check(CLI::Range(1, 8));
   app.add_option("--same-key", cfg.same_key, "every request uses this key (replays)");
   app.add_option("--body", cfg.body, "the request body (JSON) instead of the usual one");
+  app.add_option("--key-header", cfg.key_header,
+                 "also send the key in this header (Restate's ingress keeps Idempotency-Key to "
+                 "itself)");
   app.add_option("--rate", cfg.rate,
                  "open loop: R requests per second for --duration, on up to -c connections; "
                  "latency from when each was due")
@@ -590,6 +606,10 @@ int main(int argc, char** argv) {
   cfg.accept.insert(accept.begin(), accept.end());
   if (cfg.rate > 0 && cfg.duration_s <= 0) {
     std::cerr << "loadgen: --rate needs --duration\n";
+    return 2;
+  }
+  if (cfg.key_header.find_first_of(":\r\n \t") != std::string::npos) {
+    std::cerr << "loadgen: --key-header must be a header name\n";
     return 2;
   }
   if (cfg.malformed && cfg.body_bytes <= 0) {
@@ -653,8 +673,8 @@ int main(int argc, char** argv) {
       if (cfg.rate > 0) {
         // Each thread may open its share of -c (the first ones one more).
         const int max_connections = cfg.concurrency / threads + (t < cfg.concurrency % threads);
-        OpenLoop loop(io, cfg, endpoint, head, tail, results[t], t, threads, max_connections,
-                      start, *shared.deadline);
+        OpenLoop loop(io, cfg, endpoint, head, tail, results[t], t, threads, max_connections, start,
+                      *shared.deadline);
         loop.Start();
         io.run();
         return;
