@@ -2,10 +2,14 @@
 """Watches for CPU the benchmark does not use: this machine is shared, and a compile or
 another engineer's test during a phase makes its figures meaningless. Every second it reads
 /proc/*/stat and writes one line: the time and the CPU seconds spent in that second by
-processes that are not the benchmark's (not descendants of ROOT_PID nor of the cluster's
-postmaster), with the busiest such command. `report.py` sums the lines of each phase.
+processes that are not the benchmark's (not descendants of ROOT_PID, of the cluster's
+postmaster, or of a PID listed in a PID_FILE), with the busiest such command. `report.py` sums
+the lines of each phase.
 
-  cpuwatch.py ROOT_PID POSTMASTER_PID_FILE OUT   (runs until ROOT_PID exits)
+  cpuwatch.py ROOT_PID POSTMASTER_PID_FILE OUT [PID_FILE...]   (runs until ROOT_PID exits)
+
+A PID_FILE lists PIDs one a line, and may come and go (the peers' processes, bench/peers:
+started by a script that exits, they are no descendants of ROOT_PID).
 
 Processes that start and end between two samples are seen through their parent's counters
 of waited-for children (cutime, cstime), so a compiler under make or ninja is counted. When a
@@ -53,7 +57,7 @@ def ours(procs, roots):
 
 
 def main():
-    root, pm_file, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    root, pm_file, out, pid_files = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
     me = os.getpid()
     prev = snapshot()
     with open(out, "a", buffering=1) as f:
@@ -66,7 +70,14 @@ def main():
                     postmaster = int(pm.readline())
             except (OSError, ValueError):
                 pass
-            mine = ours(cur, [root, postmaster, me])
+            listed = []
+            for name in pid_files:
+                try:
+                    with open(name) as pids:
+                        listed += [int(line) for line in pids if line.strip().isdigit()]
+                except OSError:
+                    pass
+            mine = ours(cur, [root, postmaster, me] + listed)
             foreign, busiest = 0, {}
             # Gone since the last sample: the nearest living ancestor (through others that are
             # gone too) now holds all of their time in its cutime, of which what they had used
