@@ -19,12 +19,19 @@
 #   6. memory (the dev process: orchestrator and participants): peak RSS at 64 connections, an
 #      overload at 1,024 connections (every request answered: 2xx or 503 + Retry-After), a
 #      flood of 60 KiB malformed bodies, and RSS after it once idle;
-# then prints a summary of targets (PASS/FAIL) and appends one row to bench/RESULTS.md.
+#   7. the peers (bench/peers/, installed from the npm registry): the same order saga on
+#      Restate and on DBOS Transact against the same participants, at 16 and 64 connections,
+#      and a count of their effects at the participants;
+# then prints a summary of targets (PASS/FAIL) and appends one row to bench/RESULTS.md (and
+# one to its peers' table).
 #
-#   bench/run.sh [--quick]     --quick: short phases, for smoke tests (figures are rough)
+#   bench/run.sh [--quick] [--no-peers | --no-restate | --no-dbos]
+#       --quick: short phases, for smoke tests (figures are rough)
+#       --no-peers: no Restate or DBOS phase (no network needed); also BENCH_PEERS=""
 #   env: PG_PORT O_PORT I_PORT P_PORT (defaults 55432 18080 18081 18082), WRK_THREADS (1),
 #        R_PORT RI_PORT (Redis and the inventory on it; defaults 16379 18083),
-#        FF_PORT (a second PostgreSQL inventory with --duplicates fail-fast; 18084)
+#        FF_PORT (a second PostgreSQL inventory with --duplicates fail-fast; 18084),
+#        BENCH_PEERS ("restate dbos"), the peers' ports (bench/peers/*/peer.sh; 18090-18094)
 #
 # Exit status: 0 when the run completed, whatever the targets say (it is a measurement);
 # non-zero only when the run itself broke. The measured part runs under
@@ -34,15 +41,19 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 QUICK=0
+PEERS=${BENCH_PEERS-restate dbos}
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
+    --no-peers) PEERS= ;;
+    --no-restate) PEERS=${PEERS//restate/} ;;
+    --no-dbos) PEERS=${PEERS//dbos/} ;;
     -h | --help)
-      sed -n '2,23p' "$0"
+      sed -n '2,34p' "$0"
       exit 0
       ;;
     *)
-      echo "run.sh: unknown argument $arg (usage: bench/run.sh [--quick])" >&2
+      echo "run.sh: unknown argument $arg (bench/run.sh --help)" >&2
       exit 2
       ;;
   esac
@@ -59,6 +70,8 @@ OVERLOAD_C=1024 FLOOD_C=512 FLOOD_BYTES=61440
 
 # the report's arithmetic; ps; the check; the inventory's Redis store (redis-cli comes with it)
 bash scripts/install-deps.sh python3 procps wrk redis-server
+source bench/peers/phases.sh
+peers_install
 
 # Everything from here on is measured or heats the CPU (the build, initdb): one benchmark at a
 # time on this machine. The lock is held until this script exits; the dev stack is started
@@ -113,8 +126,12 @@ cleanup() {
   [ -z "${INVR:-}" ] || { kill -TERM $INVR 2>/dev/null && wait $INVR 2>/dev/null; } || true
   [ -z "${INVFF:-}" ] || { kill -TERM $INVFF 2>/dev/null && wait $INVFF 2>/dev/null; } || true
   [ -z "${REDIS:-}" ] || { kill -TERM $REDIS 2>/dev/null && wait $REDIS 2>/dev/null; } || true
-  "${PSQL[@]}" "$URL/postgres" -c "DROP DATABASE IF EXISTS bench_pgbench WITH (FORCE)" \
-    >/dev/null 2>&1 || true
+  peers_stop
+  local db
+  for db in bench_pgbench bench_dbos; do
+    "${PSQL[@]}" "$URL/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 ||
+      true
+  done
   kill -TERM $DEV 2>/dev/null || true
   wait $DEV 2>/dev/null || true
   # As root the cluster lives under /var/lib/idemsaga when `postgres` cannot enter $WORK
@@ -137,7 +154,8 @@ grep -q "dev ready" "$WORK/dev.log" || {
 # CPU that other processes take during each phase (a shared machine): see bench/cpuwatch.py.
 PG_DIR=$(sed -n 's|^starting PostgreSQL in \(.*\)$|\1|p' "$WORK/dev.log")
 : >"$RES/cpuwatch.txt"
-python3 "$ROOT/bench/cpuwatch.py" $$ "$PG_DIR/data/postmaster.pid" "$RES/cpuwatch.txt" 9>&- &
+python3 "$ROOT/bench/cpuwatch.py" $$ "$PG_DIR/data/postmaster.pid" "$RES/cpuwatch.txt" \
+  "$WORK"/peer-{restate,dbos}/pids 9>&- &
 WATCH=$!
 
 sql() { "${PSQL[@]}" "$URL/${2:-postgres}" -c "$1"; }
@@ -488,6 +506,9 @@ put rss_after_flood_kb "$(rss VmRSS)"
 sql "SELECT string_agg(status || '=' || n, ' ' ORDER BY status)
      FROM (SELECT status, count(*) AS n FROM idempotency_keys GROUP BY 1) s" \
   idemsaga_orchestrator >"$RES/order_states_end.txt"
+
+# 7. The peers, each on its own tenant at the same participants.
+for peer in $PEERS; do run_peer "$peer"; done
 sql "DROP DATABASE bench_pgbench WITH (FORCE)"
 
 # The build measured; RESULTS.md itself (this run's row) does not make the tree dirty.
@@ -496,3 +517,4 @@ put head "$(git rev-parse --short HEAD)$dirty"
 mark run_end
 sleep 1.2 # cpuwatch's last second
 python3 "$ROOT/bench/report.py" final "$RES" "$ROOT/bench/RESULTS.md"
+python3 "$ROOT/bench/peers/peers_report.py" summary "$RES" "$ROOT/bench/RESULTS.md"
