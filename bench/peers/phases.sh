@@ -4,8 +4,9 @@
 # dev stack's own inventory and payment participants, driven by the same loadgen with unique
 # keys at 16 and 64 connections, so the summary sets idemsaga's orders/s and p50/p99 beside
 # theirs. Each peer runs under a tenant of its own (bench-restate, bench-dbos); after its
-# phases a few orders with a declined card go through it too, and its effects in the
-# participants' databases are counted against its answers (peers_report.py effects).
+# phases a few orders with a declined card go through it too, and one key 20 times, and its
+# effects in the participants' databases are counted against its answers (peers_report.py
+# effects).
 #
 # Uses run.sh's ROOT WORK RES URL I_PORT P_PORT ORDER_S ATTEMPT and its functions lg show phase
 # timed checkpoint quiesce put. PEERS (the peers to run, "restate dbos" by default; set by
@@ -97,6 +98,9 @@ run_peer() {
   done
   peer_lg "declined_$PEER" -n 20 -c 4 --prefix "dec-$PEER-$$" --body "$DECLINED_BODY" \
     --accept 402
+  # One key sent 20 times, 4 at once: one order, whatever the peer answers each of them.
+  lg "same_key_$PEER" --url "$PEER_URL" --path "$PEER_PATH" "${PEER_ARGS[@]}" -n 20 -c 4 \
+    --same-key "same-$PEER-$$"
   quiesce
   peer_effects
   "$PEERS_DIR/$PEER/peer.sh" stop "$WORK/peer-$PEER"
