@@ -924,7 +924,7 @@ TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
 
   // Retention passed: the parent key is collected (participants keep theirs longer).
   orch_db_.Exec("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'");
-  EXPECT_EQ(orch_->service.store().DeleteExpired(100), 1);
+  EXPECT_EQ(orch_->service.store().DeleteExpired(100).keys, 1);
   lose_answers = false;
   auto late = Submit(Order("late-1"));
   ASSERT_TRUE(late);
