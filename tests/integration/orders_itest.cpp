@@ -194,6 +194,25 @@ TEST_F(OrdersTest, ASuccessfulOrderReservesAndChargesOnceAndAnswers201) {
   EXPECT_EQ(view["response"]["status"], 201);
 }
 
+// A claim that keeps racing (here a trigger drops its insert: the key is never claimed and
+// never found, as when its claimants keep rolling back) gives up after its attempts. The
+// client is told it is an outage, safe to retry: 503, Retry-After, the outage's problem body,
+// nothing done; the retry with the same key, once the race is over, runs the order once.
+TEST_F(OrdersTest, AClaimThatKeepsRacingIsA503WithRetryAfterAndTheRetryIsSafe) {
+  orch_db_.KeyClaimsKeepRacing(true);
+  auto raced = Submit(Order("raced-1"));
+  orch_db_.KeyClaimsKeepRacing(false);
+  test_support::ExpectOutageAnswer(raced);
+  EXPECT_EQ(Reservations(), 0);
+  EXPECT_EQ(Charges(), 0);
+
+  auto retried = Submit(Order("raced-1"));
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->status, 201) << retried->body;
+  EXPECT_EQ(Reservations("reserved"), 1);
+  EXPECT_EQ(Charges("captured"), 1);
+}
+
 // No shipping participant is named here: ship_order is not served (not listed, 404), rather
 // than served against a default URL where nothing may listen.
 TEST_F(OrdersTest, ASagaWhoseOptionalParticipantIsNotConfiguredIsNotServed) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/crypto.hpp"
+#include "common/unavailable.hpp"
 #include "orchestrator/store/parent_store.hpp"
 #include "orchestrator/store/span_store.hpp"
 #include "tests/support/pg_harness.hpp"
@@ -340,6 +341,15 @@ TEST_F(ParentStoreTest, ReleasingLeasesOnShutdownLetsAnotherReplicaResumeAtOnce)
   auto taken = store_.TakeOverExpiredBatch("other", 10);
   ASSERT_EQ(taken.size(), 1u);
   EXPECT_EQ(taken[0].row.key, "a");
+}
+
+// A claim that keeps racing (a trigger drops its insert: never claimed, never found) gives up
+// with our own outage, which every edge answers 503 + Retry-After (orders_itest checks the
+// answer), never a library's exception made up for it; nothing is claimed.
+TEST_F(ParentStoreTest, AClaimThatKeepsRacingGivesUpAsAnOutageItsEdgesAnswer) {
+  db_.KeyClaimsKeepRacing(true);
+  EXPECT_THROW(store_.ClaimKey(Req("raced")), idemsaga::common::Unavailable);
+  EXPECT_FALSE(store_.Get("demo", "raced").has_value());
 }
 
 TEST_F(ParentStoreTest, GarbageCollectionDeletesOnlyFinishedKeysPastRetention) {
