@@ -113,7 +113,14 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
       return send(later);
     };
   }
-  RunOutcome outcome = sagas_.Submit(s);
+  RunOutcome outcome;
+  try {
+    outcome = sagas_.Submit(s);
+  } catch (...) {
+    // Every adapter answers what escapes with a 5xx (its exception policy): the server failed.
+    common::trace::EndRequestSpan(span, common::trace::RequestEnd::kFailed, "not answered");
+    throw;
+  }
   span.Set("idempotency.outcome", std::string(ToString(outcome.outcome)))
       .Set("replayed", outcome.outcome == KeyOutcome::kReplayed);
   // Deferred: its span records what it would be at the latest, the saga's own span what it

@@ -200,9 +200,21 @@ TEST_F(OrdersTest, ASuccessfulOrderReservesAndChargesOnceAndAnswers201) {
 // nothing done; the retry with the same key, once the race is over, runs the order once.
 TEST_F(OrdersTest, AClaimThatKeepsRacingIsA503WithRetryAfterAndTheRetryIsSafe) {
   orch_db_.KeyClaimsKeepRacing(true);
-  auto raced = Submit(Order("raced-1"));
+  const std::string trace = "6bf92f3577b34da6a3ce929d0e0e4738";
+  auto call = Order("raced-1");
+  call.extra = {{"traceparent", "00-" + trace + "-00f067aa0ba902b7-01"}};
+  auto raced = Submit(call);
   orch_db_.KeyClaimsKeepRacing(false);
   test_support::ExpectOutageAnswer(raced);
+  // Its request span says the server failed (common/trace/span_status.hpp).
+  EXPECT_TRUE(test_support::WaitFor(
+      [&] {
+        return orch_db_.Count(
+                   "SELECT count(*) FROM spans WHERE trace_id = $1 AND "
+                   "name = 'POST /v1/orders' AND status = 'error'",
+                   trace) == 1;
+      },
+      std::chrono::seconds(10)));
   EXPECT_EQ(Reservations(), 0);
   EXPECT_EQ(Charges(), 0);
 
