@@ -69,7 +69,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
           &tracer_, &metrics_),
       runs_(sagas_, registry_, tracer_),
       receiver_(events_, registry_, store_),
-      recovery_(store_, sagas_, options_.recovery),
+      recovery_(store_, span_store_, sagas_, options_.recovery),
       auth_(store_, options_.tenant_cache_ttl),
       server_(
           [this] {

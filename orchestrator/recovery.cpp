@@ -7,8 +7,10 @@
 
 namespace idemsaga::orchestrator {
 
-Recovery::Recovery(store::ParentStore& store, SagaService& sagas, RecoveryOptions options)
+Recovery::Recovery(store::ParentStore& store, store::SpanStore& spans, SagaService& sagas,
+                   RecoveryOptions options)
     : store_(store),
+      spans_(spans),
       sagas_(sagas),
       options_(options),
       sweeper_("recovery_sweep", options.sweep_interval, [this] { Drain(); }),
@@ -56,18 +58,24 @@ void Recovery::Drain() {
 
 void Recovery::CollectGarbage() {
   long long total = 0;
-  for (long long n = options_.gc_batch; n == options_.gc_batch;) {
-    n = store_.DeleteExpired(options_.gc_batch);
-    total += n;
-  }
   long long spans = 0;
   for (long long n = options_.gc_batch; n == options_.gc_batch;) {
-    n = store_.DeleteUnownedSpans(options_.gc_batch);
-    spans += n;
+    auto gone = store_.DeleteExpired(options_.gc_batch);
+    n = gone.keys;
+    total += n;
+    spans += spans_.DeleteForTraces(gone.trace_ids);
   }
-  if (total > 0 || spans > 0) {
+  const auto retention =
+      std::chrono::duration_cast<std::chrono::seconds>(store_.options().retention);
+  long long unowned = 0;
+  for (long long n = options_.gc_batch; n == options_.gc_batch;) {
+    n = spans_.DeleteUnowned(retention, options_.gc_batch);
+    unowned += n;
+  }
+  if (total > 0 || spans > 0 || unowned > 0) {
     common::Log("gc", {{"deleted_keys", std::to_string(total)},
-                       {"deleted_unowned_spans", std::to_string(spans)}});
+                       {"deleted_key_spans", std::to_string(spans)},
+                       {"deleted_unowned_spans", std::to_string(unowned)}});
   }
 }
 

@@ -5,7 +5,8 @@
 // the same saga, and drives them to an end through the same runner: a `started` saga is
 // re-driven from its first step with the same derived keys (participants replay what they
 // did), a `compensating` one finishes compensating. It claims no more than the saga pool can
-// start at once. Garbage collection deletes finished keys past retention, in batches.
+// start at once. Garbage collection deletes finished keys past retention, in batches, then
+// their traces' spans, and spans no key accounts for.
 // Start/Stop from one thread.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "common/periodic.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/store/parent_store.hpp"
+#include "orchestrator/store/span_store.hpp"
 
 namespace idemsaga::orchestrator {
 
@@ -28,7 +30,8 @@ struct RecoveryOptions {
 
 class Recovery {
  public:
-  Recovery(store::ParentStore& store, SagaService& sagas, RecoveryOptions options);
+  Recovery(store::ParentStore& store, store::SpanStore& spans, SagaService& sagas,
+           RecoveryOptions options);
   void Start();
   void Stop();
 
@@ -47,6 +50,7 @@ class Recovery {
   void CollectGarbage();
 
   store::ParentStore& store_;
+  store::SpanStore& spans_;
   SagaService& sagas_;
   RecoveryOptions options_;
   std::atomic<bool> stopping_{false};

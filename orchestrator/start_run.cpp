@@ -2,6 +2,7 @@
 
 #include "common/crypto.hpp"
 #include "common/log.hpp"
+#include "common/trace/span_status.hpp"
 #include "common/trace/trace_context.hpp"
 #include "orchestrator/run_outcomes.hpp"
 
@@ -32,18 +33,35 @@ const char* RefusalName(RunOutcome::Kind kind) {
   }
 }
 
+// How a request without a final answer ended, for its span (the rule:
+// common/trace/span_status.hpp). A refusal has no HTTP status here (each adapter words it), so
+// it is classed by its kind.
+common::trace::RequestEnd EndOf(RunOutcome::Kind kind) {
+  using End = common::trace::RequestEnd;
+  switch (kind) {
+    case RunOutcome::Kind::kRunning:
+      return End::kServed;
+    case RunOutcome::Kind::kInProgress:
+      return End::kComeBack;
+    case RunOutcome::Kind::kReused:
+    case RunOutcome::Kind::kInvalid:
+    case RunOutcome::Kind::kUnknownSaga:
+      return End::kRefused;
+    default:
+      return End::kFailed;
+  }
+}
+
 // Records on the request's span how it ended, and hands the outcome on.
 RunOutcome Ended(common::trace::Span& span, RunOutcome o) {
   o.traceparent = common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id);
-  if (o.Final()) span.Set("http.status_code", static_cast<long long>(o.answer.status));
-  if (o.kind == RunOutcome::Kind::kRunning || (o.Final() && o.answer.status < 400)) {
-    span.Ok();
-  } else if (o.Final()) {
-    span.Error("HTTP " + std::to_string(o.answer.status));
+  if (o.Final()) {
+    // The saga's stored answer: a business failure is the saga span's error, not this one's.
+    common::trace::EndRequestSpan(span, o.answer.status, /*stored_outcome=*/true);
   } else {
     // Named by kind, never by `detail`: a refusal's detail can quote the client's own bytes,
     // and spans are stored.
-    span.Error(RefusalName(o.kind));
+    common::trace::EndRequestSpan(span, EndOf(o.kind), RefusalName(o.kind));
   }
   return o;
 }
@@ -95,7 +113,14 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
       return send(later);
     };
   }
-  RunOutcome outcome = sagas_.Submit(s);
+  RunOutcome outcome;
+  try {
+    outcome = sagas_.Submit(s);
+  } catch (...) {
+    // Every adapter answers what escapes with a 5xx (its exception policy): the server failed.
+    common::trace::EndRequestSpan(span, common::trace::RequestEnd::kFailed, "not answered");
+    throw;
+  }
   span.Set("idempotency.outcome", std::string(ToString(outcome.outcome)))
       .Set("replayed", outcome.outcome == KeyOutcome::kReplayed);
   // Deferred: its span records what it would be at the latest, the saga's own span what it

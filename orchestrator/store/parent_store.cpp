@@ -8,6 +8,7 @@
 #include "common/log.hpp"
 #include "common/pg/statement.hpp"
 #include "common/strings.hpp"
+#include "common/unavailable.hpp"
 #include "orchestrator/store/parent_rows.hpp"
 
 namespace idemsaga::orchestrator::store {
@@ -200,8 +201,10 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   // A key found taken but gone by the time it is read (garbage collection) is claimed again.
   std::optional<std::pair<bool, SagaRow>> outcome;
   for (int attempt = 0; !outcome; ++attempt) {
+    // Our own outage (common/failure.hpp), not a library's exception made up: the request is
+    // answered 503 + Retry-After, and nothing was claimed for it.
     if (attempt == 3)
-      throw pqxx::transaction_rollback("idempotency key claim kept racing concurrent claims");
+      throw common::Unavailable("idempotency key claim kept racing concurrent claims");
     auto claimed = OneStatement([&](pqxx::nontransaction& tx) -> std::optional<SagaRow> {
       auto rows = Exec(
           tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),

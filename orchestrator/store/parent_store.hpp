@@ -66,6 +66,12 @@ struct SagaRow {
 // A PostgreSQL text[] literal of names made of [a-z0-9_] (they need no quoting).
 std::string TextArray(const std::vector<std::string>& names);
 
+// What a garbage-collection batch deleted: how many keys, and the traces they named.
+struct ExpiredKeys {
+  long long keys = 0;
+  std::vector<std::string> trace_ids;  // distinct
+};
+
 // A request under a parent key: what the key is claimed for, and what a retry must match.
 struct ClaimRequest {
   std::string tenant_id;
@@ -168,12 +174,10 @@ class ParentStore {
   // for all, `stuck_only` to filter.
   std::vector<SagaRow> List(const std::string& tenant_id, std::optional<SagaStatus> status,
                             bool stuck_only, int limit, const std::string& saga = "");
-  // Garbage collection: deletes up to `batch` finished keys past their retention, with
-  // their traces' spans.
-  long long DeleteExpired(int batch);
-  // Deletes up to `batch` spans that no key accounts for (a refused request's, or a caller's
-  // trace whose orders are gone) once they are older than the retention.
-  long long DeleteUnownedSpans(int batch);
+  // Garbage collection: deletes up to `batch` finished keys past their retention. Their
+  // traces' spans are the caller's to delete next (SpanStore::DeleteForTraces); a crash in
+  // between leaves them to SpanStore::DeleteUnowned.
+  ExpiredKeys DeleteExpired(int batch);
 
   struct Counts {
     long long running = 0;

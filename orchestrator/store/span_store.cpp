@@ -26,6 +26,21 @@ const common::pg::Statement kInsert{R"sql(
 const common::pg::Statement kForTrace{
     "SELECT spans::text FROM trace_spans WHERE trace_id = $1 ORDER BY received_at"};
 
+// Owned by no key: the key's trace is looked up across tenants, as the key's deletion was
+// (parent_gc.cpp), since a caller's trace id may be sent under keys of several.
+const common::pg::Statement kDeleteForTraces{R"sql(
+  DELETE FROM trace_spans s
+  WHERE s.trace_id IN (SELECT json_array_elements_text($1::json))
+    AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.trace_id = s.trace_id))sql"};
+
+// Batched so that a large backlog never holds long locks or a long transaction.
+const common::pg::Statement kDeleteUnowned{R"sql(
+  DELETE FROM trace_spans WHERE ctid IN (
+    SELECT s.ctid FROM trace_spans s
+    WHERE s.received_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.trace_id = s.trace_id)
+    LIMIT $2))sql"};
+
 const char* StatusName(SpanStatus s) {
   return s == SpanStatus::kError ? "error" : s == SpanStatus::kOk ? "ok" : "unset";
 }
@@ -125,6 +140,23 @@ std::vector<SpanData> SpanStore::ForTrace(const std::string& tenant_id,
     return std::tie(a.start_unix_nano, a.span_id) < std::tie(b.start_unix_nano, b.span_id);
   });
   return out;
+}
+
+long long SpanStore::DeleteForTraces(const std::vector<std::string>& trace_ids) {
+  if (trace_ids.empty()) return 0;
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::nontransaction tx(conn);
+    return static_cast<long long>(
+        Exec(tx, kDeleteForTraces, nlohmann::json(trace_ids).dump()).affected_rows());
+  });
+}
+
+long long SpanStore::DeleteUnowned(std::chrono::seconds older_than, int batch) {
+  return pool_.With([&](pqxx::connection& conn) {
+    pqxx::nontransaction tx(conn);
+    return static_cast<long long>(
+        Exec(tx, kDeleteUnowned, static_cast<double>(older_than.count()), batch).affected_rows());
+  });
 }
 
 }  // namespace idemsaga::orchestrator::store

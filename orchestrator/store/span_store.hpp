@@ -1,8 +1,10 @@
 // Stored spans: written in batches (one statement, one commit per batch, never on an order's
-// request path) and read by trace. Thread-safe.
-//   store.Insert(batch); auto spans = store.ForTrace(trace_id);
+// request path), read by trace, and deleted with the keys that own their traces (garbage
+// collection, run by orchestrator/recovery.cpp). Thread-safe.
+//   store.Insert(batch); auto spans = store.ForTrace(tenant_id, trace_id);
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,14 @@ class SpanStore {
   // The tenant's spans of a trace, by start time.
   std::vector<common::trace::SpanData> ForTrace(const std::string& tenant_id,
                                                 const std::string& trace_id);
+  // Garbage collection, after the keys that owned `trace_ids` were deleted: their spans, unless
+  // a key still names the trace (a caller may send one traceparent for several orders).
+  // Returns the rows deleted.
+  long long DeleteForTraces(const std::vector<std::string>& trace_ids);
+  // Deletes up to `batch` rows of spans that no key accounts for (a refused request's, a
+  // caller's trace whose orders are gone, or a key's whose DeleteForTraces never ran) once
+  // they were received more than `older_than` ago.
+  long long DeleteUnowned(std::chrono::seconds older_than, int batch);
 
  private:
   common::pg::Pool& pool_;

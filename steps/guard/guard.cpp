@@ -7,6 +7,7 @@
 
 #include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
+#include "common/trace/span_status.hpp"
 #include "steps/guard/guard_internal.hpp"
 
 namespace idemsaga::steps::guard {
@@ -114,12 +115,7 @@ bool IsLockTimeout(const pqxx::sql_error& e) { return e.sqlstate() == "55P03"; }
 Response Applied(Response res, common::trace::Span& span) {
   res.replayed = false;
   res.outcome = protocol::Outcome::kApplied;
-  span.Set("http.status_code", static_cast<long long>(res.status));
-  if (res.status >= 400) {
-    span.Error("refused (stored and replayed)");
-  } else {
-    span.Ok();
-  }
+  common::trace::EndWorkSpan(span, res.status, "refused (stored and replayed)");
   return res;
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/pg/pool.hpp"
 #include "common/pg/statement.hpp"
+#include "common/unavailable.hpp"
 #include "steps/guard/guard.hpp"
 
 namespace idemsaga::steps::guard::detail {
@@ -50,8 +51,8 @@ struct Decision {
     kCommit,    // commit, then answer `answer`
     kRollBack,  // answer `answer` with nothing written (a refusal that must not be stored)
     kRace,      // roll back and run again: a key vanished between two statements (its
-                // claimant rolled back); past kRaceAttempts the caller gets a serialization
-                // failure, as for a race PostgreSQL reports
+                // claimant rolled back); past kRaceAttempts the caller gets
+                // common::Unavailable, answered as a race PostgreSQL reports is (503)
   };
   Kind kind = Kind::kCommit;
   Response answer;
@@ -152,7 +153,9 @@ Response Guard::InTransaction(const Request& req, const Body& body) {
     }
     if (!decided) return detail::AnswerBusy(pool_, req);
     if (decided->kind == Decision::Kind::kRace) {
-      if (attempt >= detail::kRaceAttempts) throw pqxx::serialization_failure(decided->race);
+      // Our own outage, not a library's exception made up: every edge answers it 503 +
+      // Retry-After (common/failure.hpp), and nothing was stored, so the retry is safe.
+      if (attempt >= detail::kRaceAttempts) throw common::Unavailable(decided->race);
       continue;
     }
     return std::move(decided->answer);

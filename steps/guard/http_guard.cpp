@@ -5,6 +5,7 @@
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
+#include "common/trace/span_status.hpp"
 #include "common/trace/trace_context.hpp"
 
 namespace idemsaga::steps::guard {
@@ -100,15 +101,10 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
     if (caller) parent = {caller->trace_id, caller->parent_id};
     span = tracer_->Start(req.method + " " + req.path, parent, common::trace::SpanKind::kServer);
   }
-  auto finish = [&] {
-    span.Set("http.status_code", static_cast<long long>(res.status));
-    // A stored business refusal is the participant working correctly, not a span error.
-    if (res.status >= 500 || res.status == 401 || res.status == 400) {
-      span.Error("HTTP " + std::to_string(res.status));
-    } else {
-      span.Ok();
-    }
-  };
+  // Whether `res` is the answer the effect stored (now or replayed): a business refusal there
+  // is the participant working correctly (common/trace/span_status.hpp).
+  bool stored_outcome = false;
+  auto finish = [&] { common::trace::EndRequestSpan(span, res.status, stored_outcome); };
   auto admitted = Admit(req, res);
   if (!admitted) {
     Count(kind, "refused");
@@ -140,6 +136,8 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
       }
     }
     WriteAnswer(answer, res);
+    stored_outcome = answer.outcome == protocol::Outcome::kApplied ||
+                     answer.outcome == protocol::Outcome::kReplayed;
   } catch (...) {
     // Nothing was stored (the guard's transaction rolled back). Only an outage invites a
     // retry; a value the store refused fails the same way every time.

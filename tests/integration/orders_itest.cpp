@@ -194,6 +194,37 @@ TEST_F(OrdersTest, ASuccessfulOrderReservesAndChargesOnceAndAnswers201) {
   EXPECT_EQ(view["response"]["status"], 201);
 }
 
+// A claim that keeps racing (here a trigger drops its insert: the key is never claimed and
+// never found, as when its claimants keep rolling back) gives up after its attempts. The
+// client is told it is an outage, safe to retry: 503, Retry-After, the outage's problem body,
+// nothing done; the retry with the same key, once the race is over, runs the order once.
+TEST_F(OrdersTest, AClaimThatKeepsRacingIsA503WithRetryAfterAndTheRetryIsSafe) {
+  orch_db_.KeyClaimsKeepRacing(true);
+  const std::string trace = "6bf92f3577b34da6a3ce929d0e0e4738";
+  auto call = Order("raced-1");
+  call.extra = {{"traceparent", "00-" + trace + "-00f067aa0ba902b7-01"}};
+  auto raced = Submit(call);
+  orch_db_.KeyClaimsKeepRacing(false);
+  test_support::ExpectOutageAnswer(raced);
+  // Its request span says the server failed (common/trace/span_status.hpp).
+  EXPECT_TRUE(test_support::WaitFor(
+      [&] {
+        return orch_db_.Count(
+                   "SELECT count(*) FROM spans WHERE trace_id = $1 AND "
+                   "name = 'POST /v1/orders' AND status = 'error'",
+                   trace) == 1;
+      },
+      std::chrono::seconds(10)));
+  EXPECT_EQ(Reservations(), 0);
+  EXPECT_EQ(Charges(), 0);
+
+  auto retried = Submit(Order("raced-1"));
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->status, 201) << retried->body;
+  EXPECT_EQ(Reservations("reserved"), 1);
+  EXPECT_EQ(Charges("captured"), 1);
+}
+
 // No shipping participant is named here: ship_order is not served (not listed, 404), rather
 // than served against a default URL where nothing may listen.
 TEST_F(OrdersTest, ASagaWhoseOptionalParticipantIsNotConfiguredIsNotServed) {
@@ -924,7 +955,7 @@ TEST_F(OrdersTest, ALateRetryOfACompensatedOrderIsNeverToldItCompleted) {
 
   // Retention passed: the parent key is collected (participants keep theirs longer).
   orch_db_.Exec("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'");
-  EXPECT_EQ(orch_->service.store().DeleteExpired(100), 1);
+  EXPECT_EQ(orch_->service.store().DeleteExpired(100).keys, 1);
   lose_answers = false;
   auto late = Submit(Order("late-1"));
   ASSERT_TRUE(late);

@@ -3,6 +3,7 @@
 // test loads /ui/ in headless Chromium.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "orchestrator/orchestrator.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
+#include "tests/support/wait.hpp"
 
 namespace {
 
@@ -172,6 +174,38 @@ TEST_F(TracesTest, ADeclinedOrderShowsMarkedCompensationSpans) {
   auto undo = Named(trace, "compensation effect").at(0);
   EXPECT_EQ(undo["attributes"]["undo.outcome"], "undone");
   EXPECT_EQ(Named(trace, "saga place_order").at(0)["status"], "error");
+  // The refusal is the saga's and the payment's business effect's error; the requests that
+  // carried it were served as they should be (common/trace/span_status.hpp).
+  auto request = Named(trace, "POST /v1/orders").at(0);
+  EXPECT_EQ(request["status"], "ok") << request.dump();
+  EXPECT_EQ(request["attributes"]["http.status_code"], 402);
+  EXPECT_EQ(Named(trace, "POST /v1/charges").at(0)["status"], "ok");
+  auto effects = Named(trace, "business effect");
+  EXPECT_EQ(std::count_if(effects.begin(), effects.end(),
+                          [](const auto& e) { return e["status"] == "error"; }),
+            1);
+}
+
+// A 400 is the request itself refused: its span is an error, named by the kind of refusal and
+// never by the client's bytes. Nothing is stored for the key, so the span is read from the
+// table, by the caller's trace.
+TEST_F(TracesTest, ARequestRefusedAsInvalidHasAnErrorSpanNamedByItsKind) {
+  const std::string caller_trace = "5bf92f3577b34da6a3ce929d0e0e4737";
+  auto call = Order("t-400", R"({"items":"not a list","payment_method":"zzsecretzz"})");
+  call.extra = {{"traceparent", "00-" + caller_trace + "-00f067aa0ba902b7-01"}};
+  auto r = Post(*client_, "/v1/orders", call);
+  ASSERT_EQ(r->status, 400) << r->body;
+  auto count = [&](const std::string& where) {
+    return orch_db_.Count("SELECT count(*) FROM spans WHERE trace_id = $1 AND " + where,
+                          caller_trace);
+  };
+  ASSERT_TRUE(test_support::WaitFor([&] { return count("true") >= 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(count("name = 'POST /v1/orders' AND status = 'error' AND "
+                  "status_message = 'invalid input'"),
+            1);
+  EXPECT_EQ(count("(spans::text LIKE '%zzsecretzz%' OR spans::text LIKE '%not a list%')"), 0);
+  EXPECT_EQ(orch_db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 't-400'"),
+            0);
 }
 
 TEST_F(TracesTest, ARetriedStepHasOneAttemptSpanPerTryUnderOneStep) {

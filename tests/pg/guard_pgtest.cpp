@@ -7,8 +7,12 @@
 #include <thread>
 
 #include "common/http/server.hpp"
+#include "common/pg/errors.hpp"
+#include "common/unavailable.hpp"
 #include "steps/guard/guard.hpp"
+#include "steps/guard/http_guard.hpp"
 #include "tests/support/pg_harness.hpp"
+#include "tests/support/serving.hpp"
 
 namespace {
 
@@ -128,6 +132,40 @@ TEST_P(GuardTest, FiftyConcurrentDuplicatesRunTheEffectOnceAndAllGetTheSameBody)
   }
   EXPECT_EQ(bodies.size(), 1u);
   EXPECT_EQ(replays, kThreads - 1);
+}
+
+// Past its race attempts (a key neither claimed nor found, as when its claimant keeps rolling
+// back) the guard gives up; the guard's route answers that as an outage, through a real
+// server: 503, Retry-After, the outage's problem body, nothing stored, and the retry with the
+// same key, once the race is over, applies the effect once. A trigger that drops the claim's
+// insert makes every attempt race.
+TEST_P(GuardTest, AClaimThatKeepsRacingIsA503WithRetryAfterAndTheRetryIsSafe) {
+  db_.KeyClaimsKeepRacing(true);
+  idemsaga::steps::guard::HttpGuard http(guard_, {.service_token = "token"});
+  idemsaga::common::http::Server server({}, idemsaga::common::pg::Classify);
+  server.Post("/v1/things",
+              http.Action([](const nlohmann::json&) { return std::string(); },
+                          [this](pqxx::work& tx, const Request&) { return RecordEffect()(tx); },
+                          GetParam()));
+  const int port = server.Bind("127.0.0.1", 0);
+  std::thread serving([&] { server.Serve(); });
+  httplib::Client client("127.0.0.1", port);
+  const httplib::Headers headers = {{"Authorization", "Bearer token"},
+                                    {"X-Tenant-ID", "demo"},
+                                    {"Idempotency-Key", "raced-payment"}};
+  auto raced = client.Post("/v1/things", headers, R"({"amount":1})", "application/json");
+  // What the route answered from: our own outage, not a library's exception made up for it.
+  EXPECT_THROW(Run(Req("raced-payment"), RecordEffect()), idemsaga::common::Unavailable);
+  db_.KeyClaimsKeepRacing(false);
+  auto retried = client.Post("/v1/things", headers, R"({"amount":1})", "application/json");
+  server.Stop();
+  serving.join();
+
+  test_support::ExpectOutageAnswer(raced);
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->status, 201) << retried->body;
+  EXPECT_EQ(Effects(), 1);  // the raced attempts' effects rolled back
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE status = 'completed'"), 1);
 }
 
 TEST_P(GuardTest, AStoredBusinessFailureIsReplayedWithoutRunningAgain) {

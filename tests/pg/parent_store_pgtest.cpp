@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "common/crypto.hpp"
+#include "common/unavailable.hpp"
 #include "orchestrator/store/parent_store.hpp"
+#include "orchestrator/store/span_store.hpp"
 #include "tests/support/pg_harness.hpp"
 
 namespace {
@@ -14,6 +16,7 @@ namespace {
 using idemsaga::orchestrator::store::Claim;
 using idemsaga::orchestrator::store::ClaimRequest;
 using idemsaga::orchestrator::store::ParentStore;
+using idemsaga::orchestrator::store::SpanStore;
 using test_support::ScratchDatabase;
 
 // A stored batch of one span named `name`, as SQL.
@@ -41,7 +44,11 @@ class RacingStore : public ParentStore {
 
 class ParentStoreTest : public ::testing::Test {
  protected:
-  ParentStoreTest() : db_("orchestrator"), pool_({.url = db_.url(), .size = 4}), store_(pool_, {}) {
+  ParentStoreTest()
+      : db_("orchestrator"),
+        pool_({.url = db_.url(), .size = 4}),
+        store_(pool_, {}),
+        spans_(pool_) {
     store_.UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));
     store_.UpsertTenant("acme", idemsaga::common::Sha256Hex("dev-key-acme"));
   }
@@ -63,9 +70,16 @@ class ParentStoreTest : public ::testing::Test {
         "WHERE idempotency_key = $1",
         key);
   }
+  // One garbage-collection batch as Recovery runs it: the keys, then their traces' spans.
+  long long CollectExpired() {
+    auto gone = store_.DeleteExpired(1000);
+    spans_.DeleteForTraces(gone.trace_ids);
+    return gone.keys;
+  }
   ScratchDatabase db_;
   idemsaga::common::pg::Pool pool_;
   ParentStore store_;
+  SpanStore spans_;
 };
 
 TEST_F(ParentStoreTest, TheFirstRequestClaimsTheKeyWithALease) {
@@ -218,7 +232,7 @@ TEST_F(ParentStoreTest, AFinishedSagaIsKeptForTheRetentionCountedFromItsEnd) {
   // The saga ran (or was stuck) for longer than the retention: its claim-time expiry passed.
   db_.Exec("UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'");
   ASSERT_TRUE(store_.Finish(c.lease, false, 502, "{}", nlohmann::json::array()));
-  EXPECT_EQ(store_.DeleteExpired(1000), 0) << "a just-finished answer must be replayable";
+  EXPECT_EQ(store_.DeleteExpired(1000).keys, 0) << "a just-finished answer must be replayable";
   EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE expires_at > now() + "
                       "interval '23 hours'"),
             1);
@@ -329,6 +343,15 @@ TEST_F(ParentStoreTest, ReleasingLeasesOnShutdownLetsAnotherReplicaResumeAtOnce)
   EXPECT_EQ(taken[0].row.key, "a");
 }
 
+// A claim that keeps racing (a trigger drops its insert: never claimed, never found) gives up
+// with our own outage, which every edge answers 503 + Retry-After (orders_itest checks the
+// answer), never a library's exception made up for it; nothing is claimed.
+TEST_F(ParentStoreTest, AClaimThatKeepsRacingGivesUpAsAnOutageItsEdgesAnswer) {
+  db_.KeyClaimsKeepRacing(true);
+  EXPECT_THROW(store_.ClaimKey(Req("raced")), idemsaga::common::Unavailable);
+  EXPECT_FALSE(store_.Get("demo", "raced").has_value());
+}
+
 TEST_F(ParentStoreTest, GarbageCollectionDeletesOnlyFinishedKeysPastRetention) {
   for (const char* k : {"old-done", "new-done", "old-running"}) store_.ClaimKey(Req(k));
   for (const char* k : {"old-done", "new-done"}) {
@@ -346,9 +369,12 @@ TEST_F(ParentStoreTest, GarbageCollectionDeletesOnlyFinishedKeysPastRetention) {
   };
   span_of("old-done");
   span_of("new-done");
-  EXPECT_EQ(store_.DeleteExpired(1000), 1);
+  const std::string new_trace = store_.Get("demo", "new-done")->trace_id;
+  EXPECT_EQ(CollectExpired(), 1);
   EXPECT_FALSE(store_.Get("demo", "old-done").has_value());
-  EXPECT_EQ(db_.Count("SELECT count(*) FROM spans"), 1);  // the old key's trace went with it
+  // The old key's trace went with it; the kept key's spans stay.
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM spans"), 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM spans WHERE trace_id = $1", new_trace), 1);
   EXPECT_TRUE(store_.Get("demo", "new-done").has_value());
   EXPECT_TRUE(store_.Get("demo", "old-running").has_value());  // never while running
 }
@@ -365,7 +391,7 @@ TEST_F(ParentStoreTest, ATraceSharedWithAnotherKeyKeepsItsSpans) {
   db_.Exec(
       "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' "
       "WHERE idempotency_key = 'old-done'");
-  EXPECT_EQ(store_.DeleteExpired(1000), 1);
+  EXPECT_EQ(CollectExpired(), 1);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM spans"), 1);
 }
 
@@ -373,7 +399,7 @@ TEST_F(ParentStoreTest, SpansNoKeyAccountsForAreDeletedAfterTheRetention) {
   db_.Exec("INSERT INTO trace_spans (trace_id, spans, received_at) VALUES (repeat('a', 32), " +
            SpanJson("refused") + ", now() - interval '25 hours'), (repeat('b', 32), " +
            SpanJson("recent") + ", now())");
-  EXPECT_EQ(store_.DeleteUnownedSpans(1000), 1);
+  EXPECT_EQ(spans_.DeleteUnowned(std::chrono::hours(24), 1000), 1);
   EXPECT_EQ(db_.Count("SELECT count(*) FROM spans WHERE name = 'recent'"), 1);
 }
 

@@ -52,6 +52,17 @@ class ScratchDatabase {
     }
     return keys;
   }
+  // While `on`, every insert into the key table is dropped without an error (a trigger): a
+  // claim then finds its key neither claimed nor taken, as when the claimant it waited on keeps
+  // rolling back, the race a claim retries and, after a few tries, gives up on.
+  void KeyClaimsKeepRacing(bool on) const {
+    if (!on) return Exec("DROP TRIGGER claims_keep_racing ON idempotency_keys");
+    Exec(R"sql(CREATE OR REPLACE FUNCTION drop_the_insert() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN RETURN NULL; END $$)sql");
+    Exec(
+        "CREATE TRIGGER claims_keep_racing BEFORE INSERT ON idempotency_keys "
+        "FOR EACH ROW EXECUTE FUNCTION drop_the_insert()");
+  }
   // Runs a statement (test set-up).
   template <typename... Args>
   void Exec(const std::string& sql, Args&&... args) const {

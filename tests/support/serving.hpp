@@ -5,6 +5,7 @@
 // at once (no sleeping). Call() sends one request the way callers of our services do.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/http/problem.hpp"
 #include "common/net.hpp"
 
 namespace test_support {
@@ -87,6 +89,18 @@ inline std::string ErrorCode(const httplib::Result& r) {
     return "<not a problem body: " + r->body + ">";
   }
   return j["code"].get<std::string>();
+}
+
+// Expects the answer every edge gives an outage (common::Failure::kUnavailable), byte for
+// byte: 503, Retry-After, and the problem body that says a retry with the same key is safe.
+inline void ExpectOutageAnswer(const httplib::Result& r) {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/problem+json");
+  EXPECT_EQ(r->body, idemsaga::common::http::ProblemBody(
+                         503, "unavailable",
+                         "the database is unavailable; retrying with the same key is safe"));
 }
 
 }  // namespace test_support
