@@ -1,10 +1,9 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "app/commands.hpp"
-#include "app/signals.hpp"
+#include "app/serve_until_signal.hpp"
 #include "common/crypto.hpp"
 #include "common/defaults.hpp"
 #include "common/pg/cluster.hpp"
@@ -92,44 +91,34 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
         orch.store().UpsertTenant(tenant, common::Sha256Hex(key));
       }
       orch.Bind("127.0.0.1", flags.orchestrator_port);
-      std::thread t1([&] { inventory.Serve(); });
-      std::thread t2([&] { payment.Serve(); });
-      std::thread t4([&] { shipping.Serve(); });
-      auto stop_participants = [&] {
-        inventory.Stop();
-        payment.Stop();
-        shipping.Stop();
-        t1.join();
-        t2.join();
-        t4.join();
-      };
+      app::ServeUntilSignal serving("dev");
+      serving.Add([&] { inventory.Serve(); }, [&] { inventory.Stop(); });
+      serving.Add([&] { payment.Serve(); }, [&] { payment.Stop(); });
+      serving.Add([&] { shipping.Serve(); }, [&] { shipping.Stop(); });
       try {
         orch.CheckParticipantRetention();  // before the orchestrator serves or recovers
       } catch (...) {
-        stop_participants();
+        serving.Stop();
         cluster->Stop();
         throw;
       }
-      std::thread t3([&] { orch.Serve(); });
-      auto stop_all = [&] {
-        orch.Shutdown(std::chrono::seconds(10));
-        t3.join();
-        stop_participants();
-      };
-      std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
-                << "  inventory http://127.0.0.1:" << flags.inventory_port
-                << ", payment http://127.0.0.1:" << flags.payment_port
-                << ", shipping http://127.0.0.1:" << flags.shipping_port
-                << " (service token: dev-service-token)\n"
-                << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
-                << " (Ctrl-C stops everything)" << std::endl;
+      // Stopped first (reverse order): the orchestrator drains while its participants serve.
+      serving.Add([&] { orch.Serve(); }, [&] { orch.Shutdown(std::chrono::seconds(10)); });
       // A Ctrl-C that reaches only the cluster (it leads a process group of its own) must not
       // leave the stack running without its database.
-      if (idemsaga::app::WaitForStopSignal(std::chrono::seconds(1),
-                                           [&] { return cluster->ServerRunning(); }) == 0) {
+      std::string ready =
+          "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
+          "  inventory http://127.0.0.1:" +
+          std::to_string(flags.inventory_port) +
+          ", payment http://127.0.0.1:" + std::to_string(flags.payment_port) +
+          ", shipping http://127.0.0.1:" + std::to_string(flags.shipping_port) +
+          " (service token: dev-service-token)\n"
+          "idemsaga dev ready: http://127.0.0.1:" +
+          std::to_string(flags.orchestrator_port) + " (Ctrl-C stops everything)";
+      if (serving.Wait(ready, [&] { return cluster->ServerRunning(); }) == 0) {
         std::cerr << "the dev PostgreSQL cluster has stopped: stopping everything" << std::endl;
       }
-      stop_all();
+      serving.Stop();
       cluster->Stop();
       std::cout << "stopped" << std::endl;
     };

@@ -1,13 +1,10 @@
-#include <iostream>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "app/commands.hpp"
-#include "app/signals.hpp"
+#include "app/serve_until_signal.hpp"
 #include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
-#include "common/log.hpp"
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
@@ -141,12 +138,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
            .redis_fsync = flags.redis_fsync},
           flags.faults);
       int bound = svc.Bind(host, port);
-      std::thread server([&] { svc.Serve(); });
-      std::cout << demo::NameOf(kind) << " ready on http://" << host << ":" << bound << std::endl;
-      int sig = idemsaga::app::WaitForStopSignal();
-      common::Log("shutdown", {{"service", demo::NameOf(kind)}, {"signal", std::to_string(sig)}});
-      svc.Stop();
-      server.join();
+      app::ServeUntilSignal serving(demo::NameOf(kind));
+      serving.Add([&] { svc.Serve(); }, [&] { svc.Stop(); });
+      serving.Wait(std::string(demo::NameOf(kind)) + " ready on http://" + host + ":" +
+                   std::to_string(bound));
+      serving.Stop();
     };
   });
 }
