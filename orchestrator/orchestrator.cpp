@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <stdexcept>
 #include <thread>
 
 #include "common/crypto.hpp"
@@ -17,6 +18,11 @@ steps::client::Participants MakeParticipants(const OrchestratorOptions& o) {
   steps::client::Participants participants;
   for (auto [name, client] : o.participants) {
     if (client.base_url.empty()) continue;  // not configured
+    if (o.service_token.empty()) {
+      throw std::invalid_argument(
+          "orchestrator: no service token to present to participant " + name +
+          " (OrchestratorOptions::service_token; --service-token or IDEMSAGA_SERVICE_TOKEN)");
+    }
     client.service_token = o.service_token;
     client.read_timeout = o.participant_timeout;
     client.max_in_flight = o.participant_max_in_flight;
@@ -64,6 +70,12 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
         steps::saga::Registry registry;
         for (const auto& make : sagas) {
           if (auto saga = make(participants_)) registry.Add(std::move(*saga));
+        }
+        // No participant configured is a misconfiguration, not an orchestrator serving nothing.
+        if (!sagas.empty() && registry.All().empty()) {
+          throw std::invalid_argument(
+              "orchestrator: none of its sagas can be served: no participant they call has a URL "
+              "(OrchestratorOptions::participants; --participant NAME=URL)");
         }
         return registry;
       }()),

@@ -5,7 +5,8 @@
 //
 // Bind() and Serve() from one thread; Stop() from any but its own handlers (the server's stop
 // waits for them).
-//   orchestrator::Orchestrator o({.database_url = url});
+//   orchestrator::Orchestrator o({.database_url = url, .participants = {...},
+//                                 .service_token = token});
 //   int port = o.Bind("127.0.0.1", 0); std::thread t([&] { o.Serve(); }); ...; o.Stop();
 #pragma once
 
@@ -15,7 +16,6 @@
 #include <optional>
 #include <string>
 
-#include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
 #include "common/pg/pool.hpp"
@@ -41,19 +41,13 @@ namespace idemsaga::orchestrator {
 
 struct OrchestratorOptions {
   std::string database_url;
-  // Participant name -> its base URL and declared business refusals (the demo participants'
-  // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`. An
-  // entry without a URL is not configured: shipping by default, so ship_order is served only
-  // where a shipping participant is named.
-  std::map<std::string, steps::client::HttpParticipantClient::Options> participants = {
-      {"inventory",
-       {.base_url = common::defaults::LocalUrl(common::defaults::kInventoryPort),
-        .business_errors = {"insufficient_stock"}}},
-      {"payment",
-       {.base_url = common::defaults::LocalUrl(common::defaults::kPaymentPort),
-        .business_errors = {"card_declined", "authentication_required", "charge_not_capturable"}}},
-      {"shipping", {.business_errors = {"address_unserviceable"}}}};
-  std::string service_token = common::defaults::kServiceToken;
+  // Participant name -> its base URL and declared business refusals; none by default (the
+  // demo's are in demo/stack.hpp). An entry without a URL is not configured: a saga that calls
+  // it is not served here. Every client sends `service_token`, which has no default either: the
+  // constructor throws when a participant is configured without one, or when sagas were given
+  // and none of them can be served.
+  std::map<std::string, steps::client::HttpParticipantClient::Options> participants;
+  std::string service_token;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
   // The bulkhead: calls in flight to each participant at most (0: no limit); a step past it

@@ -10,6 +10,7 @@
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
 
 namespace idemsaga::cmd {
@@ -22,9 +23,9 @@ struct DevFlags {
   std::string dir = ".idemsaga";
   int pg_port = common::defaults::kPostgresPort;
   int orchestrator_port = common::defaults::kOrchestratorPort;
-  int inventory_port = common::defaults::kInventoryPort;
-  int payment_port = common::defaults::kPaymentPort;
-  int shipping_port = common::defaults::kShippingPort;
+  int inventory_port = demo::StackParticipantNamed("inventory").port;
+  int payment_port = demo::StackParticipantNamed("payment").port;
+  int shipping_port = demo::StackParticipantNamed("shipping").port;
 };
 
 // Fixed, dev-only API keys so the examples of the README and docs/ work as written. Never use
@@ -74,18 +75,22 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
       // The orchestrator's own intake takes the service token; a collector never gets it.
       demo::ParticipantOptions participant{
           .otlp_endpoint = intake,
-          .otlp_headers = {
-              {"Authorization", std::string("Bearer ") + common::defaults::kServiceToken}}};
+          .otlp_headers = {{"Authorization", std::string("Bearer ") + demo::kServiceToken}}};
       ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], participant);
       ParticipantService payment(ParticipantKind::kPayment, urls["payment"], participant);
       ParticipantService shipping(ParticipantKind::kShipping, urls["shipping"], participant);
       inventory.Bind("127.0.0.1", flags.inventory_port);
       payment.Bind("127.0.0.1", flags.payment_port);
       shipping.Bind("127.0.0.1", flags.shipping_port);
-      orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"]};
-      options.participants["inventory"].base_url = LocalUrl(flags.inventory_port);
-      options.participants["payment"].base_url = LocalUrl(flags.payment_port);
-      options.participants["shipping"].base_url = LocalUrl(flags.shipping_port);
+      orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"],
+                                                .service_token = demo::kServiceToken};
+      const std::map<std::string, int> ports = {{"inventory", flags.inventory_port},
+                                                {"payment", flags.payment_port},
+                                                {"shipping", flags.shipping_port}};
+      for (const auto& p : demo::kStackParticipants) {
+        options.participants[p.name] = {.base_url = LocalUrl(ports.at(p.name)),
+                                        .business_errors = p.business_errors};
+      }
       orchestrator::Orchestrator orch(options);
       for (const auto& [tenant, key] : kDevTenants) {
         orch.store().UpsertTenant(tenant, common::Sha256Hex(key));
@@ -112,7 +117,8 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
           std::to_string(flags.inventory_port) +
           ", payment http://127.0.0.1:" + std::to_string(flags.payment_port) +
           ", shipping http://127.0.0.1:" + std::to_string(flags.shipping_port) +
-          " (service token: dev-service-token)\n"
+          " (service token: " + demo::kServiceToken +
+          ")\n"
           "idemsaga dev ready: http://127.0.0.1:" +
           std::to_string(flags.orchestrator_port) + " (Ctrl-C stops everything)";
       if (serving.Wait(ready, [&] { return cluster->ServerRunning(); }) == 0) {

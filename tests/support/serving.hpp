@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/net.hpp"
+#include "demo/stack.hpp"
 
 namespace test_support {
 
@@ -52,8 +53,8 @@ class Serving {
 struct Call {
   std::string key;
   std::string body;
-  std::string tenant = "demo";              // X-Tenant-ID (participants); "" omits it
-  std::string token = "dev-service-token";  // Bearer token; "" omits it
+  std::string tenant = "demo";                        // X-Tenant-ID (participants); "" omits it
+  std::string token = idemsaga::demo::kServiceToken;  // Bearer token; "" omits it
   std::string content_type = "application/json";
   httplib::Headers extra = {};
 };
