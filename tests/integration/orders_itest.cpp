@@ -973,6 +973,16 @@ TEST_F(OrdersTest, AnOrchestratorWithoutAServiceTokenOrParticipantsRefusesToStar
   try {
     Orchestrator o(bare);
     ADD_FAILURE() << "started with no participant";
+  } catch (const std::out_of_range& e) {  // place_order's factory asks for its participants
+    EXPECT_NE(std::string(e.what()).find("no participant named"), std::string::npos) << e.what();
+  }
+  // Sagas that each step aside when their participant is missing (as ship_order does without
+  // shipping): an orchestrator left with none to serve is a misconfiguration too.
+  std::vector<idemsaga::SagaFactory> absent = {
+      [](idemsaga::Participants&) -> std::optional<idemsaga::Definition> { return std::nullopt; }};
+  try {
+    Orchestrator o(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), absent);
+    ADD_FAILURE() << "started serving no saga";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("none of its sagas can be served"), std::string::npos)
         << e.what();
