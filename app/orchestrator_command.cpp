@@ -1,11 +1,10 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "app/app.hpp"
 #include "app/commands.hpp"
-#include "app/signals.hpp"
+#include "app/serve_until_signal.hpp"
 #include "common/defaults.hpp"
 #include "common/log.hpp"
 #include "common/net.hpp"
@@ -192,8 +191,9 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
       orchestrator::Orchestrator o(flags.options, setup.sagas);
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
-      std::thread server([&] { o.Serve(); });
-      std::optional<orchestrator::amqp::Intake> intake, events;
+      std::optional<orchestrator::amqp::Intake> intake, events;  // outlive their stops
+      ServeUntilSignal serving("orchestrator");
+      serving.Add([&] { o.Serve(); }, [&] { o.Shutdown(flags.grace); });
       if (!flags.amqp.url.empty()) {
         const auto& limits = o.server().limits();
         orchestrator::amqp::IntakeServices services{
@@ -204,18 +204,17 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
         events_options.queue = flags.amqp_events_queue.empty() ? flags.amqp.queue + ".events"
                                                                : flags.amqp_events_queue;
         events.emplace(events_options, services, &o.metrics());
+        // Stopped before the orchestrator drains (reverse order): a message whose answer is
+        // not final yet goes back to its queue.
         intake->Start();
+        serving.Add(nullptr, [&] { intake->Stop(); });
         events->Start();
+        serving.Add(nullptr, [&] { events->Stop(); });
       }
       // App::Start's from here on, until it is withdrawn before `o` goes.
       Published published(*setup.serving, o);
-      std::cout << "orchestrator ready on http://" << host << ":" << bound << std::endl;
-      idemsaga::app::WaitForStopSignal();
-      // The queues first: a message whose answer is not final yet goes back to its queue.
-      if (events) events->Stop();
-      if (intake) intake->Stop();
-      o.Shutdown(flags.grace);
-      server.join();
+      serving.Wait("orchestrator ready on http://" + host + ":" + std::to_string(bound));
+      serving.Stop();
     };
   });
 }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "app/serve_until_signal.hpp"
 #include "app/signals.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
@@ -274,9 +275,10 @@ int Participant::Run(int argc, char** argv) {
     options.retention = std::chrono::hours(retention_hours);
     auto [host, wanted] = common::SplitHostPort(listen);
     int port = Start(host, wanted);
-    std::cout << options.name << " ready on http://" << host << ":" << port << std::endl;
-    app::WaitForStopSignal();
-    Stop();
+    app::ServeUntilSignal serving(options.name);
+    serving.Add(nullptr, [this] { Stop(); });  // Start serves on a thread of its own
+    serving.Wait(options.name + " ready on http://" + host + ":" + std::to_string(port));
+    serving.Stop();
     return 0;
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);

@@ -18,6 +18,7 @@
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
+#include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "steps/order_schema.hpp"
 #include "steps/place_order.hpp"
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
+    // The demo participants' refusals and token, as the stock binary passes them.
+    options.service_token = idemsaga::demo::kServiceToken;
+    for (const auto& p : idemsaga::demo::kStackParticipants) {
+      options.participants[p.name].business_errors = p.business_errors;
+    }
     for (const auto& p : participants) {
       auto [name, url] = SplitPair("--participant", p);
       options.participants[name].base_url = url;

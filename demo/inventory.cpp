@@ -10,6 +10,7 @@
 #include "common/http/server.hpp"
 #include "common/pg/statement.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "steps/order_schema.hpp"
 
 namespace idemsaga::demo {
@@ -139,7 +140,7 @@ steps::guard::Response Reserve(pqxx::work& tx, const steps::guard::Request& req)
     if (auto why = TakeUnits(tx, sku, quantity, StartSlot(req.key), taken)) {
       // Stored and replayed, in this transaction: give back what the SKUs before took.
       for (const auto& t : taken) Exec(tx, kGiveBack, t.sku, t.slot, t.quantity);
-      return steps::guard::Problem(409, "insufficient_stock", *why);
+      return steps::guard::Problem(409, kInsufficientStock, *why);
     }
   }
   nlohmann::json slots = nlohmann::json::array();

@@ -16,17 +16,17 @@
 #include <memory>
 #include <string>
 
-#include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/pg/pool.hpp"
 #include "demo/faults.hpp"
+#include "demo/stack.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
 
 namespace idemsaga::demo {
 
 struct ParticipantOptions {
-  std::string service_token = common::defaults::kServiceToken;
+  std::string service_token = kServiceToken;
   // OTLP/HTTP endpoint for this service's spans ("" sends none): the orchestrator's intake
   // (http://127.0.0.1:8080/v1/traces) or a collector of yours.
   std::string otlp_endpoint;

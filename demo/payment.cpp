@@ -4,6 +4,7 @@
 #include "common/http/server.hpp"
 #include "common/pg/statement.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "steps/order_schema.hpp"
 
 namespace idemsaga::demo {
@@ -44,13 +45,13 @@ const common::pg::Statement kRefundCharge{R"sql(
 steps::guard::PlannedEffect PlanCharge(const steps::guard::Request& req) {
   const auto& b = req.body;
   if (b["payment_method"] == kDeclinedCard) {
-    return {steps::guard::Problem(402, "card_declined", "the card was declined")};
+    return {steps::guard::Problem(402, kCardDeclined, "the card was declined")};
   }
   bool confirm = b["payment_method"] == kThreeDSecureCard;
   // A caller that cannot wait for the card holder (it did not say it can) is refused: an
   // authorisation it would take for a capture would hold the customer's money for ever.
   if (confirm && !b.value("three_d_secure", false)) {
-    return {steps::guard::Problem(402, "authentication_required",
+    return {steps::guard::Problem(402, kAuthenticationRequired,
                                   "the card needs 3-D Secure, which this caller does not support")};
   }
   std::string id = "ch_" + common::RandomHex(16);
@@ -79,7 +80,7 @@ steps::guard::Response Capture(pqxx::work& tx, const steps::guard::Request& req)
     auto found = Exec(tx, kChargeStatus, req.tenant_id, id);
     if (found.empty() || found[0][0].as<std::string>() != "captured") {
       return steps::guard::Problem(
-          409, "charge_not_capturable",
+          409, kChargeNotCapturable,
           found.empty() ? "no such charge" : "the charge was refunded; it cannot be captured");
     }
     amount = found[0][1].as<std::string>();

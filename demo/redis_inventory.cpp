@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/crypto.hpp"
+#include "demo/stack.hpp"
 #include "steps/order_schema.hpp"
 
 namespace idemsaga::demo {
@@ -164,7 +165,7 @@ Response RedisInventory::Reserve(const Request& req) {
   // Drawn here, used only if this request applies: like PostgreSQL's 'res_' || a UUID's hex.
   const std::string id = "res_" + common::RandomHex(16);
   const nlohmann::json body = {{"reservation_id", id}, {"items", items}};
-  const auto [before, after] = Around(common::http::ProblemBody(409, "insufficient_stock", "\x01"));
+  const auto [before, after] = Around(common::http::ProblemBody(409, kInsufficientStock, "\x01"));
   std::vector<std::string> keys = {RedisGuard::RecordKey(req.tenant_id, req.key),
                                    ReservationKey(req.tenant_id, req.key),
                                    RedisGuard::IndexKey(req.tenant_id)};

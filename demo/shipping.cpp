@@ -6,6 +6,7 @@
 #include "common/idempotency_key.hpp"
 #include "common/pg/statement.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "steps/order_schema.hpp"
 
 namespace idemsaga::demo {
@@ -36,7 +37,7 @@ steps::guard::Response Ship(pqxx::work& tx, const steps::guard::Request& req) {
   const auto country = b["address"]["country"].get<std::string>();
   if (country == kUnservedCountry) {
     // Stored and replayed by the guard; nothing was written, so there is nothing to cancel.
-    return steps::guard::Problem(422, "address_unserviceable",
+    return steps::guard::Problem(422, kAddressUnserviceable,
                                  "no carrier ships to country '" + country + "'");
   }
   auto id = ExecOne(tx, kInsertShipment, req.tenant_id, req.key,

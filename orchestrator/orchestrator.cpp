@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <stdexcept>
 #include <thread>
 
 #include "common/crypto.hpp"
@@ -9,7 +10,6 @@
 #include "common/pg/errors.hpp"
 #include "common/trace/otlp.hpp"
 #include "orchestrator/http/pages.hpp"
-#include "steps/protocol/participant_protocol.hpp"
 
 namespace idemsaga::orchestrator {
 namespace {
@@ -18,10 +18,24 @@ steps::client::Participants MakeParticipants(const OrchestratorOptions& o) {
   steps::client::Participants participants;
   for (auto [name, client] : o.participants) {
     if (client.base_url.empty()) continue;  // not configured
+    if (o.service_token.empty()) {
+      throw std::invalid_argument(
+          "orchestrator: no service token to present to participant " + name +
+          " (OrchestratorOptions::service_token; --service-token or IDEMSAGA_SERVICE_TOKEN)");
+    }
     client.service_token = o.service_token;
     client.read_timeout = o.participant_timeout;
     client.max_in_flight = o.participant_max_in_flight;
     participants.Add(name, std::move(client));
+  }
+  return participants;
+}
+
+// What the reconciler reads: every configured participant, with the token the sagas use.
+std::map<std::string, ReconcileParticipant> ReconcileParticipants(const OrchestratorOptions& o) {
+  std::map<std::string, ReconcileParticipant> participants;
+  for (const auto& [name, p] : o.participants) {
+    if (!p.base_url.empty()) participants[name] = {p.base_url, o.service_token};
   }
   return participants;
 }
@@ -57,6 +71,12 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
         for (const auto& make : sagas) {
           if (auto saga = make(participants_)) registry.Add(std::move(*saga));
         }
+        // No participant configured is a misconfiguration, not an orchestrator serving nothing.
+        if (!sagas.empty() && registry.All().empty()) {
+          throw std::invalid_argument(
+              "orchestrator: none of its sagas can be served: no participant they call has a URL "
+              "(OrchestratorOptions::participants; --participant NAME=URL)");
+        }
         return registry;
       }()),
       sagas_(
@@ -78,27 +98,11 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
             return limits;
           }(),
           common::pg::Classify),
-      reconcile_discrepancies_(
-          metrics_
-              .Gauge("idemsaga_reconcile_discrepancies",
-                     "Sagas and participant keys that disagreed at the last reconciliation.")
-              .With({})),
-      reconcile_runs_(metrics_.Counter("idemsaga_reconcile_runs_total",
-                                       "Reconciliations by result: clean, discrepancies, or "
-                                       "error (a participant could not be read).",
-                                       {"result"})),
-      reconciler_("reconcile",
-                  options_.reconcile_interval.count() > 0 ? options_.reconcile_interval
-                                                          : std::chrono::hours(24),
-                  [this] {
-                    auto report = Reconcile(options_.reconcile_since);
-                    if (!report.clean()) {
-                      common::Log("reconcile_discrepancies",
-                                  {{"discrepancies", std::to_string(report.discrepancies.size())},
-                                   {"errors", std::to_string(report.errors.size())},
-                                   {"report", report.ToJson().dump()}});
-                    }
-                  }) {
+      retention_check_(participants_, orchestrator::RequiredParticipantRetention(
+                                          registry_, options_.retry, options_.store.retention)),
+      reconcile_job_(store_, ReconcileParticipants(options_),
+                     {.interval = options_.reconcile_interval, .since = options_.reconcile_since},
+                     metrics_) {
   common::http::AddHealthRoutes(server_, [this] { return common::pg::Reachable(pool_); });
   http::AddTraceRoutes(server_, {span_store_, store_, exporter_, auth_, options_.service_token,
                                  options_.trace_settle});
@@ -148,63 +152,6 @@ void Orchestrator::AddMetrics() {
 
 Orchestrator::~Orchestrator() { Stop(); }
 
-std::chrono::seconds Orchestrator::RequiredParticipantRetention() const {
-  // Actions and compensations: every step's deadline twice over, for the longest saga.
-  std::chrono::milliseconds longest{0};
-  for (const auto* def : registry_.All()) {
-    longest = std::max(longest, 2 * steps::saga::LongestRun(options_.retry, *def));
-  }
-  return options_.store.retention + std::chrono::ceil<std::chrono::seconds>(longest);
-}
-
-int Orchestrator::CheckParticipantRetention() {
-  auto required = RequiredParticipantRetention();
-  int checked = 0;
-  for (auto [name, client] : participants_.All()) {
-    std::string error;
-    int status = 0;
-    auto policy = client->GetJson(steps::protocol::kPolicyPath, error, status);
-    if (status == 0) {
-      // Not up yet (participants may start after us): nothing to compare, nothing wrong.
-      common::Log("retention_unchecked", {{"participant", client->base_url()}, {"error", error}});
-      continue;
-    }
-    // A wrong token or URL (401, 404) is a misconfiguration the check must not hide.
-    if (!policy || !policy->is_object() || !policy->contains("key_retention_seconds") ||
-        !(*policy)["key_retention_seconds"].is_number_integer()) {
-      throw std::runtime_error("participant " + client->base_url() + steps::protocol::kPolicyPath +
-                               " did not say how long it keeps keys (" + error +
-                               "); check its URL and the service token");
-    }
-    std::chrono::seconds kept((*policy)["key_retention_seconds"].get<long long>());
-    if (kept <= required) {
-      throw std::runtime_error(
-          "participant " + client->base_url() + " keeps idempotency keys for " +
-          std::to_string(kept.count()) + " s, but this orchestrator needs more than " +
-          std::to_string(required.count()) +
-          " s (its --retention-hours plus its longest saga): a late retry or compensation could "
-          "find a step key gone. Raise the participant's retention or lower this one's.");
-    }
-    ++checked;
-  }
-  return checked;
-}
-
-ReconcileReport Orchestrator::Reconcile(std::chrono::seconds since) {
-  std::map<std::string, ReconcileParticipant> participants;
-  for (const auto& [name, p] : options_.participants) {
-    if (!p.base_url.empty()) participants[name] = {p.base_url, options_.service_token};
-  }
-  auto report = Reconciler(store_, participants, {.since = since}).Run();
-  reconcile_discrepancies_.Set(static_cast<double>(report.discrepancies.size()));
-  reconcile_runs_
-      .With({!report.errors.empty()         ? "error"
-             : report.discrepancies.empty() ? "clean"
-                                            : "discrepancies"})
-      .Inc();
-  return report;
-}
-
 int Orchestrator::Bind(const std::string& host, int port) {
   int bound = server_.Bind(host, port);
   if (bound < 0) {
@@ -217,7 +164,7 @@ void Orchestrator::Serve() {
   // Recovery starts with serving, not at construction: a process that fails its start-up
   // checks never takes over anyone's saga.
   recovery_.Start();
-  if (options_.reconcile_interval.count() > 0) reconciler_.Start();
+  reconcile_job_.Start();
   server_.Serve();
 }
 
@@ -236,7 +183,7 @@ void Orchestrator::Shutdown(std::chrono::milliseconds grace) {
       }
     } join_server_stop{server_stop, sagas_};
     recovery_.Stop();
-    reconciler_.Stop();
+    reconcile_job_.Stop();
     auto deadline = std::chrono::steady_clock::now() + grace;
     while (sagas_.running() > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,10 +1,12 @@
 // The coordinator service's composition root: builds the parent-key store, the participant
-// clients, the saga registry, the saga service, recovery and the server, adds the routes
-// (orchestrator/http/), and starts and stops them, as one object that main() or a test runs.
+// clients, the saga registry, the saga service, recovery, the retention check, the reconcile
+// job and the server, adds the routes (orchestrator/http/), and starts and stops them, as one
+// object that main() or a test runs. It holds no job of its own: each lives in its own file.
 //
 // Bind() and Serve() from one thread; Stop() from any but its own handlers (the server's stop
 // waits for them).
-//   orchestrator::Orchestrator o({.database_url = url});
+//   orchestrator::Orchestrator o({.database_url = url, .participants = {...},
+//                                 .service_token = token});
 //   int port = o.Bind("127.0.0.1", 0); std::thread t([&] { o.Serve(); }); ...; o.Stop();
 #pragma once
 
@@ -14,17 +16,16 @@
 #include <optional>
 #include <string>
 
-#include "common/defaults.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
-#include "common/periodic.hpp"
 #include "common/pg/pool.hpp"
 #include "common/trace/exporter.hpp"
 #include "common/trace/span.hpp"
 #include "orchestrator/http/routes.hpp"
 #include "orchestrator/receive_event.hpp"
-#include "orchestrator/reconcile.hpp"
+#include "orchestrator/reconcile_job.hpp"
 #include "orchestrator/recovery.hpp"
+#include "orchestrator/retention_check.hpp"
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/start_run.hpp"
 #include "orchestrator/store/parent_store.hpp"
@@ -40,19 +41,13 @@ namespace idemsaga::orchestrator {
 
 struct OrchestratorOptions {
   std::string database_url;
-  // Participant name -> its base URL and declared business refusals (the demo participants'
-  // by default; `--participant NAME=URL` sets a URL). Every client sends `service_token`. An
-  // entry without a URL is not configured: shipping by default, so ship_order is served only
-  // where a shipping participant is named.
-  std::map<std::string, steps::client::HttpParticipantClient::Options> participants = {
-      {"inventory",
-       {.base_url = common::defaults::LocalUrl(common::defaults::kInventoryPort),
-        .business_errors = {"insufficient_stock"}}},
-      {"payment",
-       {.base_url = common::defaults::LocalUrl(common::defaults::kPaymentPort),
-        .business_errors = {"card_declined", "authentication_required", "charge_not_capturable"}}},
-      {"shipping", {.business_errors = {"address_unserviceable"}}}};
-  std::string service_token = common::defaults::kServiceToken;
+  // Participant name -> its base URL and declared business refusals; none by default (the
+  // demo's are in demo/stack.hpp). An entry without a URL is not configured: a saga that calls
+  // it is not served here. Every client sends `service_token`, which has no default either: the
+  // constructor throws when a participant is configured without one, or when sagas were given
+  // and none of them can be served.
+  std::map<std::string, steps::client::HttpParticipantClient::Options> participants;
+  std::string service_token;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
   // The bulkhead: calls in flight to each participant at most (0: no limit); a step past it
@@ -97,14 +92,11 @@ class Orchestrator {
   void Shutdown(std::chrono::milliseconds grace);
   void Stop() { Shutdown(std::chrono::milliseconds(0)); }
 
-  // Asks each participant how long it keeps its keys and throws std::runtime_error when
-  // that is not longer than RequiredParticipantRetention() (a late retry or compensation
-  // could find its step key gone: a replayed success of an undone action, a refund that
-  // finds nothing). A participant that does not answer is logged and skipped. Returns how
-  // many were checked.
-  int CheckParticipantRetention();
+  // The start-up check of the participants' key retention (RetentionCheck::Run): call it
+  // before Serve(). Throws std::runtime_error; returns how many participants were checked.
+  int CheckParticipantRetention() { return retention_check_.Run(); }
   // This orchestrator's retention plus its longest saga.
-  std::chrono::seconds RequiredParticipantRetention() const;
+  std::chrono::seconds RequiredParticipantRetention() const { return retention_check_.required(); }
 
   // The use cases and who a caller is, for the adapters of the process's own (the
   // in-process client, the AMQP intake).
@@ -114,7 +106,7 @@ class Orchestrator {
   store::ParentStore& store() { return store_; }
   // One reconciliation of `since` against every configured participant (what the periodic
   // job runs; also counted in the metrics).
-  ReconcileReport Reconcile(std::chrono::seconds since);
+  ReconcileReport Reconcile(std::chrono::seconds since) { return reconcile_job_.Run(since); }
   const steps::saga::Registry& registry() const { return registry_; }
   common::trace::Exporter& exporter() { return exporter_; }
   const common::metrics::Registry& metrics() const { return metrics_; }
@@ -144,9 +136,8 @@ class Orchestrator {
   Recovery recovery_;
   TenantAuth auth_;
   common::http::Server server_;
-  common::metrics::Gauge& reconcile_discrepancies_;
-  common::metrics::Family<common::metrics::Counter>& reconcile_runs_;
-  common::Periodic reconciler_;  // after all it uses: stopped first
+  RetentionCheck retention_check_;
+  ReconcileJob reconcile_job_;  // after all it uses
   std::once_flag shutdown_once_;
 };
 

@@ -1,16 +1,16 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "app/commands.hpp"
-#include "app/signals.hpp"
+#include "app/serve_until_signal.hpp"
 #include "common/crypto.hpp"
 #include "common/defaults.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
 
 namespace idemsaga::cmd {
@@ -23,9 +23,9 @@ struct DevFlags {
   std::string dir = ".idemsaga";
   int pg_port = common::defaults::kPostgresPort;
   int orchestrator_port = common::defaults::kOrchestratorPort;
-  int inventory_port = common::defaults::kInventoryPort;
-  int payment_port = common::defaults::kPaymentPort;
-  int shipping_port = common::defaults::kShippingPort;
+  int inventory_port = demo::StackParticipantNamed("inventory").port;
+  int payment_port = demo::StackParticipantNamed("payment").port;
+  int shipping_port = demo::StackParticipantNamed("shipping").port;
 };
 
 // Fixed, dev-only API keys so the examples of the README and docs/ work as written. Never use
@@ -75,61 +75,56 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
       // The orchestrator's own intake takes the service token; a collector never gets it.
       demo::ParticipantOptions participant{
           .otlp_endpoint = intake,
-          .otlp_headers = {
-              {"Authorization", std::string("Bearer ") + common::defaults::kServiceToken}}};
+          .otlp_headers = {{"Authorization", std::string("Bearer ") + demo::kServiceToken}}};
       ParticipantService inventory(ParticipantKind::kInventory, urls["inventory"], participant);
       ParticipantService payment(ParticipantKind::kPayment, urls["payment"], participant);
       ParticipantService shipping(ParticipantKind::kShipping, urls["shipping"], participant);
       inventory.Bind("127.0.0.1", flags.inventory_port);
       payment.Bind("127.0.0.1", flags.payment_port);
       shipping.Bind("127.0.0.1", flags.shipping_port);
-      orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"]};
-      options.participants["inventory"].base_url = LocalUrl(flags.inventory_port);
-      options.participants["payment"].base_url = LocalUrl(flags.payment_port);
-      options.participants["shipping"].base_url = LocalUrl(flags.shipping_port);
+      orchestrator::OrchestratorOptions options{.database_url = urls["orchestrator"],
+                                                .service_token = demo::kServiceToken};
+      const std::map<std::string, int> ports = {{"inventory", flags.inventory_port},
+                                                {"payment", flags.payment_port},
+                                                {"shipping", flags.shipping_port}};
+      for (const auto& p : demo::kStackParticipants) {
+        options.participants[p.name] = {.base_url = LocalUrl(ports.at(p.name)),
+                                        .business_errors = p.business_errors};
+      }
       orchestrator::Orchestrator orch(options);
       for (const auto& [tenant, key] : kDevTenants) {
         orch.store().UpsertTenant(tenant, common::Sha256Hex(key));
       }
       orch.Bind("127.0.0.1", flags.orchestrator_port);
-      std::thread t1([&] { inventory.Serve(); });
-      std::thread t2([&] { payment.Serve(); });
-      std::thread t4([&] { shipping.Serve(); });
-      auto stop_participants = [&] {
-        inventory.Stop();
-        payment.Stop();
-        shipping.Stop();
-        t1.join();
-        t2.join();
-        t4.join();
-      };
+      app::ServeUntilSignal serving("dev");
+      serving.Add([&] { inventory.Serve(); }, [&] { inventory.Stop(); });
+      serving.Add([&] { payment.Serve(); }, [&] { payment.Stop(); });
+      serving.Add([&] { shipping.Serve(); }, [&] { shipping.Stop(); });
       try {
         orch.CheckParticipantRetention();  // before the orchestrator serves or recovers
       } catch (...) {
-        stop_participants();
+        serving.Stop();
         cluster->Stop();
         throw;
       }
-      std::thread t3([&] { orch.Serve(); });
-      auto stop_all = [&] {
-        orch.Shutdown(std::chrono::seconds(10));
-        t3.join();
-        stop_participants();
-      };
-      std::cout << "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
-                << "  inventory http://127.0.0.1:" << flags.inventory_port
-                << ", payment http://127.0.0.1:" << flags.payment_port
-                << ", shipping http://127.0.0.1:" << flags.shipping_port
-                << " (service token: dev-service-token)\n"
-                << "idemsaga dev ready: http://127.0.0.1:" << flags.orchestrator_port
-                << " (Ctrl-C stops everything)" << std::endl;
+      // Stopped first (reverse order): the orchestrator drains while its participants serve.
+      serving.Add([&] { orch.Serve(); }, [&] { orch.Shutdown(std::chrono::seconds(10)); });
       // A Ctrl-C that reaches only the cluster (it leads a process group of its own) must not
       // leave the stack running without its database.
-      if (idemsaga::app::WaitForStopSignal(std::chrono::seconds(1),
-                                           [&] { return cluster->ServerRunning(); }) == 0) {
+      std::string ready =
+          "  tenants (DEV ONLY keys): demo = dev-key-demo, acme = dev-key-acme\n"
+          "  inventory http://127.0.0.1:" +
+          std::to_string(flags.inventory_port) +
+          ", payment http://127.0.0.1:" + std::to_string(flags.payment_port) +
+          ", shipping http://127.0.0.1:" + std::to_string(flags.shipping_port) +
+          " (service token: " + demo::kServiceToken +
+          ")\n"
+          "idemsaga dev ready: http://127.0.0.1:" +
+          std::to_string(flags.orchestrator_port) + " (Ctrl-C stops everything)";
+      if (serving.Wait(ready, [&] { return cluster->ServerRunning(); }) == 0) {
         std::cerr << "the dev PostgreSQL cluster has stopped: stopping everything" << std::endl;
       }
-      stop_all();
+      serving.Stop();
       cluster->Stop();
       std::cout << "stopped" << std::endl;
     };

@@ -14,17 +14,17 @@
 #include "cmd/idemsaga/crash_points.hpp"
 #include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
+#include "demo/stack.hpp"
 #include "steps/sagas.hpp"
 
 int main(int argc, char** argv) {
   namespace defaults = idemsaga::common::defaults;
+  namespace demo = idemsaga::demo;
   idemsaga::App app;
-  app.Participant("inventory", {.url = defaults::LocalUrl(defaults::kInventoryPort),
-                                .business_errors = {"insufficient_stock"}})
-      .Participant("payment", {.url = defaults::LocalUrl(defaults::kPaymentPort),
-                               .business_errors = {"card_declined", "authentication_required",
-                                                   "charge_not_capturable"}})
-      .Participant("shipping", {.business_errors = {"address_unserviceable"}});
+  for (const auto& p : demo::kStackParticipants) {  // the demo's, passed as a team passes its own
+    app.Participant(p.name, {.url = p.called_by_default ? defaults::LocalUrl(p.port) : "",
+                             .business_errors = p.business_errors});
+  }
   // The sagas are built once the flags are read: this option reaches them.
   auto place_order = std::make_shared<idemsaga::steps::PlaceOrderOptions>();
   app.Option("--payment-confirmation-timeout-ms",
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     });
   }
   auto& stock = idemsaga::AppImpl(app);
-  stock.default_service_token = defaults::kServiceToken;
+  stock.default_service_token = demo::kServiceToken;
   stock.default_listen = defaults::LocalListen(defaults::kOrchestratorPort);
   stock.at_boundary = idemsaga::cmd::CrashPointsFromEnvironment();  // the fault suite's kills
   stock.commands = {idemsaga::cmd::AddDevCommand, idemsaga::cmd::AddParticipantCommands};

@@ -1,17 +1,15 @@
-#include <iostream>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "app/commands.hpp"
-#include "app/signals.hpp"
+#include "app/serve_until_signal.hpp"
 #include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
-#include "common/log.hpp"
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 
 namespace idemsaga::cmd {
 namespace {
@@ -22,7 +20,7 @@ using demo::ParticipantService;
 struct ParticipantFlags {
   std::string listen;
   std::string database_url;
-  std::string service_token = common::defaults::kServiceToken;
+  std::string service_token = demo::kServiceToken;
   std::string otlp_endpoint;
   std::vector<std::string> otlp_headers;
   bool migrate = false;
@@ -34,25 +32,13 @@ struct ParticipantFlags {
   demo::FaultSettings faults;
 };
 
-// Where `idemsaga <participant>` listens unless told: the ports `idemsaga dev` uses too.
-std::string DefaultListen(ParticipantKind kind) {
-  switch (kind) {
-    case ParticipantKind::kInventory:
-      return common::defaults::LocalListen(common::defaults::kInventoryPort);
-    case ParticipantKind::kPayment:
-      return common::defaults::LocalListen(common::defaults::kPaymentPort);
-    case ParticipantKind::kShipping:
-      return common::defaults::LocalListen(common::defaults::kShippingPort);
-  }
-  throw std::invalid_argument("unknown participant kind");
-}
-
 void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
   auto flags_ptr = std::make_shared<ParticipantFlags>();
   auto& flags = *flags_ptr;
   const std::string name = demo::NameOf(kind);
   auto* cmd = app.add_subcommand(name, "Run the demo " + name + " participant");
-  flags.listen = DefaultListen(kind);
+  // The port `idemsaga dev` gives it too.
+  flags.listen = common::defaults::LocalListen(demo::StackParticipantNamed(name).port);
   std::string upper_name = name;
   for (char& c : upper_name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   cmd->add_option("--listen", flags.listen, "HOST:PORT to listen on")->capture_default_str();
@@ -90,7 +76,8 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
         ->envname("IDEMSAGA_" + upper_name + "_STORE");
   }
   cmd->add_option("--service-token", flags.service_token,
-                  "bearer token callers must present (dev default: dev-service-token)")
+                  std::string("bearer token callers must present (dev default: ") +
+                      demo::kServiceToken + ")")
       ->envname("IDEMSAGA_SERVICE_TOKEN");
   cmd->add_flag("--migrate", flags.migrate, "apply pending migrations before serving");
   cmd->add_option("--otlp-endpoint", flags.otlp_endpoint,
@@ -141,12 +128,11 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
            .redis_fsync = flags.redis_fsync},
           flags.faults);
       int bound = svc.Bind(host, port);
-      std::thread server([&] { svc.Serve(); });
-      std::cout << demo::NameOf(kind) << " ready on http://" << host << ":" << bound << std::endl;
-      int sig = idemsaga::app::WaitForStopSignal();
-      common::Log("shutdown", {{"service", demo::NameOf(kind)}, {"signal", std::to_string(sig)}});
-      svc.Stop();
-      server.join();
+      app::ServeUntilSignal serving(demo::NameOf(kind));
+      serving.Add([&] { svc.Serve(); }, [&] { svc.Stop(); });
+      serving.Wait(std::string(demo::NameOf(kind)) + " ready on http://" + host + ":" +
+                   std::to_string(bound));
+      serving.Stop();
     };
   });
 }

@@ -1,6 +1,7 @@
 #include "steps/client/participant_client.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <thread>
 
 #include "common/http/problem.hpp"
@@ -114,6 +115,10 @@ bool HttpParticipantClient::EnterBulkhead() {
 }
 
 HttpParticipantClient::HttpParticipantClient(Options options) : options_(std::move(options)) {
+  if (options_.service_token.empty()) {
+    throw std::invalid_argument("participant client for " + options_.base_url +
+                                ": no service token");
+  }
   std::tie(host_, port_) = ParseHttpBaseUrl(options_.base_url);
   authority_ = host_ + ":" + std::to_string(port_);
 }

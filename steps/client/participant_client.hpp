@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "common/defaults.hpp"
 #include "steps/protocol/participant_protocol.hpp"
 #include "steps/saga/step.hpp"
 
@@ -59,7 +58,9 @@ class HttpParticipantClient final : public idemsaga::ParticipantClient {
  public:
   struct Options {
     std::string base_url;  // http://host:port
-    std::string service_token = common::defaults::kServiceToken;
+    // Required (the constructor throws std::invalid_argument without it): a participant
+    // refuses a call without its token, and no token is a safe default.
+    std::string service_token;
     // cpp-httplib's default connect timeout is 300 s; a participant on loopback or in the
     // same zone connects in well under a second.
     std::chrono::milliseconds connect_timeout{1000};

@@ -24,6 +24,7 @@
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
 #include "common/process.hpp"
+#include "demo/stack.hpp"
 
 namespace chaos {
 namespace {
@@ -378,8 +379,9 @@ void Stack::KillOrchestrator(int i) { orchestrators_[i]->Kill(); }
 
 void Stack::SetFaults(const std::string& which, const nlohmann::json& faults) {
   httplib::Client c(ParticipantUrl(which));
-  auto r = c.Put("/admin/faults", {{"Authorization", "Bearer dev-service-token"}}, faults.dump(),
-                 "application/json");
+  auto r = c.Put("/admin/faults",
+                 {{"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}},
+                 faults.dump(), "application/json");
   if (!r || r->status != 200) throw std::runtime_error("could not set faults on " + which);
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/net.hpp"
 #include "common/process.hpp"
+#include "demo/stack.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -156,7 +157,7 @@ TEST(Config, AParticipantConfiguredOnlyByItsEnvironmentServesAndLogsJsonLines) {
   auto r = test_support::Post(c, "/v1/reservations", call);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 201) << r->body;
-  call.token = "dev-service-token";  // the default is not what the environment said
+  call.token = idemsaga::demo::kServiceToken;  // the default is not what the environment said
   EXPECT_EQ(test_support::Post(c, "/v1/reservations", call)->status, 401);
   p.Signal(SIGTERM);  // logs its shutdown
   ASSERT_TRUE(p.Exited(10s));

@@ -11,6 +11,7 @@
 
 #include "common/crypto.hpp"
 #include "common/idempotency_key.hpp"
+#include "demo/stack.hpp"
 #include "tests/support/stack.hpp"
 #include "tests/support/wait.hpp"
 
@@ -164,8 +165,9 @@ TEST_F(HostileInput, ThousandsOfMalformedRequestsPerServiceGetA4xxAndStoreNothin
   auto inv = inventory_.Client();
   auto pay = payment_.Client();
   httplib::Headers tenant_auth = {{"Authorization", "Bearer dev-key-demo"}};
-  httplib::Headers service_auth = {{"Authorization", "Bearer dev-service-token"},
-                                   {"X-Tenant-ID", "demo"}};
+  httplib::Headers service_auth = {
+      {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken},
+      {"X-Tenant-ID", "demo"}};
   auto orders = Storm(orch, "/v1/orders", test_support::kOrder, tenant_auth, 1500, 1);
   auto reservations = Storm(inv, "/v1/reservations", R"({"items":[{"sku":"widget","quantity":2}]})",
                             service_auth, 1000, 2);

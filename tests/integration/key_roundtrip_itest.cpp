@@ -12,6 +12,7 @@
 #include "common/percent_encode.hpp"
 #include "demo/service.hpp"
 #include "orchestrator/orchestrator.hpp"
+#include "tests/support/demo_options.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
@@ -48,10 +49,8 @@ TEST(KeyRoundTrip, EveryParentKeyReachesEveryParticipantAsExactlyItsDerivedKeys)
                                         idemsaga::demo::ParticipantOptions{});
   Serving<ParticipantService> payment(ParticipantKind::kPayment, pay_db.url(),
                                       idemsaga::demo::ParticipantOptions{});
-  idemsaga::orchestrator::OrchestratorOptions options;
-  options.database_url = orch_db.url();
-  options.participants["inventory"].base_url = inventory.Url();
-  options.participants["payment"].base_url = payment.Url();
+  auto options = test_support::DemoOrchestratorOptions(
+      orch_db.url(), {{"inventory", inventory.Url()}, {"payment", payment.Url()}});
   options.trace_settle = std::chrono::milliseconds(0);  // the trace's key matters, not its spans
   Serving<idemsaga::orchestrator::Orchestrator> orch(options);
   orch.service.store().UpsertTenant("demo", idemsaga::common::Sha256Hex("dev-key-demo"));

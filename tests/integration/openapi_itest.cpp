@@ -12,6 +12,7 @@
 
 #include "common/http/openapi.hpp"
 #include "common/process.hpp"
+#include "demo/stack.hpp"
 #include "tests/support/stack.hpp"
 
 namespace {
@@ -192,7 +193,7 @@ TEST_F(OpenApiTest, EveryDocumentedOperationAnswersAsDocumented) {
   for (const auto& service : Services()) {
     SCOPED_TRACE(service.name);
     auto report = Check({"--url", service.url, "--bearer", "tenantApiKey=dev-key-demo", "--bearer",
-                         "serviceToken=dev-service-token"});
+                         std::string("serviceToken=") + idemsaga::demo::kServiceToken});
     EXPECT_EQ(report["exit"], 0) << report.dump(1);
     EXPECT_EQ(report["failures"], nlohmann::json::array()) << report.dump(1);
     EXPECT_GE(report.value("requests", 0), report.value("operations", 0));

@@ -11,9 +11,11 @@
 #include "common/crypto.hpp"
 #include "demo/participant.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "orchestrator/reconcile.hpp"
 #include "steps/place_order.hpp"
+#include "tests/support/demo_options.hpp"
 #include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -42,10 +44,8 @@ constexpr const char* kGadgetOrder =
 // Fast retries so that failure paths finish in milliseconds.
 OrchestratorOptions TestOptions(const std::string& db, const std::string& inventory,
                                 const std::string& payment) {
-  OrchestratorOptions o;
-  o.database_url = db;
-  o.participants["inventory"].base_url = inventory;
-  o.participants["payment"].base_url = payment;
+  auto o =
+      test_support::DemoOrchestratorOptions(db, {{"inventory", inventory}, {"payment", payment}});
   o.retry = {.max_attempts = 4,
              .initial_backoff = std::chrono::milliseconds(5),
              .max_backoff = std::chrono::milliseconds(40),
@@ -449,8 +449,8 @@ TEST_F(OrdersTest, ReconcileAgreesWithTheParticipantsThenFindsEveryPlantedDiscre
   auto reconcile = [&] {
     idemsaga::orchestrator::Reconciler r(
         orch_->service.store(),
-        {{"inventory", {inventory_.Url(), "dev-service-token"}},
-         {"payment", {payment_.Url(), "dev-service-token"}}},
+        {{"inventory", {inventory_.Url(), idemsaga::demo::kServiceToken}},
+         {"payment", {payment_.Url(), idemsaga::demo::kServiceToken}}},
         {.since = std::chrono::hours(1), .settle = std::chrono::seconds(0)});
     return r.Run();
   };
@@ -574,7 +574,7 @@ TEST_F(OrdersTest, EveryBadRequestGetsItsClearErrorAndStoresNothing) {
   std::vector<Case> cases = {
       {"no api key", Order("k", kOrder, ""), 401, "unauthorized"},
       {"wrong api key", Order("k", kOrder, "dev-key-nobody"), 401, "unauthorized"},
-      {"service token is not an api key", Order("k", kOrder, "dev-service-token"), 401,
+      {"service token is not an api key", Order("k", kOrder, idemsaga::demo::kServiceToken), 401,
        "unauthorized"},
       {"no key", Order("", kOrder), 400, "idempotency_key_missing"},
       {"key too long", Order(std::string(201, 'k')), 400, "idempotency_key_invalid"},
@@ -850,10 +850,8 @@ TEST_F(OrdersTest, AParticipantDownForTenSecondsMidLoadDelaysOrdersButFailsNone)
   auto pay = std::make_unique<Serving<ParticipantService>>(test_support::AtPort{pay_port},
                                                            ParticipantKind::kPayment, pay_db_.url(),
                                                            idemsaga::demo::ParticipantOptions{});
-  OrchestratorOptions options;
-  options.database_url = orch_db_.url();
-  options.participants["inventory"].base_url = inventory_.Url();
-  options.participants["payment"].base_url = pay->Url();
+  auto options = test_support::DemoOrchestratorOptions(
+      orch_db_.url(), {{"inventory", inventory_.Url()}, {"payment", pay->Url()}});
   options.sagas.response_budget = 500ms;
   Start(options);  // the default RetryPolicy: what a user gets
   ASSERT_EQ(Submit(Order("before"))->status, 201);
@@ -985,6 +983,41 @@ TEST_F(OrdersTest, AnOrchestratorRefusesToStartWhenAParticipantForgetsKeysTooSoo
   options.store.retention = std::chrono::hours(6);
   Orchestrator fits(options);
   EXPECT_EQ(fits.CheckParticipantRetention(), 2);
+}
+
+// No library default is the demo's: an orchestrator given no service token, or no participant
+// its sagas call, refuses to start and says what is missing, instead of calling the demo's
+// ports with the public dev token.
+TEST_F(OrdersTest, AnOrchestratorWithoutAServiceTokenOrParticipantsRefusesToStart) {
+  auto no_token = TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url());
+  no_token.service_token.clear();
+  try {
+    Orchestrator o(no_token);
+    ADD_FAILURE() << "started without a service token";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no service token"), std::string::npos) << e.what();
+  }
+  OrchestratorOptions bare;  // nothing but a database
+  bare.database_url = orch_db_.url();
+  EXPECT_TRUE(bare.participants.empty());
+  EXPECT_TRUE(bare.service_token.empty());
+  try {
+    Orchestrator o(bare);
+    ADD_FAILURE() << "started with no participant";
+  } catch (const std::out_of_range& e) {  // place_order's factory asks for its participants
+    EXPECT_NE(std::string(e.what()).find("no participant named"), std::string::npos) << e.what();
+  }
+  // Sagas that each step aside when their participant is missing (as ship_order does without
+  // shipping): an orchestrator left with none to serve is a misconfiguration too.
+  std::vector<idemsaga::SagaFactory> absent = {
+      [](idemsaga::Participants&) -> std::optional<idemsaga::Definition> { return std::nullopt; }};
+  try {
+    Orchestrator o(TestOptions(orch_db_.url(), inventory_.Url(), payment_.Url()), absent);
+    ADD_FAILURE() << "started serving no saga";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("none of its sagas can be served"), std::string::npos)
+        << e.what();
+  }
 }
 
 // §7: a participant that no longer has the record of an applied action (collected, restored

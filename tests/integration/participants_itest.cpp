@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -17,7 +18,7 @@ using idemsaga::demo::ParticipantKind;
 using idemsaga::demo::ParticipantService;
 using test_support::ScratchDatabase;
 
-constexpr const char* kToken = "dev-service-token";
+constexpr const char* kToken = idemsaga::demo::kServiceToken;
 using Running = test_support::Serving<ParticipantService>;
 using test_support::Call;
 using test_support::ErrorCode;
@@ -433,7 +434,8 @@ TEST_F(InventoryTest, RecentKeysArePagedPerTenantAndNeedTheServiceToken) {
       Post(client_, "/v1/reservations", {.key = "K9-inventory", .body = body, .tenant = "acme"})
           ->status,
       201);
-  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  httplib::Headers auth = {
+      {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}};
   std::vector<std::string> seen;
   std::string after;
   for (int page = 0; page < 5; ++page) {

@@ -20,7 +20,9 @@
 #include "common/net.hpp"
 #include "demo/redis_inventory.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
+#include "tests/support/demo_options.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -375,7 +377,8 @@ TEST_F(RedisInventoryTest, ServesPolicyKeysMetricsAndStockLikeThePostgresInvento
   ASSERT_EQ(Reserve("admin-inventory")->status, 201);
   ASSERT_EQ(Reserve("admin-inventory")->status, 201);
   ASSERT_EQ(Release("tomb-inventory-compensate", "tomb-inventory")->status, 200);
-  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  httplib::Headers auth = {
+      {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}};
   auto policy = client_.Get("/v1/idempotency", auth);
   EXPECT_EQ(nlohmann::json::parse(policy->body)["key_retention_seconds"], 168 * 3600);
   auto keys = client_.Get("/v1/idempotency/keys?tenant=demo&since_seconds=3600", auth);
@@ -538,7 +541,8 @@ TEST(RedisInventoryParityTest, AnswersMatchThePostgresInventoryByteForByte) {
               b->get_header_value("Idempotent-Replayed"));
     EXPECT_EQ(a->get_header_value("Retry-After"), b->get_header_value("Retry-After"));
   }
-  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  httplib::Headers auth = {
+      {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}};
   for (const char* sku : {"widget", "gadget"}) {
     auto path = std::string("/v1/stock/") + sku;
     EXPECT_EQ(redis_client.Get(path, auth)->body, pg_client.Get(path, auth)->body);
@@ -552,10 +556,8 @@ TEST(RedisInventoryOrderTest, OrdersCompleteAndADeclinedPaymentReleasesTheRedisS
   ScratchDatabase orch_db("orchestrator"), pay_db("payment");
   Running inventory(ParticipantKind::kInventory, "", OnRedis(redis.Url()));
   Running payment(ParticipantKind::kPayment, pay_db.url(), ParticipantOptions{});
-  idemsaga::orchestrator::OrchestratorOptions o;
-  o.database_url = orch_db.url();
-  o.participants["inventory"].base_url = inventory.Url();
-  o.participants["payment"].base_url = payment.Url();
+  auto o = test_support::DemoOrchestratorOptions(
+      orch_db.url(), {{"inventory", inventory.Url()}, {"payment", payment.Url()}});
   o.retry = {
       .max_attempts = 4, .initial_backoff = 5ms, .max_backoff = 40ms, .step_deadline = 4000ms};
   Serving<idemsaga::orchestrator::Orchestrator> orch(o);

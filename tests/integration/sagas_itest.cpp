@@ -18,6 +18,7 @@
 #include "orchestrator/orchestrator.hpp"
 #include "steps/saga/fields.hpp"
 #include "tests/chaos/chaos_harness.hpp"
+#include "tests/support/demo_options.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 #include "tests/support/wait.hpp"
@@ -210,11 +211,8 @@ constexpr const char* kTooBigGift =
 OrchestratorOptions Options(const std::string& db, const std::string& inventory,
                             const std::string& payment, const std::string& loyalty,
                             const std::string& shipping = "http://127.0.0.1:1") {
-  OrchestratorOptions o;
-  o.database_url = db;
-  o.participants["inventory"].base_url = inventory;
-  o.participants["payment"].base_url = payment;
-  o.participants["shipping"].base_url = shipping;
+  auto o = test_support::DemoOrchestratorOptions(
+      db, {{"inventory", inventory}, {"payment", payment}, {"shipping", shipping}});
   o.participants["loyalty"] = {.base_url = loyalty, .business_errors = {"voucher_limit"}};
   o.retry = {.max_attempts = 4,
              .initial_backoff = 5ms,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
@@ -22,7 +23,7 @@ using test_support::Post;
 using test_support::ScratchDatabase;
 using Running = test_support::Serving<ParticipantService>;
 
-constexpr const char* kToken = "dev-service-token";
+constexpr const char* kToken = idemsaga::demo::kServiceToken;
 constexpr const char* kReservation = "res_0123456789abcdef0123456789abcdef";
 constexpr const char* kShipment =
     R"({"reservation_id":"res_0123456789abcdef0123456789abcdef","address":{"name":"Ada Lovelace","line1":"12 St James's Square","city":"London","postal_code":"SW1Y 4JH","country":"GB"}})";

@@ -14,7 +14,9 @@
 #include "common/crypto.hpp"
 #include "common/process.hpp"
 #include "demo/service.hpp"
+#include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
+#include "tests/support/demo_options.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 #include "tests/support/wait.hpp"
@@ -44,10 +46,9 @@ class TracesTest : public ::testing::Test {
     orch_.reset();
     int inventory_port = idemsaga::common::FreeLoopbackPort(),
         payment_port = idemsaga::common::FreeLoopbackPort();
-    idemsaga::orchestrator::OrchestratorOptions o;
-    o.database_url = orch_db_.url();
-    o.participants["inventory"].base_url = "http://127.0.0.1:" + std::to_string(inventory_port);
-    o.participants["payment"].base_url = "http://127.0.0.1:" + std::to_string(payment_port);
+    auto o = test_support::DemoOrchestratorOptions(
+        orch_db_.url(), {{"inventory", "http://127.0.0.1:" + std::to_string(inventory_port)},
+                         {"payment", "http://127.0.0.1:" + std::to_string(payment_port)}});
     o.retry = {.max_attempts = 4,
                .initial_backoff = std::chrono::milliseconds(5),
                .max_backoff = std::chrono::milliseconds(20)};
@@ -59,7 +60,8 @@ class TracesTest : public ::testing::Test {
     orch_->service.store().UpsertTenant("acme", idemsaga::common::Sha256Hex("dev-key-acme"));
     idemsaga::demo::ParticipantOptions p{
         .otlp_endpoint = orch_->Url() + "/v1/traces",
-        .otlp_headers = {{"Authorization", "Bearer dev-service-token"}}};
+        .otlp_headers = {
+            {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}}};
     p.limits.keep_alive_timeout_s = 1;
     inventory_ = std::make_unique<Serving<ParticipantService>>(
         AtPort{inventory_port}, ParticipantKind::kInventory, inv_db_.url(), p);
@@ -255,7 +257,8 @@ TEST_F(TracesTest, AnotherTenantCannotReadTheTrace) {
 TEST_F(TracesTest, TheIntakeWantsTheServiceTokenAndOtlp) {
   EXPECT_EQ(client_->Post("/v1/traces", R"({"resourceSpans":[]})", "application/json")->status,
             401);
-  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  httplib::Headers auth = {
+      {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}};
   EXPECT_EQ(client_->Post("/v1/traces", auth, R"({"spans":[]})", "application/json")->status, 400);
   EXPECT_EQ(
       client_->Post("/v1/traces", auth, R"({"resourceSpans":[]})", "application/json")->status,
@@ -265,7 +268,8 @@ TEST_F(TracesTest, TheIntakeWantsTheServiceTokenAndOtlp) {
 // One bad span never loses the good ones: the intake keeps them and names what it refused
 // (OTLP partial success); a batch of only bad spans is a 400 naming the field. Never a 5xx.
 TEST_F(TracesTest, TheIntakeKeepsGoodSpansAndNamesTheRefusedOnes) {
-  httplib::Headers auth = {{"Authorization", "Bearer dev-service-token"}};
+  httplib::Headers auth = {
+      {"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}};
   auto span = [](const std::string& id, const std::string& name) {
     return nlohmann::json{{"traceId", std::string(31, 'a') + "1"},
                           {"spanId", id},
@@ -315,13 +319,12 @@ TEST_F(TracesTest, AnExternalCollectorGetsOnlyItsConfiguredHeadersNeverTheServic
     received.push_back(headers);
     res.set_content("{}", "application/json");
   });
-  idemsaga::orchestrator::OrchestratorOptions o;
-  o.database_url = orch_db_.url();
+  // Nothing listens at the participants: spans all the same.
+  auto o = test_support::DemoOrchestratorOptions(
+      orch_db_.url(), {{"inventory", "http://127.0.0.1:1"}, {"payment", "http://127.0.0.1:1"}});
   o.service_token = "secret-service-token";
   o.otlp_endpoint = collector.Url() + "/v1/traces";
   o.otlp_headers = {{"X-Collector-Key", "ck-1"}};
-  o.participants["inventory"].base_url = o.participants["payment"].base_url =
-      "http://127.0.0.1:1";  // nothing listens: spans all the same
   o.sagas.response_budget = std::chrono::milliseconds(100);
   {
     Serving<Orchestrator> exporting(o);

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "demo/stack.hpp"
 #include "tests/support/stack.hpp"
 
 namespace {
@@ -147,9 +148,11 @@ TEST_F(UnstorableText, EveryStringOfEveryRouteIsRefusedWithA4xxAndNothingIsStore
   const auto orchestrator_keys = stack_.orch_db.IdempotencyKeys();
   std::map<std::string, std::string> faults;
   for (const std::string& service : {"inventory", "payment", "shipping"}) {
-    faults[service] = ClientFor(service)
-                          .Get("/admin/faults", {{"Authorization", "Bearer dev-service-token"}})
-                          ->body;
+    faults[service] =
+        ClientFor(service)
+            .Get("/admin/faults",
+                 {{"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}})
+            ->body;
   }
 
   int sent = 0, server_errors = 0, unavailable = 0;
@@ -164,7 +167,7 @@ TEST_F(UnstorableText, EveryStringOfEveryRouteIsRefusedWithA4xxAndNothingIsStore
         if (route.service == "orchestrator" && route.path != "/v1/traces") {
           headers.emplace("Authorization", "Bearer dev-key-demo");
         } else {
-          headers.emplace("Authorization", "Bearer dev-service-token");
+          headers.emplace("Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken);
           headers.emplace("X-Tenant-ID", "demo");
         }
         std::string body = render(raw);
@@ -224,7 +227,8 @@ TEST_F(UnstorableText, EveryStringOfEveryRouteIsRefusedWithA4xxAndNothingIsStore
             0);
   for (const std::string& service : {"inventory", "payment", "shipping"}) {
     EXPECT_EQ(ClientFor(service)
-                  .Get("/admin/faults", {{"Authorization", "Bearer dev-service-token"}})
+                  .Get("/admin/faults",
+                       {{"Authorization", std::string("Bearer ") + idemsaga::demo::kServiceToken}})
                   ->body,
               faults[service])
         << service;

@@ -15,6 +15,7 @@
 
 #include "common/http/problem.hpp"
 #include "common/net.hpp"
+#include "demo/stack.hpp"
 
 namespace test_support {
 
@@ -54,8 +55,8 @@ class Serving {
 struct Call {
   std::string key;
   std::string body;
-  std::string tenant = "demo";              // X-Tenant-ID (participants); "" omits it
-  std::string token = "dev-service-token";  // Bearer token; "" omits it
+  std::string tenant = "demo";                        // X-Tenant-ID (participants); "" omits it
+  std::string token = idemsaga::demo::kServiceToken;  // Bearer token; "" omits it
   std::string content_type = "application/json";
   httplib::Headers extra = {};
 };

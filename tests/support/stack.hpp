@@ -11,6 +11,7 @@
 #include "common/crypto.hpp"
 #include "demo/service.hpp"
 #include "orchestrator/orchestrator.hpp"
+#include "tests/support/demo_options.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 
@@ -44,11 +45,9 @@ struct Stack {
                  idemsaga::demo::ParticipantOptions{}),
         orch(
             [&] {
-              idemsaga::orchestrator::OrchestratorOptions o;
-              o.database_url = orch_db.url();
-              o.participants["inventory"].base_url = inventory.Url();
-              o.participants["payment"].base_url = payment.Url();
-              o.participants["shipping"].base_url = shipping.Url();
+              auto o = DemoOrchestratorOptions(orch_db.url(), {{"inventory", inventory.Url()},
+                                                               {"payment", payment.Url()},
+                                                               {"shipping", shipping.Url()}});
               if (adjust) adjust(o);
               return o;
             }(),

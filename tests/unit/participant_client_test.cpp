@@ -364,7 +364,9 @@ TEST(ParticipantClient, ACallPastTheBulkheadIsNotSentAndAsksForARetryLater) {
     }
   });
   idemsaga::steps::client::HttpParticipantClient client(
-      {.base_url = "http://127.0.0.1:" + std::to_string(peer.port()), .max_in_flight = 1});
+      {.base_url = "http://127.0.0.1:" + std::to_string(peer.port()),
+       .service_token = "test-token",
+       .max_in_flight = 1});
   auto context = [](const std::string& key) {
     idemsaga::steps::saga::StepContext ctx;
     ctx.tenant_id = "demo";
@@ -388,6 +390,12 @@ TEST(ParticipantClient, ACallPastTheBulkheadIsNotSentAndAsksForARetryLater) {
   // Its slot is free again once the first call answered.
   EXPECT_EQ(client.Post("/v1/charges", context("C-payment"), {}).outcome, Outcome::kSucceeded);
   EXPECT_EQ(requests.load(), 2);
+}
+
+// No token is no default: a client without one would be refused by every participant.
+TEST(ParticipantClient, AClientWithoutAServiceTokenIsRefusedAtConstruction) {
+  EXPECT_THROW(idemsaga::steps::client::HttpParticipantClient({.base_url = "http://127.0.0.1:1"}),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+#include "orchestrator/reconcile_job.hpp"
+
+#include "common/log.hpp"
+
+namespace idemsaga::orchestrator {
+
+ReconcileJob::ReconcileJob(store::ParentStore& store,
+                           std::map<std::string, ReconcileParticipant> participants,
+                           ReconcileJobOptions options, common::metrics::Registry& metrics)
+    : store_(store),
+      participants_(std::move(participants)),
+      options_(options),
+      discrepancies_(
+          metrics
+              .Gauge("idemsaga_reconcile_discrepancies",
+                     "Sagas and participant keys that disagreed at the last reconciliation.")
+              .With({})),
+      runs_(metrics.Counter("idemsaga_reconcile_runs_total",
+                            "Reconciliations by result: clean, discrepancies, or "
+                            "error (a participant could not be read).",
+                            {"result"})),
+      // A Periodic needs an interval even when it is never started.
+      periodic_("reconcile",
+                options_.interval.count() > 0 ? options_.interval : std::chrono::hours(24), [this] {
+                  auto report = Run(options_.since);
+                  if (!report.clean()) {
+                    common::Log("reconcile_discrepancies",
+                                {{"discrepancies", std::to_string(report.discrepancies.size())},
+                                 {"errors", std::to_string(report.errors.size())},
+                                 {"report", report.ToJson().dump()}});
+                  }
+                }) {}
+
+ReconcileReport ReconcileJob::Run(std::chrono::seconds since) {
+  auto report = Reconciler(store_, participants_, {.since = since}).Run();
+  discrepancies_.Set(static_cast<double>(report.discrepancies.size()));
+  runs_
+      .With({!report.errors.empty()         ? "error"
+             : report.discrepancies.empty() ? "clean"
+                                            : "discrepancies"})
+      .Inc();
+  return report;
+}
+
+void ReconcileJob::Start() {
+  if (options_.interval.count() > 0) periodic_.Start();
+}
+
+}  // namespace idemsaga::orchestrator
