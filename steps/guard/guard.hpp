@@ -65,12 +65,13 @@ struct Response {
 };
 
 // A refusal as a problem (application/problem+json): a business answer such as 402
-// card_declined, stored and replayed like any other.
+// card_declined, stored and replayed like any other. Built by common::http::ProblemAnswer.
 Response Problem(int status, const std::string& code, const std::string& detail);
 
 // A problem the guard answers of its own (kRefusals in participant_protocol.hpp): its status,
-// code and detail, its outcome, and `Retry-After` when it asks the caller to come back
-// (RetriesLater). The one way a guard, or a store of its own, builds one.
+// code and detail, its outcome, and `Retry-After` when it asks the caller to come back (the
+// one rule, common::http::CarriesRetryAfter). The one way a guard, or a store of its own,
+// builds one.
 Response Refuse(protocol::Refusal refusal);
 
 // The stored answer of the action a compensation undoes. status 0 (body null): its outcome is
