@@ -204,7 +204,7 @@ RunOutcome SagaService::Drive(const store::Claim& claim, std::shared_ptr<const s
           result, {row.order_id, row.key, row.trace_id, StatusPath(row.saga_name, row.key)});
       bool completed = result.end == steps::saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
-                        steps::saga::ToJson(result.steps), response.headers)) {
+                        steps::saga::ToJson(result.steps), common::http::StoredHeaders(response))) {
         if (options_.at_boundary) options_.at_boundary("after_finish");
         // Not remembered yet: most keys are never sent again, and copying every answer into
         // memory cost each order an allocation burst and the cache its whole budget. The

@@ -62,7 +62,7 @@ struct RunOutcome {
     kInternal,     // stopped by an internal error (`detail`): nothing final was stored
   };
   Kind kind = Kind::kUnavailable;
-  StoredResponse answer;  // kFinished, kReplayed
+  common::http::Answer answer;  // kFinished, kReplayed
   std::string detail;           // kInvalid, kUnavailable, kInternal: what happened, in a sentence
   // kRunning: the run's state, and why it is not answering yet.
   store::SagaStatus status = store::SagaStatus::kStarted;

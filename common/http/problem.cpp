@@ -87,6 +87,27 @@ Answer FailureAnswer(const ClassifiedFailure& failure) {
   return ProblemAnswer(500, "internal_error", "internal error; retrying with the same key is safe");
 }
 
+std::map<std::string, std::string> StoredHeaders(const Answer& answer) {
+  auto headers = answer.headers;
+  headers["Content-Type"] = answer.content_type;
+  return headers;
+}
+
+Answer StoredAnswer(int status, std::string body,
+                    const std::map<std::string, std::string>& headers) {
+  Answer a;
+  a.status = status;
+  a.body = std::move(body);
+  for (const auto& [name, value] : headers) {
+    if (name == "Content-Type") {
+      a.content_type = value;
+    } else {
+      a.headers[name] = value;
+    }
+  }
+  return a;
+}
+
 std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {
   if (!body.is_object()) return {"", ""};
   auto text = [](const nlohmann::json& j, const char* name) {

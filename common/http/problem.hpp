@@ -31,14 +31,24 @@ std::string ProblemBody(int status, std::string_view code, std::string_view deta
 // have one.
 std::string ProblemTitle(std::string_view code);
 
-// An answer as data, before any wire carries it: what a route sends (SetAnswer) and what the
-// AMQP intake replies, built once for both.
+// An HTTP answer as data (status, headers, body), before any wire carries it: what a route
+// sends (SetAnswer), what the AMQP intake replies, and what the orchestrator builds, stores
+// and replays as a run's final answer. The one name for it; the types that look alike differ:
+// steps::guard::Response adds what the guard did (outcome, replayed), the step client's
+// HttpExchange what the transport did, store::FinishedAnswer which request an answer belongs
+// to, and idemsaga::Response is the public API's own.
 struct Answer {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
   std::map<std::string, std::string> headers;  // besides Content-Type
 };
+// An answer as a store keeps it (the parent row, the finished-answer cache): Content-Type among
+// its headers, replayed as they were. StoredAnswer reads it back (no Content-Type stored:
+// application/json).
+std::map<std::string, std::string> StoredHeaders(const Answer& answer);
+Answer StoredAnswer(int status, std::string body,
+                    const std::map<std::string, std::string>& headers);
 // The one Retry-After rule: an answer that asks its caller to come back says when. A 503 (an
 // outage), a 429 (too many requests) and a 409 idempotency_key_in_progress (a duplicate still
 // running) carry `Retry-After: N` (whole seconds; N is the answerer's, 1 when it knows no

@@ -39,18 +39,9 @@ Answer RunAnswer(const RunOutcome& o, const std::string& saga, const std::string
   Answer a;
   switch (o.kind) {
     case Kind::kFinished:
-    case Kind::kReplayed: {
-      a.status = o.answer.status;
-      a.body = o.answer.body;
-      for (const auto& [k, v] : o.answer.headers) {
-        if (k == "Content-Type") {
-          a.content_type = v;
-        } else {
-          a.headers[k] = v;
-        }
-      }
+    case Kind::kReplayed:
+      a = o.answer;
       break;
-    }
     case Kind::kRunning: {
       nlohmann::json body = {{"status", ToString(o.status)},
                              {"order_id", o.order_id},

@@ -50,6 +50,9 @@ struct Request {
   common::trace::SpanContext trace;  // the request's span: parent of the guard's spans
 };
 
+// The guard's answer: an HTTP answer (common::http::Answer's fields) plus what the guard did
+// with the key (`replayed`, `outcome`), which its route, spans and metrics read. Not an alias:
+// those two belong to the guard, not to HTTP.
 struct Response {
   int status = 200;
   std::string body;
