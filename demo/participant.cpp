@@ -49,9 +49,9 @@ steps::guard::HttpGuardHooks Participant::FaultHooks() {
             faults_.HoldWhileHung();
             auto retry_after_s = faults_.Fail(request.key);
             if (!retry_after_s) return std::nullopt;
-            common::http::SetUnavailable(res, "injected fault");
-            res.headers.erase("Retry-After");  // the fault's own, not the server's default
-            res.set_header("Retry-After", std::to_string(*retry_after_s));
+            common::http::SetAnswer(
+                res, common::http::UnavailableAnswer("injected fault",
+                                                     std::chrono::seconds(*retry_after_s)));
             return "unavailable";
           },
           .after = [this](const steps::guard::Response&,

@@ -28,10 +28,10 @@ std::string WhyNotAccepted(const store::SagaRow& row, const steps::saga::StepDef
     return std::string("the run has ended (") + ToString(row.status) + "): it takes no more events";
   }
   for (const auto& s : row.steps) {
-    if (!s.is_object() || s.value("name", "") != step.name) continue;
-    auto status = steps::saga::ParseStepStatus(s.value("status", ""));
-    if (status == steps::saga::StepStatus::kSucceeded ||
-        status == steps::saga::StepStatus::kFailed || status == steps::saga::StepStatus::kSkipped) {
+    if (s.name != step.name) continue;
+    if (s.status == steps::saga::StepStatus::kSucceeded ||
+        s.status == steps::saga::StepStatus::kFailed ||
+        s.status == steps::saga::StepStatus::kSkipped) {
       return "the step that awaits this event (" + step.name + ") has ended";
     }
   }

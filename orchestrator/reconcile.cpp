@@ -53,24 +53,22 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
 // derived key) made, judged against what the participants hold; a child's records are judged
 // as its parent's, since the child ends as its parent does.
 void JudgeSteps(const std::string& tenant, const store::SagaRow& row, const std::string& key,
-                const nlohmann::json& steps, const std::map<std::string, Found>& keys,
+                const store::ReadRecords& records, const std::map<std::string, Found>& keys,
                 std::set<std::string>& derived, ReconcileReport& report) {
   bool finished =
       row.status == store::SagaStatus::kCompleted || row.status == store::SagaStatus::kFailed;
-  for (const auto& json : steps) {
-    steps::saga::StepRecord s;
-    try {
-      s = steps::saga::StepRecord::FromJson(json);
-    } catch (const std::exception&) {
+  for (size_t i = 0; i < records.steps.size(); ++i) {
+    if (records.unreadable.count(i) != 0) {
       report.errors.push_back("tenant " + tenant + ": saga " + row.key +
                               " has a step record this build cannot read");
       continue;
     }
+    const steps::saga::StepRecord& s = records.steps[i];
     const auto& step = s.name;
     if (s.output.is_object() && s.output.contains("saga") &&
         s.output.contains("steps")) {  // a child saga: its own calls are what was sent
-      JudgeSteps(tenant, row, steps::saga::ActionKey(key, step), s.output["steps"], keys, derived,
-                 report);
+      JudgeSteps(tenant, row, steps::saga::ActionKey(key, step),
+                 store::ReadSteps(s.output["steps"]), keys, derived, report);
       continue;
     }
     // A wait (no participant, no key) or a step its condition skipped: nothing was sent.
@@ -187,7 +185,7 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
       bool finished =
           row.status == store::SagaStatus::kCompleted || row.status == store::SagaStatus::kFailed;
       if (finished) ++report.sagas_checked;
-      JudgeSteps(tenant, row, row.key, row.steps, keys, derived, report);
+      JudgeSteps(tenant, row, row.key, {row.steps, row.unreadable_steps}, keys, derived, report);
     }
     if (static_cast<int>(rows.size()) < kPage) break;
     after = rows.back().key;

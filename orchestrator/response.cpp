@@ -5,11 +5,13 @@
 
 namespace idemsaga::orchestrator {
 
-StoredResponse BuildResponse(const steps::saga::SagaResult& result, const ResponseContext& ctx) {
+common::http::Answer BuildResponse(const steps::saga::SagaResult& result,
+                                   const ResponseContext& ctx) {
   if (result.end == steps::saga::SagaEnd::kCompleted && result.answer) {
     return {result.answer->status,
             result.answer->body.dump(),
-            {{"Content-Type", "application/json"}, {"Location", ctx.location}}};
+            "application/json",
+            {{"Location", ctx.location}}};
   }
   if (result.end == steps::saga::SagaEnd::kCompleted) {
     nlohmann::json body = nlohmann::json::object();
@@ -25,7 +27,7 @@ StoredResponse BuildResponse(const steps::saga::SagaResult& result, const Respon
     body["order_id"] = ctx.order_id;
     body["idempotency_key"] = ctx.idempotency_key;
     body["trace_id"] = ctx.trace_id;
-    return {201, body.dump(), {{"Content-Type", "application/json"}, {"Location", ctx.location}}};
+    return {201, body.dump(), "application/json", {{"Location", ctx.location}}};
   }
   const steps::saga::StepResult& f = result.failure;
   bool business =
@@ -48,7 +50,7 @@ StoredResponse BuildResponse(const steps::saga::SagaResult& result, const Respon
                                  {"order_id", ctx.order_id},
                                  {"idempotency_key", ctx.idempotency_key},
                                  {"trace_id", ctx.trace_id}});
-  return {status, body, {{"Content-Type", common::http::kProblemContentType}}};
+  return {status, body, common::http::kProblemContentType, {}};
 }
 
 }  // namespace idemsaga::orchestrator

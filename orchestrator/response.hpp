@@ -20,15 +20,10 @@
 #include <map>
 #include <string>
 
+#include "common/http/problem.hpp"
 #include "steps/saga/runner.hpp"
 
 namespace idemsaga::orchestrator {
-
-struct StoredResponse {
-  int status = 0;
-  std::string body;
-  std::map<std::string, std::string> headers;
-};
 
 struct ResponseContext {
   std::string order_id;
@@ -37,6 +32,7 @@ struct ResponseContext {
   std::string location;  // where the run is read (StatusPath)
 };
 
-StoredResponse BuildResponse(const steps::saga::SagaResult& result, const ResponseContext& ctx);
+common::http::Answer BuildResponse(const steps::saga::SagaResult& result,
+                                   const ResponseContext& ctx);
 
 }  // namespace idemsaga::orchestrator

@@ -41,7 +41,7 @@ RunOutcome Reused() {
 RunOutcome Replay(const store::FinishedAnswer& f) {
   RunOutcome o;
   o.kind = RunOutcome::Kind::kReplayed;
-  o.answer = {f.status, f.body, f.headers};
+  o.answer = common::http::StoredAnswer(f.status, f.body, f.headers);
   // Part of what every adapter hands on: a retry can tell a replay from a first answer.
   o.answer.headers["Idempotent-Replayed"] = "true";
   o.outcome = KeyOutcome::kReplayed;

@@ -1,6 +1,8 @@
 // SagaService's running side: drives one claimed saga to its end (or its stop) on the thread
 // it is called on, with a journal that writes the parent row only under the saga's lease.
 // See saga_service.hpp for the contract.
+#include <stdexcept>
+
 #include "common/log.hpp"
 #include "common/pg/errors.hpp"
 #include "orchestrator/response.hpp"
@@ -11,12 +13,6 @@ namespace idemsaga::orchestrator {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-nlohmann::json StepsJson(const std::vector<steps::saga::StepRecord>& steps) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& s : steps) j.push_back(s.ToJson());
-  return j;
-}
 
 // The runner's durable side: the parent row, written only under this saga's lease.
 class StoreJournal : public steps::saga::Journal {
@@ -53,8 +49,8 @@ class StoreJournal : public steps::saga::Journal {
 
   ParkResult Park(const std::vector<steps::saga::StepRecord>& steps,
                   std::chrono::milliseconds wake_in) override {
-    return store_.Park(lease_, StepsJson(steps), wake_in) ? ParkResult::kParked
-                                                          : ParkResult::kFenced;
+    return store_.Park(lease_, steps::saga::ToJson(steps), wake_in) ? ParkResult::kParked
+                                                                    : ParkResult::kFenced;
   }
 
   std::optional<steps::saga::ReceivedEvent> Event(const std::vector<std::string>& names) override {
@@ -64,7 +60,7 @@ class StoreJournal : public steps::saga::Journal {
   AwaitResult AwaitEvent(const std::vector<steps::saga::StepRecord>& steps,
                          const std::vector<std::string>& names,
                          std::chrono::milliseconds wake_in) override {
-    switch (store_.ParkForEvents(lease_, StepsJson(steps), names, wake_in)) {
+    switch (store_.ParkForEvents(lease_, steps::saga::ToJson(steps), names, wake_in)) {
       case store::ParentStore::AwaitOutcome::kParked:
         return AwaitResult::kParked;
       case store::ParentStore::AwaitOutcome::kFenced:
@@ -79,12 +75,13 @@ class StoreJournal : public steps::saga::Journal {
   bool BeginCompensation(const std::vector<steps::saga::StepRecord>& steps,
                          const steps::saga::StepResult& cause,
                          const std::string& failed_step) override {
-    return store_.BeginCompensation(lease_, StepsJson(steps), failed_step, FailureToJson(cause));
+    return store_.BeginCompensation(lease_, steps::saga::ToJson(steps), failed_step,
+                                    steps::saga::FailureToJson(cause));
   }
 
   bool DeferStuck(const std::vector<steps::saga::StepRecord>& steps,
                   std::chrono::milliseconds retry_in) override {
-    return store_.DeferStuck(lease_, StepsJson(steps), retry_in);
+    return store_.DeferStuck(lease_, steps::saga::ToJson(steps), retry_in);
   }
 
  private:
@@ -95,9 +92,12 @@ class StoreJournal : public steps::saga::Journal {
   std::shared_ptr<std::atomic<bool>> cancel_;
 };
 
-// What the runner needs from a stored row. Throws nlohmann::json::exception on a row whose
-// JSON does not have the expected shape.
+// What the runner needs from a stored row. Throws std::invalid_argument on a row with a step
+// record this build cannot read.
 steps::saga::SagaInput InputOf(const store::SagaRow& row, bool resumed) {
+  if (!row.unreadable_steps.empty()) {
+    throw std::invalid_argument(row.unreadable_steps.begin()->second.why);
+  }
   steps::saga::SagaInput input;
   input.tenant_id = row.tenant_id;
   input.parent_key = row.key;
@@ -105,11 +105,10 @@ steps::saga::SagaInput InputOf(const store::SagaRow& row, bool resumed) {
   input.trace_id = row.trace_id;
   input.root_span_id = row.root_span_id;
   input.resumed = resumed;
-  std::vector<steps::saga::StepRecord> steps;
-  for (const auto& s : row.steps) steps.push_back(steps::saga::StepRecord::FromJson(s));
+  std::vector<steps::saga::StepRecord> steps = row.steps;
   if (row.status == store::SagaStatus::kCompensating) {
     input.compensating = std::move(steps);
-    input.failure = FailureFromJson(row.failure);
+    input.failure = row.failure.value_or(steps::saga::FailureFromJson(nullptr));
     input.failed_step = row.failed_step;
   } else if (!steps.empty()) {
     input.checkpoint = std::move(steps);  // parked, or deferred while running
@@ -156,7 +155,7 @@ RunOutcome SagaService::Drive(const store::Claim& claim, std::shared_ptr<const s
                                               {"saga", row.saga_name},
                                               {"version", std::to_string(row.saga_version)},
                                               {"trace_id", row.trace_id}});
-      store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
+      store_.DeferStuck(claim.lease, store::StepsColumn(row), policy_.stuck_retry_interval);
       return outcomes::Unavailable(
           "this saga's definition is not served by this build; retry later");
     }
@@ -174,7 +173,7 @@ RunOutcome SagaService::Drive(const store::Claim& claim, std::shared_ptr<const s
                                       {"key", row.key},
                                       {"error", e.what()},
                                       {"trace_id", row.trace_id}});
-      store_.DeferStuck(claim.lease, row.steps, policy_.stuck_retry_interval);
+      store_.DeferStuck(claim.lease, store::StepsColumn(row), policy_.stuck_retry_interval);
       return outcomes::Unavailable("the order cannot be resumed now; retry later");
     }
     steps::saga::Runner runner(
@@ -205,7 +204,7 @@ RunOutcome SagaService::Drive(const store::Claim& claim, std::shared_ptr<const s
           result, {row.order_id, row.key, row.trace_id, StatusPath(row.saga_name, row.key)});
       bool completed = result.end == steps::saga::SagaEnd::kCompleted;
       if (store_.Finish(claim.lease, completed, response.status, response.body,
-                        StepsJson(result.steps), response.headers)) {
+                        steps::saga::ToJson(result.steps), common::http::StoredHeaders(response))) {
         if (options_.at_boundary) options_.at_boundary("after_finish");
         // Not remembered yet: most keys are never sent again, and copying every answer into
         // memory cost each order an allocation burst and the cache its whole budget. The

@@ -6,6 +6,7 @@
 
 #include <boost/asio/post.hpp>
 #include <future>
+#include <stdexcept>
 
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
@@ -34,24 +35,6 @@ const char* ToString(KeyOutcome outcome) {
 std::string StatusPath(const std::string& saga_name, const std::string& key) {
   return (saga_name == kOrderSaga ? "/v1/orders/" : "/v1/runs/" + saga_name + "/") +
          common::PercentEncode(key);
-}
-
-nlohmann::json FailureToJson(const steps::saga::StepResult& r) {
-  return {{"outcome", steps::saga::ToString(r.outcome)},
-          {"http_status", r.http_status},
-          {"error_code", r.error_code},
-          {"detail", r.detail}};
-}
-
-steps::saga::StepResult FailureFromJson(const nlohmann::json& j) {
-  if (!j.is_object()) return steps::saga::StepResult::Retryable("unknown");
-  if (j.value("outcome", "") == steps::saga::ToString(steps::saga::Outcome::kTerminal)) {
-    return steps::saga::StepResult::Terminal(j.value("http_status", 0), j.value("error_code", ""),
-                                             j.value("detail", ""));
-  }
-  auto r = steps::saga::StepResult::InDoubt(j.value("detail", ""));
-  r.http_status = j.value("http_status", 0);
-  return r;
 }
 
 SagaService::SagaService(store::ParentStore& store, store::EventStore& events,
@@ -149,7 +132,7 @@ void SagaService::GiveTenantSlot(const std::string& tenant) {
 
 bool SagaService::Queue(const store::Claim& claim, std::chrono::milliseconds wake_in,
                         const char* reason) {
-  if (!store_.Park(claim.lease, claim.row.steps, wake_in)) return false;
+  if (!store_.Park(claim.lease, store::StepsColumn(claim.row), wake_in)) return false;
   common::Log("saga_queued", {{"tenant", claim.row.tenant_id},
                               {"key", claim.row.key},
                               {"reason", reason},
@@ -187,9 +170,10 @@ std::optional<std::string> SagaService::Resolve(const store::SagaRow& row,
   if (row.status != store::SagaStatus::kCompensating || !row.stuck) return std::nullopt;
   // The stuck compensation is the first still to be undone in the order they run (the
   // reverse of the order the steps ended); the ones after it are the saga's to run.
-  nlohmann::json steps = row.steps;
-  std::vector<steps::saga::StepRecord> records;
-  for (const auto& s : steps) records.push_back(steps::saga::StepRecord::FromJson(s));
+  if (!row.unreadable_steps.empty()) {
+    throw std::invalid_argument(row.unreadable_steps.begin()->second.why);
+  }
+  std::vector<steps::saga::StepRecord> records = row.steps;
   const steps::saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
   for (size_t i : steps::saga::UndoOrder(records, definition)) {
     auto& step = records[i];
@@ -203,9 +187,10 @@ std::optional<std::string> SagaService::Resolve(const store::SagaRow& row,
     step.status = steps::saga::StepStatus::kCompensated;
     step.detail = "compensated by hand (";
     step.detail.append(operator_name).append("): ").append(note);
-    steps[i] = step.ToJson();
     nlohmann::json resolution = {{"operator", operator_name}, {"note", note}, {"step", step.name}};
-    if (!store_.Resolve(row.tenant_id, row.key, resolution, steps)) return std::nullopt;
+    if (!store_.Resolve(row.tenant_id, row.key, resolution, steps::saga::ToJson(records))) {
+      return std::nullopt;
+    }
     return step.name;
   }
   return std::nullopt;

@@ -62,8 +62,8 @@ struct RunOutcome {
     kInternal,     // stopped by an internal error (`detail`): nothing final was stored
   };
   Kind kind = Kind::kUnavailable;
-  StoredResponse answer;  // kFinished, kReplayed
-  std::string detail;     // kInvalid, kUnavailable, kInternal: what happened, in a sentence
+  common::http::Answer answer;  // kFinished, kReplayed
+  std::string detail;           // kInvalid, kUnavailable, kInternal: what happened, in a sentence
   // kRunning: the run's state, and why it is not answering yet.
   store::SagaStatus status = store::SagaStatus::kStarted;
   bool waiting = false;        // parked on a timer or an event (`waiting_for`)
@@ -126,10 +126,6 @@ inline constexpr const char* kOrderSaga = "place_order";
 // Where a saga's state is read: /v1/orders/{key} for orders, /v1/runs/{saga}/{key} otherwise
 // (the key percent-encoded).
 std::string StatusPath(const std::string& saga_name, const std::string& key);
-
-// The saga's failure as stored in the parent row (for a resumed compensation).
-nlohmann::json FailureToJson(const steps::saga::StepResult& r);
-steps::saga::StepResult FailureFromJson(const nlohmann::json& j);
 
 class SagaService {
  public:

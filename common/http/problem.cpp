@@ -1,5 +1,6 @@
 #include "common/http/problem.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 
@@ -51,14 +52,22 @@ std::string ProblemBody(int status, std::string_view code, std::string_view deta
   return Problem(status, code, detail, extra).dump();
 }
 
-Answer ProblemAnswer(int status, std::string_view code, std::string_view detail) {
-  return {status, ProblemBody(status, code, detail), kProblemContentType, {}};
+bool CarriesRetryAfter(int status, std::string_view code) {
+  return status == 503 || status == 429 || (status == 409 && code == "idempotency_key_in_progress");
 }
 
-Answer UnavailableAnswer(const std::string& what) {
-  Answer a = ProblemAnswer(503, "unavailable", what + "; retrying with the same key is safe");
-  a.headers["Retry-After"] = "1";
+Answer ProblemAnswer(int status, std::string_view code, std::string_view detail,
+                     std::chrono::seconds retry_after) {
+  Answer a{status, ProblemBody(status, code, detail), kProblemContentType, {}};
+  if (CarriesRetryAfter(status, code)) {
+    a.headers["Retry-After"] = std::to_string(std::max<long long>(0, retry_after.count()));
+  }
   return a;
+}
+
+Answer UnavailableAnswer(const std::string& what, std::chrono::seconds retry_after) {
+  return ProblemAnswer(503, "unavailable", what + "; retrying with the same key is safe",
+                       retry_after);
 }
 
 Answer FailureAnswer(const ClassifiedFailure& failure) {
@@ -76,6 +85,27 @@ Answer FailureAnswer(const ClassifiedFailure& failure) {
       break;
   }
   return ProblemAnswer(500, "internal_error", "internal error; retrying with the same key is safe");
+}
+
+std::map<std::string, std::string> StoredHeaders(const Answer& answer) {
+  auto headers = answer.headers;
+  headers["Content-Type"] = answer.content_type;
+  return headers;
+}
+
+Answer StoredAnswer(int status, std::string body,
+                    const std::map<std::string, std::string>& headers) {
+  Answer a;
+  a.status = status;
+  a.body = std::move(body);
+  for (const auto& [name, value] : headers) {
+    if (name == "Content-Type") {
+      a.content_type = value;
+    } else {
+      a.headers[name] = value;
+    }
+  }
+  return a;
 }
 
 std::pair<std::string, std::string> ErrorOf(const nlohmann::json& body) {

@@ -83,7 +83,6 @@ std::string Serialize(const httplib::Response& res, bool head, bool keep_alive) 
 httplib::Response ErrorResponse(int status, std::string_view code, std::string_view message) {
   httplib::Response res;
   SetError(res, status, code, message);
-  if (status == 503) res.set_header("Retry-After", "1");
   return res;
 }
 
@@ -108,7 +107,12 @@ void SetError(httplib::Response& res, int status, std::string_view code, std::st
 void SetAnswer(httplib::Response& res, const Answer& answer) {
   res.status = answer.status;
   res.set_content(answer.body, answer.content_type);
-  for (const auto& [name, value] : answer.headers) res.set_header(name, value);
+  // Replaced, never added beside: a header the handler set first (a 503's Retry-After on a
+  // bare status) is sent once.
+  for (const auto& [name, value] : answer.headers) {
+    res.headers.erase(name);
+    res.set_header(name, value);
+  }
 }
 
 void DeferAnswer(httplib::Response& res) { res.set_header(detail::kDeferMarker, "1"); }

@@ -13,10 +13,8 @@ Answer InProgressAnswer(std::chrono::seconds retry_after) {
   // The guard's wording and code for the same situation: one 409 for either side of a step.
   using steps::protocol::Describe;
   const auto& in_progress = Describe(steps::protocol::Refusal::kKeyLockTimeout);
-  Answer a = ProblemAnswer(Describe(in_progress.code).status, Describe(in_progress.code).name,
-                           in_progress.detail);
-  a.headers["Retry-After"] = std::to_string(std::max<long long>(1, retry_after.count()));
-  return a;
+  return ProblemAnswer(Describe(in_progress.code).status, Describe(in_progress.code).name,
+                       in_progress.detail, std::max(std::chrono::seconds(1), retry_after));
 }
 
 Answer UnauthorizedRunAnswer() {
@@ -41,18 +39,9 @@ Answer RunAnswer(const RunOutcome& o, const std::string& saga, const std::string
   Answer a;
   switch (o.kind) {
     case Kind::kFinished:
-    case Kind::kReplayed: {
-      a.status = o.answer.status;
-      a.body = o.answer.body;
-      for (const auto& [k, v] : o.answer.headers) {
-        if (k == "Content-Type") {
-          a.content_type = v;
-        } else {
-          a.headers[k] = v;
-        }
-      }
+    case Kind::kReplayed:
+      a = o.answer;
       break;
-    }
     case Kind::kRunning: {
       nlohmann::json body = {{"status", ToString(o.status)},
                              {"order_id", o.order_id},
@@ -83,7 +72,6 @@ Answer RunAnswer(const RunOutcome& o, const std::string& saga, const std::string
     case Kind::kUnavailable:
       // An outage: the client is told when to retry (with the same key, which is safe).
       a = ProblemAnswer(503, "unavailable", o.detail);
-      a.headers["Retry-After"] = "1";
       break;
     case Kind::kInternal:
       a = ProblemAnswer(500, "internal_error", o.detail);

@@ -107,14 +107,12 @@ nlohmann::json SagaView(const store::SagaRow& row) {
   // else the latest step that recorded an error (a retried attempt, say).
   nlohmann::json last_error;
   int last_error_rank = 0;
-  for (const auto& json : row.steps) {
-    steps::saga::StepRecord s;
-    try {
-      s = steps::saga::StepRecord::FromJson(json);
-    } catch (const std::exception&) {  // a row this build cannot read: show it as it is
-      steps.push_back({{"unreadable", json}});
+  for (size_t i = 0; i < row.steps.size(); ++i) {
+    if (auto unreadable = row.unreadable_steps.find(i); unreadable != row.unreadable_steps.end()) {
+      steps.push_back({{"unreadable", unreadable->second.stored}});  // shown as it is
       continue;
     }
+    const steps::saga::StepRecord& s = row.steps[i];
     nlohmann::json step = {{"name", s.name},
                            {"derived_key", s.action_key},
                            {"status", steps::saga::ToString(s.status)},

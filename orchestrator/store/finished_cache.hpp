@@ -19,6 +19,9 @@
 
 namespace idemsaga::orchestrator::store {
 
+// A finished run's stored answer with whose it is (the request's fingerprint, its trace): a
+// replay must match the request before it answers. The answer's headers as stored, Content-Type
+// among them (common::http::StoredAnswer reads it as an Answer).
 struct FinishedAnswer {
   std::string request_hash;
   int status = 0;

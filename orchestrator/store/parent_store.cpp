@@ -140,9 +140,13 @@ SagaRow detail::ToRow(const pqxx::row& row, int first) {
   s.lease_epoch = r(8).as<long long>();
   s.lease_live = r(9).as<bool>();
   s.lease_seconds_left = r(10).as<double>();
-  s.steps = nlohmann::json::parse(r(11).as<std::string>());
+  auto read = ReadSteps(nlohmann::json::parse(r(11).as<std::string>()));
+  s.steps = std::move(read.steps);
+  s.unreadable_steps = std::move(read.unreadable);
   s.failed_step = r(12).as<std::string>();
-  s.failure = nlohmann::json::parse(r(13).as<std::string>());
+  if (auto failure = nlohmann::json::parse(r(13).as<std::string>()); !failure.is_null()) {
+    s.failure = steps::saga::FailureFromJson(failure);
+  }
   s.stuck = r(14).as<bool>();
   s.response_status = r(15).as<int>();
   s.response_headers = nlohmann::json::parse(r(16).as<std::string>());
@@ -160,6 +164,29 @@ SagaRow detail::ToRow(const pqxx::row& row, int first) {
     for (const auto& e : waiting) s.waiting_for.push_back(e.get<std::string>());
   }
   return s;
+}
+
+ReadRecords ReadSteps(const nlohmann::json& column) {
+  ReadRecords read;
+  for (const auto& json : column) {
+    try {
+      read.steps.push_back(steps::saga::StepRecord::FromJson(json));
+    } catch (const std::exception& e) {  // std::invalid_argument, nlohmann::json::exception
+      read.unreadable[read.steps.size()] = {json, e.what()};
+      read.steps.emplace_back();
+    }
+  }
+  return read;
+}
+
+nlohmann::json StepsColumn(const SagaRow& row) {
+  nlohmann::json column = nlohmann::json::array();
+  for (size_t i = 0; i < row.steps.size(); ++i) {
+    auto unreadable = row.unreadable_steps.find(i);
+    column.push_back(unreadable != row.unreadable_steps.end() ? unreadable->second.stored
+                                                              : row.steps[i].ToJson());
+  }
+  return column;
 }
 
 // Names of [a-z0-9_] only (event names): nothing in them needs quoting in an array literal.
@@ -187,7 +214,6 @@ SagaRow ClaimedRow(const ClaimRequest& req, const pqxx::row& r) {
   s.updated_at = r[3].as<std::string>();
   s.lease_seconds_left = r[4].as<double>();
   s.expires_in_seconds = r[5].as<double>();
-  s.steps = nlohmann::json::array();
   s.trace_id = req.trace_id;
   s.root_span_id = req.root_span_id;
   return s;

@@ -20,6 +20,7 @@
 
 #include "common/pg/pool.hpp"
 #include "orchestrator/store/saga_status.hpp"
+#include "steps/saga/runner.hpp"
 
 namespace idemsaga::orchestrator::store {
 
@@ -29,6 +30,12 @@ struct Lease {
   std::string key;
   std::string owner;
   long long epoch = 0;
+};
+
+// A step record as stored that this build cannot read, and why.
+struct UnreadableStep {
+  nlohmann::json stored;
+  std::string why;
 };
 
 struct SagaRow {
@@ -44,9 +51,15 @@ struct SagaRow {
   long long lease_epoch = 0;
   bool lease_live = false;  // lease_expires_at > now() (database clock)
   double lease_seconds_left = 0;
-  nlohmann::json steps;
+  // The step records, read once where the row is read. A record this build cannot read (a
+  // newer build's status, a damaged row) is not guessed at: it is kept as stored under its
+  // index in `unreadable_steps`, with a default record in its place here, so the row stays
+  // visible (shown as it is), is written back unchanged (StepsColumn) and is never resumed.
+  std::vector<steps::saga::StepRecord> steps;
+  std::map<size_t, UnreadableStep> unreadable_steps;
   std::string failed_step;
-  nlohmann::json failure;
+  // The step answer that decided to compensate; nullopt until then.
+  std::optional<steps::saga::StepResult> failure;
   bool stuck = false;
   int response_status = 0;
   nlohmann::json response_headers;
@@ -62,6 +75,16 @@ struct SagaRow {
   // While parked on a wait for external events: their names.
   std::vector<std::string> waiting_for;
 };
+
+// `row`'s steps as the column holds them: each record's JSON, an unreadable one as it was
+// stored.
+nlohmann::json StepsColumn(const SagaRow& row);
+// A steps column (as StepsColumn writes it, or a child saga's records in its output) read.
+struct ReadRecords {
+  std::vector<steps::saga::StepRecord> steps;
+  std::map<size_t, UnreadableStep> unreadable;  // as SagaRow's unreadable_steps
+};
+ReadRecords ReadSteps(const nlohmann::json& column);
 
 // A PostgreSQL text[] literal of names made of [a-z0-9_] (they need no quoting).
 std::string TextArray(const std::vector<std::string>& names);

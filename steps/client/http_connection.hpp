@@ -18,6 +18,8 @@ namespace idemsaga::steps::client {
 
 class HttpConnection {
  public:
+  // The bytes of one answer as read off the connection (the two headers the client reads, as
+  // sent); HttpExchange is what the client makes of it.
   struct Answer {
     int status = 0;
     std::string body;

@@ -23,7 +23,9 @@ namespace idemsaga::steps::client {
 
 class HttpConnection;
 
-// What came back from one HTTP exchange, before interpretation.
+// What came back from one HTTP exchange, before interpretation: an answer, or what the
+// transport did instead (not sent, or no answer), which decides whether a step may have been
+// applied. Not a common::http::Answer: it has a transport outcome and no headers but two.
 struct HttpExchange {
   enum class Transport {
     kAnswered,      // a complete response was read

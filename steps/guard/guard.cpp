@@ -15,15 +15,16 @@ namespace idemsaga::steps::guard {
 using common::pg::Exec;
 
 Response Problem(int status, const std::string& code, const std::string& detail) {
-  return Response{status, common::http::ProblemBody(status, code, detail),
-                  common::http::kProblemContentType};
+  common::http::Answer a = common::http::ProblemAnswer(status, code, detail);
+  Response res{a.status, std::move(a.body), std::move(a.content_type)};
+  res.headers = std::move(a.headers);
+  return res;
 }
 
 Response Refuse(protocol::Refusal refusal) {
   const protocol::RefusalEntry& r = protocol::Describe(refusal);
   Response res = Problem(protocol::HttpStatus(r.code), protocol::ToString(r.code), r.detail);
   res.outcome = r.outcome;
-  if (protocol::RetriesLater(r.code)) res.headers["Retry-After"] = protocol::kRetryAfterSeconds;
   return res;
 }
 

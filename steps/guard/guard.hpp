@@ -50,6 +50,9 @@ struct Request {
   common::trace::SpanContext trace;  // the request's span: parent of the guard's spans
 };
 
+// The guard's answer: an HTTP answer (common::http::Answer's fields) plus what the guard did
+// with the key (`replayed`, `outcome`), which its route, spans and metrics read. Not an alias:
+// those two belong to the guard, not to HTTP.
 struct Response {
   int status = 200;
   std::string body;
@@ -65,12 +68,13 @@ struct Response {
 };
 
 // A refusal as a problem (application/problem+json): a business answer such as 402
-// card_declined, stored and replayed like any other.
+// card_declined, stored and replayed like any other. Built by common::http::ProblemAnswer.
 Response Problem(int status, const std::string& code, const std::string& detail);
 
 // A problem the guard answers of its own (kRefusals in participant_protocol.hpp): its status,
-// code and detail, its outcome, and `Retry-After` when it asks the caller to come back
-// (RetriesLater). The one way a guard, or a store of its own, builds one.
+// code and detail, its outcome, and `Retry-After` when it asks the caller to come back (the
+// one rule, common::http::CarriesRetryAfter). The one way a guard, or a store of its own,
+// builds one.
 Response Refuse(protocol::Refusal refusal);
 
 // The stored answer of the action a compensation undoes. status 0 (body null): its outcome is

@@ -249,11 +249,6 @@ constexpr std::optional<Refusal> ParseRefusal(std::string_view name) {
   return std::nullopt;
 }
 
-// The one Retry-After rule: a refusal tells the caller when to come back (Retry-After: 1)
-// exactly when its code is idempotency_key_in_progress.
-constexpr bool RetriesLater(GuardCode code) { return code == GuardCode::kInProgress; }
-inline constexpr const char* kRetryAfterSeconds = "1";
-
 // A compensation's answer body: {"action_key", "outcome": ToString(outcome), ...detail} (the
 // fields of `detail`, an object, after them; anything else adds nothing). Every store answers
 // a compensation with it.

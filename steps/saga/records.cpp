@@ -1,5 +1,5 @@
-// What a run records and how it is stored: step statuses and their names, StepRecord's JSON,
-// the order compensations run in, and how a run ends (runner.hpp).
+// What a run records and how it is stored: step statuses and their names, StepRecord's JSON
+// and a stored failure's, the order compensations run in, and how a run ends (runner.hpp).
 #include <algorithm>
 #include <stdexcept>
 
@@ -88,6 +88,30 @@ StepRecord StepRecord::FromJson(const nlohmann::json& j) {
   r.first_attempt_unix_ms = j.value("first_attempt_unix_ms", 0LL);
   r.maybe_applied = j.value("maybe_applied", false);
   r.finish_order = j.value("finish_order", 0);
+  return r;
+}
+
+nlohmann::json ToJson(const std::vector<StepRecord>& steps) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : steps) j.push_back(s.ToJson());
+  return j;
+}
+
+nlohmann::json FailureToJson(const StepResult& failure) {
+  return {{"outcome", ToString(failure.outcome)},
+          {"http_status", failure.http_status},
+          {"error_code", failure.error_code},
+          {"detail", failure.detail}};
+}
+
+StepResult FailureFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return StepResult::Retryable("unknown");
+  if (j.value("outcome", "") == ToString(Outcome::kTerminal)) {
+    return StepResult::Terminal(j.value("http_status", 0), j.value("error_code", ""),
+                                j.value("detail", ""));
+  }
+  auto r = StepResult::InDoubt(j.value("detail", ""));
+  r.http_status = j.value("http_status", 0);
   return r;
 }
 

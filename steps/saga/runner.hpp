@@ -93,6 +93,14 @@ struct StepRecord {
   // cannot read: resuming from a guess could undo the wrong thing.
   static StepRecord FromJson(const nlohmann::json& j);
 };
+// A run's records as they are stored: an array of ToJson()s.
+nlohmann::json ToJson(const std::vector<StepRecord>& steps);
+
+// How the step answer that decided to compensate is stored while a saga compensates, both
+// directions. A stored failure this build cannot read comes back retryable ("unknown"): it
+// only words the final answer, it never decides what is undone.
+nlohmann::json FailureToJson(const StepResult& failure);
+StepResult FailureFromJson(const nlohmann::json& j);
 
 // The indices of `steps` (a saga's records, in its definition's order) in the order their
 // compensations run: the reverse of the order the steps ended, a parallel group's branches by

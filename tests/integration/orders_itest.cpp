@@ -336,6 +336,75 @@ TEST_F(OrdersTest, ADeclinedPaymentReleasesTheStockExactlyOnceAndChargesNothing)
   EXPECT_EQ(nlohmann::json::parse(Get("order-3")->body)["steps"][0]["status"], "compensated");
 }
 
+// The views below are the bytes main 6307083 served (captured from its `idemsaga dev` stack)
+// before the parent row's steps and failure were read into types; only the values that differ
+// per run are replaced. Reading the row once must not change a byte of what is shown.
+constexpr const char* kDeclinedView =
+    R"({"created_at":"<created_at>","failed_step":"payment","idempotency_key":"order-3",)"
+    R"("last_error":{"attempts":1,"compensation":false,"detail":"the card was declined",)"
+    R"("step":"payment"},"order_id":"<order_id>","response":{"body":{"code":"card_declined",)"
+    R"("compensated":["inventory"],"detail":"the card was declined",)"
+    R"("idempotency_key":"order-3","order_id":"<order_id>","retryable":false,)"
+    R"("saga_status":"failed","status":402,"step":"payment","title":"Card declined",)"
+    R"("trace_id":"<trace_id>","type":"https://idemsaga.dev/problems/card_declined"},)"
+    R"("status":402},"saga":"place_order","saga_version":2,"status":"failed",)"
+    R"("steps":[{"attempts":1,"compensation_attempts":1,"derived_key":"order-3-inventory",)"
+    R"("name":"inventory","replayed":false,"status":"compensated"},{"attempts":1,)"
+    R"("compensation_attempts":0,"derived_key":"order-3-payment",)"
+    R"("detail":"the card was declined","name":"payment","replayed":false,"status":"failed"},)"
+    R"({"attempts":0,"compensation_attempts":0,"derived_key":"","name":"confirmation",)"
+    R"("replayed":false,"status":"not_run"},{"attempts":0,"compensation_attempts":0,)"
+    R"("derived_key":"order-3-capture","name":"capture","replayed":false,"status":"not_run"}],)"
+    R"("stuck":false,"trace_id":"<trace_id>","updated_at":"<updated_at>"})";
+constexpr const char* kMixedView =
+    R"({"created_at":"<created_at>","failed_step":"payment","idempotency_key":"mixed-1",)"
+    R"("last_error":{"attempts":1,"compensation":false,"detail":"undone","step":"inventory"},)"
+    R"("order_id":"ord_mixed","response":{"body":{"code":"card_declined"},"status":402},)"
+    R"("saga":"place_order","saga_version":1,"status":"failed","steps":[{"attempts":1,)"
+    R"("compensation_attempts":2,"derived_key":"mixed-1-inventory","detail":"undone",)"
+    R"("name":"inventory","replayed":false,"status":"compensated"},)"
+    R"({"unreadable":{"action_key":"mixed-1-payment","name":"payment",)"
+    R"("status":"from_a_newer_build"}},{"unreadable":1}],"stuck":false,)"
+    R"("trace_id":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","updated_at":"<created_at>"})";
+
+// `body` with each of `fields`' values (in `body`'s JSON) replaced by <field>, wherever it occurs.
+std::string Normalised(std::string body, std::initializer_list<const char*> fields) {
+  auto view = nlohmann::json::parse(body);
+  for (const char* field : fields) {
+    const std::string value = view[field].get<std::string>();
+    for (size_t at = body.find(value); at != std::string::npos; at = body.find(value, at)) {
+      body.replace(at, value.size(), std::string("<") + field + ">");
+    }
+  }
+  return body;
+}
+
+TEST_F(OrdersTest, TheViewOfADeclinedOrderIsTheBytesItWas) {
+  ASSERT_EQ(Submit(Order("order-3", kDeclinedOrder))->status, 402);
+  auto r = Get("order-3");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Normalised(r->body, {"order_id", "trace_id", "created_at", "updated_at"}),
+            kDeclinedView);
+}
+
+// A record this build cannot read is shown as stored, in its place among the readable ones.
+TEST_F(OrdersTest, AStepRecordThisBuildCannotReadIsShownAsStoredInItsPlace) {
+  orch_db_.Exec(R"sql(
+    INSERT INTO idempotency_keys (tenant_id, idempotency_key, request_hash, request_body,
+      saga_name, order_id, status, steps, trace_id, expires_at, failed_step, failure,
+      response_status, response_body, response_headers, completed_at)
+    VALUES ('demo', 'mixed-1', repeat('a', 64), '{}', 'place_order', 'ord_mixed', 'failed',
+      '[{"name":"inventory","action_key":"mixed-1-inventory","status":"compensated",
+         "attempts":1,"compensation_attempts":2,"detail":"undone"},
+        {"name":"payment","action_key":"mixed-1-payment","status":"from_a_newer_build"}, 1]',
+      repeat('b', 32), now() + interval '1 day', 'payment',
+      '{"outcome":"terminal","http_status":402}', 402, '{"code":"card_declined"}',
+      '{"Content-Type":"application/problem+json"}', now()))sql");
+  auto r = Get("mixed-1");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Normalised(r->body, {"created_at", "updated_at"}), kMixedView);
+}
+
 TEST_F(OrdersTest, MetricsCountKeysStepsCompensationsAndDurationsAndPassPromtool) {
   ASSERT_EQ(Submit(Order("m-1"))->status, 201);
   ASSERT_EQ(Submit(Order("m-1"))->status, 201);                  // replayed

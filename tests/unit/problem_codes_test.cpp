@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "common/http/openapi.hpp"
+#include "common/http/problem.hpp"
 
 namespace {
 
@@ -184,6 +185,46 @@ TEST(ProblemCodes, EveryEmittedCodeIsInTheOpenApiResponsesOfItsServices) {
           << e.status << " response of docs/openapi/" << service << ".json";
     }
   }
+}
+
+// The one builder's table: which answers carry Retry-After, and with what. Every service's
+// problem comes from ProblemAnswer, so this is every problem's rule.
+TEST(ProblemCodes, OnlyA503A429AndAnInProgress409CarryRetryAfter) {
+  using idemsaga::common::http::ProblemAnswer;
+  using std::chrono::seconds;
+  struct Row {
+    int status;
+    const char* code;
+    seconds retry_after;
+    const char* header;  // nullptr: none
+  };
+  const Row rows[] = {
+      {503, "unavailable", seconds(1), "1"},
+      {503, "unavailable", seconds(30), "30"},  // a participant's own (demo fault injection)
+      {429, "too_many_requests", seconds(2), "2"},
+      {409, "idempotency_key_in_progress", seconds(7), "7"},  // the lease left
+      {409, "not_retryable", seconds(1), nullptr},
+      {409, "cancelled", seconds(1), nullptr},
+      {422, "idempotency_key_reused", seconds(1), nullptr},
+      {400, "invalid_request", seconds(1), nullptr},
+      {402, "card_declined", seconds(1), nullptr},
+      {500, "internal_error", seconds(1), nullptr},  // no promise that a retry heals it
+      {502, "payment_unavailable", seconds(1), nullptr},
+  };
+  for (const auto& r : rows) {
+    auto a = ProblemAnswer(r.status, r.code, "d", r.retry_after);
+    SCOPED_TRACE(std::to_string(r.status) + " " + r.code);
+    EXPECT_EQ(a.status, r.status);
+    EXPECT_EQ(a.content_type, "application/problem+json");
+    EXPECT_EQ(a.body, idemsaga::common::http::ProblemBody(r.status, r.code, "d"));
+    EXPECT_EQ(a.headers.count("Retry-After"), r.header != nullptr ? 1u : 0u);
+    if (r.header != nullptr) EXPECT_EQ(a.headers.at("Retry-After"), r.header);
+    EXPECT_EQ(a.headers.size(), a.headers.count("Retry-After"));  // nothing else
+  }
+  // The bytes every service has always sent for one of them.
+  EXPECT_EQ(ProblemAnswer(503, "unavailable", "down").body,
+            R"({"code":"unavailable","detail":"down","status":503,)"
+            R"("title":"Service unavailable","type":"https://idemsaga.dev/problems/unavailable"})");
 }
 
 }  // namespace

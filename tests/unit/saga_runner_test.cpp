@@ -552,7 +552,9 @@ TEST(Response, ADeclinedSagaAnswersTheParticipantsStatusAndWhatWasCompensated) {
   r.compensated = {"inventory"};
   auto res = idemsaga::orchestrator::BuildResponse(r, {"ord_1", "K", std::string(32, 'f')});
   EXPECT_EQ(res.status, 402);
-  EXPECT_EQ(res.headers.at("Content-Type"), "application/problem+json");
+  EXPECT_EQ(res.content_type, "application/problem+json");
+  EXPECT_EQ(idemsaga::common::http::StoredHeaders(res).at("Content-Type"),
+            "application/problem+json");
   // RFC 9457: the members it defines, then ours beside them.
   EXPECT_EQ(res.body,
             R"({"code":"card_declined","compensated":["inventory"],"detail":"the card was )"
