@@ -24,9 +24,7 @@
 #include "orchestrator/tenant_auth.hpp"
 #include "steps/saga/registry.hpp"
 
-namespace idemsaga::orchestrator {
-
-namespace http {
+namespace idemsaga::orchestrator::http {
 
 // The tenant whose API key is the request's bearer token (TenantAuth), or nullopt.
 std::optional<std::string> Tenant(TenantAuth& auth, const httplib::Request& req);
@@ -87,5 +85,4 @@ struct TraceRoutes {
 // /v1/orders/{key}/trace must match before /v1/orders/{key}.
 void AddTraceRoutes(common::http::Server& server, const TraceRoutes& deps);
 
-}  // namespace http
-}  // namespace idemsaga::orchestrator
+}  // namespace idemsaga::orchestrator::http
