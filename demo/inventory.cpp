@@ -199,15 +199,14 @@ nlohmann::json Release(pqxx::work& tx, const steps::guard::Request& req,
 
 }  // namespace
 
-void RegisterInventoryRoutes(common::http::Server& server, Participant& participant) {
-  participant.PlannedAction(server, "/v1/reservations", steps::ValidateReservation,
-                            PlanReservation);
-  participant.Compensation(server, "/v1/reservations/release", Release);
+void RegisterInventoryRoutes(common::http::Server& server, GuardedRoutes& routes) {
+  routes.PlannedAction(server, "/v1/reservations", steps::ValidateReservation, PlanReservation);
+  routes.Compensation(server, "/v1/reservations/release", Release);
   server.Get(R"(/v1/stock/([a-z0-9_-]{1,64}))",
-             [&participant](const httplib::Request& req, httplib::Response& res) {
-               if (!participant.Authorized(req, res)) return;
+             [&routes](const httplib::Request& req, httplib::Response& res) {
+               if (!routes.Authorized(req, res)) return;
                std::string sku = common::http::DecodeCapture(req.matches[1].str());
-               auto rows = participant.pool().With([&](pqxx::connection& conn) {
+               auto rows = routes.pool().With([&](pqxx::connection& conn) {
                  pqxx::read_transaction tx(conn);
                  return Exec(tx, kStockOf, sku);
                });

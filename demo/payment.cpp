@@ -109,11 +109,11 @@ nlohmann::json Refund(pqxx::work& tx, const steps::guard::Request& req,
 
 }  // namespace
 
-void RegisterPaymentRoutes(common::http::Server& server, Participant& participant) {
-  participant.PlannedAction(server, "/v1/charges", steps::ValidateCharge, PlanCharge);
-  participant.Compensation(server, "/v1/refunds", Refund);
-  participant.Action(server, "/v1/captures", steps::ValidateCapture, Capture);
-  participant.Compensation(server, "/v1/captures/refund", RefundCapture);
+void RegisterPaymentRoutes(common::http::Server& server, GuardedRoutes& routes) {
+  routes.PlannedAction(server, "/v1/charges", steps::ValidateCharge, PlanCharge);
+  routes.Compensation(server, "/v1/refunds", Refund);
+  routes.Action(server, "/v1/captures", steps::ValidateCapture, Capture);
+  routes.Compensation(server, "/v1/captures/refund", RefundCapture);
 }
 
 }  // namespace idemsaga::demo

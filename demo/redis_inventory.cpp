@@ -236,18 +236,18 @@ std::optional<StockLevel> RedisInventory::Stock(const std::string& sku) {
   return StockLevel{std::stoll(reply.elements[0].str), std::stoll(reply.elements[1].str)};
 }
 
-void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& participant,
+void RegisterRedisInventoryRoutes(common::http::Server& server, GuardedRoutes& routes,
                                   RedisInventory& inventory) {
-  participant.GuardedAction(server, "/v1/reservations", steps::ValidateReservation,
-                            [&inventory](const Request& req) { return inventory.Reserve(req); });
-  participant.GuardedCompensation(
+  routes.GuardedAction(server, "/v1/reservations", steps::ValidateReservation,
+                       [&inventory](const Request& req) { return inventory.Reserve(req); });
+  routes.GuardedCompensation(
       server, "/v1/reservations/release",
       [&inventory](const Request& req, const std::string& action_key, bool applied) {
         return inventory.Release(req, action_key, applied);
       });
   server.Get(R"(/v1/stock/([a-z0-9_-]{1,64}))",
-             [&participant, &inventory](const httplib::Request& req, httplib::Response& res) {
-               if (!participant.Authorized(req, res)) return;
+             [&routes, &inventory](const httplib::Request& req, httplib::Response& res) {
+               if (!routes.Authorized(req, res)) return;
                std::string sku = common::http::DecodeCapture(req.matches[1].str());
                std::optional<StockLevel> level;
                try {

@@ -27,7 +27,7 @@
 
 #include "common/http/server.hpp"
 #include "common/redis/pool.hpp"
-#include "demo/participant.hpp"
+#include "demo/guarded_routes.hpp"
 #include "steps/guard/redis_guard.hpp"
 
 namespace idemsaga::demo {
@@ -68,7 +68,7 @@ class RedisInventory {
 
 // The inventory's routes on a participant without a database: reservations, release and
 // GET /v1/stock/{sku}.
-void RegisterRedisInventoryRoutes(common::http::Server& server, Participant& participant,
+void RegisterRedisInventoryRoutes(common::http::Server& server, GuardedRoutes& routes,
                                   RedisInventory& inventory);
 
 }  // namespace idemsaga::demo

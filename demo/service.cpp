@@ -34,7 +34,7 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
       gc_("participant_gc", std::chrono::minutes(1), [this] {
         // Redis expires its keys itself (and its scripts trim the key index).
         if (!pool_) return;
-        while (participant_->guard().DeleteExpired(1000) == 1000) {
+        while (routes_->guard().DeleteExpired(1000) == 1000) {
         }
       }) {
   const common::trace::Tracer* tracer = exporter_ ? &tracer_ : nullptr;
@@ -52,7 +52,7 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
     redis_inventory_->guard().CheckServer(*fsync);
     redis_inventory_->Seed();
     auto* inventory = redis_inventory_.get();
-    participant_ = std::make_unique<Participant>(
+    routes_ = std::make_unique<GuardedRoutes>(
         NameOf(kind), faults_, options,
         StoreHooks{.ready = [inventory] { return inventory->guard().Ready(); },
                    .list_keys =
@@ -61,22 +61,22 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
                          return inventory->guard().ListKeys(tenant, since, after, limit);
                        }},
         tracer);
-    participant_->AdminRoutes(server_);
-    RegisterRedisInventoryRoutes(server_, *participant_, *redis_inventory_);
+    routes_->AdminRoutes(server_);
+    RegisterRedisInventoryRoutes(server_, *routes_, *redis_inventory_);
   } else {
     pool_ = std::make_unique<common::pg::Pool>(
         common::pg::Pool::Options{.url = database_url, .size = options.pool_size});
-    participant_ = std::make_unique<Participant>(NameOf(kind), *pool_, faults_, options, tracer);
-    participant_->AdminRoutes(server_);
+    routes_ = std::make_unique<GuardedRoutes>(NameOf(kind), *pool_, faults_, options, tracer);
+    routes_->AdminRoutes(server_);
     switch (kind_) {
       case ParticipantKind::kInventory:
-        RegisterInventoryRoutes(server_, *participant_);
+        RegisterInventoryRoutes(server_, *routes_);
         break;
       case ParticipantKind::kPayment:
-        RegisterPaymentRoutes(server_, *participant_);
+        RegisterPaymentRoutes(server_, *routes_);
         break;
       case ParticipantKind::kShipping:
-        RegisterShippingRoutes(server_, *participant_);
+        RegisterShippingRoutes(server_, *routes_);
         break;
     }
   }

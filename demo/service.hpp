@@ -13,7 +13,7 @@
 #include "common/periodic.hpp"
 #include "common/trace/exporter.hpp"
 #include "demo/faults.hpp"
-#include "demo/participant.hpp"
+#include "demo/guarded_routes.hpp"
 #include "demo/redis_inventory.hpp"
 
 namespace idemsaga::demo {
@@ -24,9 +24,9 @@ enum class ParticipantKind { kInventory, kPayment, kShipping };
 const char* NameOf(ParticipantKind kind);
 
 // Routes of each demo participant (see docs/participants.md).
-void RegisterInventoryRoutes(common::http::Server& server, Participant& participant);
-void RegisterPaymentRoutes(common::http::Server& server, Participant& participant);
-void RegisterShippingRoutes(common::http::Server& server, Participant& participant);
+void RegisterInventoryRoutes(common::http::Server& server, GuardedRoutes& routes);
+void RegisterPaymentRoutes(common::http::Server& server, GuardedRoutes& routes);
+void RegisterShippingRoutes(common::http::Server& server, GuardedRoutes& routes);
 
 // docs/openapi/participant.json (what every participant serves) and each participant's own
 // routes (inventory.json, ...) by name, embedded at build time; served merged at /openapi.json.
@@ -57,7 +57,7 @@ class ParticipantService {
   Faults faults_;
   std::unique_ptr<common::trace::Exporter> exporter_;  // null when spans go nowhere
   common::trace::Tracer tracer_;
-  std::unique_ptr<Participant> participant_;
+  std::unique_ptr<GuardedRoutes> routes_;
   common::http::Server server_;
   common::Periodic gc_;
 };

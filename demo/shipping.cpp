@@ -60,13 +60,13 @@ nlohmann::json Cancel(pqxx::work& tx, const steps::guard::Request& req,
 
 }  // namespace
 
-void RegisterShippingRoutes(common::http::Server& server, Participant& participant) {
-  participant.Action(server, "/v1/shipments", steps::ValidateShipment, Ship);
-  participant.Compensation(server, "/v1/shipments/cancel", Cancel);
+void RegisterShippingRoutes(common::http::Server& server, GuardedRoutes& routes) {
+  routes.Action(server, "/v1/shipments", steps::ValidateShipment, Ship);
+  routes.Compensation(server, "/v1/shipments/cancel", Cancel);
   // Only ids of the form the INSERT makes: GET /v1/shipments/cancel stays 405 (POST only).
-  server.Get(R"(/v1/shipments/(shp_[0-9a-f]{32}))", [&participant](const httplib::Request& req,
-                                                                   httplib::Response& res) {
-    if (!participant.Authorized(req, res)) return;
+  server.Get(R"(/v1/shipments/(shp_[0-9a-f]{32}))", [&routes](const httplib::Request& req,
+                                                              httplib::Response& res) {
+    if (!routes.Authorized(req, res)) return;
     // A shipment belongs to the tenant that booked it: another tenant sees 404.
     auto tenant = req.get_header_value("X-Tenant-ID");
     if (!common::IsValidTenantId(tenant)) {
@@ -74,7 +74,7 @@ void RegisterShippingRoutes(common::http::Server& server, Participant& participa
       return;
     }
     std::string id = req.matches[1].str();
-    auto rows = participant.pool().With([&](pqxx::connection& conn) {
+    auto rows = routes.pool().With([&](pqxx::connection& conn) {
       pqxx::read_transaction tx(conn);
       return Exec(tx, kShipmentOf, tenant, id);
     });

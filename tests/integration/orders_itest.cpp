@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/crypto.hpp"
-#include "demo/participant.hpp"
+#include "demo/guarded_routes.hpp"
 #include "demo/service.hpp"
 #include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"

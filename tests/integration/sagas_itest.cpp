@@ -13,7 +13,7 @@
 
 #include "cmd/idemsaga/crash_points.hpp"
 #include "common/crypto.hpp"
-#include "demo/participant.hpp"
+#include "demo/guarded_routes.hpp"
 #include "demo/service.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "steps/saga/fields.hpp"
@@ -97,7 +97,7 @@ class Loyalty {
  private:
   idemsaga::common::pg::Pool pool_;
   idemsaga::demo::Faults faults_;
-  idemsaga::demo::Participant participant_;
+  idemsaga::demo::GuardedRoutes participant_;
   Serving<idemsaga::common::http::Server> server_;
 };
 

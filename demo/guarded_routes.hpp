@@ -1,4 +1,5 @@
-// A demo participant's plumbing: the guard on its routes (steps::guard::HttpGuard, the same
+// A demo participant's guarded routes (not the participant service itself, demo/service.hpp; nor a
+// team's idemsaga::Participant): the guard on its routes (steps::guard::HttpGuard, the same
 // public call any service uses) with fault injection around it, and the admin, health and
 // metrics routes.
 //
@@ -6,7 +7,7 @@
 // pool: its routes wrap the store's calls (GuardedAction, GuardedCompensation) in the same edge.
 //
 // Thread-safe once routes are registered.
-//   Participant p("inventory", pool, faults, options);
+//   GuardedRoutes p("inventory", pool, faults, options);
 //   p.Action(server, "/v1/reservations", ValidateReservation, Reserve);
 #pragma once
 
@@ -57,14 +58,14 @@ struct StoreHooks {
   steps::guard::HttpGuard::ListKeys list_keys;  // GET /v1/idempotency/keys (empty: not served)
 };
 
-class Participant {
+class GuardedRoutes {
  public:
   // `tracer` may be null (no spans).
-  Participant(std::string service, common::pg::Pool& pool, Faults& faults,
-              ParticipantOptions options, const common::trace::Tracer* tracer = nullptr);
+  GuardedRoutes(std::string service, common::pg::Pool& pool, Faults& faults,
+                ParticipantOptions options, const common::trace::Tracer* tracer = nullptr);
   // No database: routes are added with GuardedAction and GuardedCompensation only.
-  Participant(std::string service, Faults& faults, ParticipantOptions options, StoreHooks store,
-              const common::trace::Tracer* tracer = nullptr);
+  GuardedRoutes(std::string service, Faults& faults, ParticipantOptions options, StoreHooks store,
+                const common::trace::Tracer* tracer = nullptr);
 
   void Action(common::http::Server& server, const std::string& path, Validate validate,
               Effect effect);

@@ -1,4 +1,4 @@
-#include "demo/participant.hpp"
+#include "demo/guarded_routes.hpp"
 
 #include "common/log.hpp"
 
@@ -14,8 +14,8 @@ void DropConnection(httplib::Response& res) { common::http::CloseWithoutResponse
 
 }  // namespace
 
-Participant::Participant(std::string service, common::pg::Pool& pool, Faults& faults,
-                         ParticipantOptions options, const common::trace::Tracer* tracer)
+GuardedRoutes::GuardedRoutes(std::string service, common::pg::Pool& pool, Faults& faults,
+                             ParticipantOptions options, const common::trace::Tracer* tracer)
     : service_(std::move(service)),
       pool_(&pool),
       faults_(faults),
@@ -30,8 +30,8 @@ Participant::Participant(std::string service, common::pg::Pool& pool, Faults& fa
   common::pg::AddMetrics(metrics_, *pool_);
 }
 
-Participant::Participant(std::string service, Faults& faults, ParticipantOptions options,
-                         StoreHooks store, const common::trace::Tracer* tracer)
+GuardedRoutes::GuardedRoutes(std::string service, Faults& faults, ParticipantOptions options,
+                             StoreHooks store, const common::trace::Tracer* tracer)
     : service_(std::move(service)),
       pool_(nullptr),
       faults_(faults),
@@ -43,7 +43,7 @@ Participant::Participant(std::string service, Faults& faults, ParticipantOptions
              .service = service_},
             tracer, FaultHooks()) {}
 
-steps::guard::HttpGuardHooks Participant::FaultHooks() {
+steps::guard::HttpGuardHooks GuardedRoutes::FaultHooks() {
   return {.before_request = [this](const steps::guard::Request& request,
                                    httplib::Response& res) -> std::optional<std::string> {
             faults_.HoldWhileHung();
@@ -63,37 +63,38 @@ steps::guard::HttpGuardHooks Participant::FaultHooks() {
           }};
 }
 
-bool Participant::Authorized(const httplib::Request& req, httplib::Response& res) const {
+bool GuardedRoutes::Authorized(const httplib::Request& req, httplib::Response& res) const {
   return http_.Authorized(req, res);
 }
 
-void Participant::Action(common::http::Server& server, const std::string& path,
-                         steps::guard::Validate validate, steps::guard::RouteEffect effect) {
+void GuardedRoutes::Action(common::http::Server& server, const std::string& path,
+                           steps::guard::Validate validate, steps::guard::RouteEffect effect) {
   server.Post(path, http_.Action(std::move(validate), std::move(effect)));
 }
 
-void Participant::PlannedAction(
+void GuardedRoutes::PlannedAction(
     common::http::Server& server, const std::string& path, steps::guard::Validate validate,
     std::function<steps::guard::PlannedEffect(const steps::guard::Request&)> plan) {
   server.Post(path, http_.PlannedAction(std::move(validate), std::move(plan)));
 }
 
-void Participant::Compensation(common::http::Server& server, const std::string& path,
-                               steps::guard::RouteUndo undo) {
+void GuardedRoutes::Compensation(common::http::Server& server, const std::string& path,
+                                 steps::guard::RouteUndo undo) {
   server.Post(path, http_.Compensation(std::move(undo)));
 }
 
-void Participant::GuardedAction(common::http::Server& server, const std::string& path,
-                                steps::guard::Validate validate, steps::guard::HttpGuard::Run run) {
+void GuardedRoutes::GuardedAction(common::http::Server& server, const std::string& path,
+                                  steps::guard::Validate validate,
+                                  steps::guard::HttpGuard::Run run) {
   server.Post(path, http_.Guarded("action", std::move(validate), std::move(run)));
 }
 
-void Participant::GuardedCompensation(common::http::Server& server, const std::string& path,
-                                      steps::guard::HttpGuard::RunCompensation run) {
+void GuardedRoutes::GuardedCompensation(common::http::Server& server, const std::string& path,
+                                        steps::guard::HttpGuard::RunCompensation run) {
   server.Post(path, http_.GuardedCompensation(std::move(run)));
 }
 
-void Participant::AdminRoutes(common::http::Server& server) {
+void GuardedRoutes::AdminRoutes(common::http::Server& server) {
   if (pool_ != nullptr) {
     common::http::AddHealthRoutes(server, [this] { return common::pg::Reachable(*pool_); });
   } else {
