@@ -5,6 +5,24 @@
 #include "common/pg/url.hpp"
 
 namespace idemsaga::common::pg {
+namespace {
+
+// Failures that stay with the session, so that every later use of the connection would fail
+// the same way; a new connection does not.
+bool DiscardsTheSession(const std::string& sqlstate) {
+  // The session lost its prepared statements (DEALLOCATE, DISCARD ALL, a pooler between us
+  // and the server) while libpqxx still counts them as prepared: a new one prepares afresh.
+  if (sqlstate == "26000") return true;
+  // A standby (read_only_sql_transaction): after a failover the session is on a server that
+  // is not, or no longer, the primary; a new connection through HAProxy or a multi-host URL
+  // with target_session_attrs=read-write reaches the one that is.
+  if (sqlstate == "25006") return true;
+  // The server is shutting down, crashed, or is not accepting sessions yet (57P01..57P03):
+  // this session is ending whatever libpq has noticed so far.
+  return sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03";
+}
+
+}  // namespace
 
 Pool::Lease::Lease(Pool* pool, std::unique_ptr<pqxx::connection> conn)
     : pool_(pool), conn_(std::move(conn)) {}
@@ -95,10 +113,7 @@ void Pool::DiscardIfBroken(Lease& lease) {
   } catch (const pqxx::in_doubt_error&) {
     lease.Discard();
   } catch (const pqxx::sql_error& e) {
-    // The session lost its prepared statements (DEALLOCATE, DISCARD ALL, a pooler between
-    // us and the server) while libpqxx still counts them as prepared: every later use of the
-    // connection would fail the same way. A new connection prepares afresh.
-    if (e.sqlstate() == "26000") lease.Discard();
+    if (DiscardsTheSession(e.sqlstate())) lease.Discard();
   } catch (...) {
   }
   if (!lease->is_open()) lease.Discard();
