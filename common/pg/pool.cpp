@@ -1,5 +1,7 @@
 #include "common/pg/pool.hpp"
 
+#include <poll.h>
+
 #include <pqxx/pqxx>
 
 #include "common/pg/url.hpp"
@@ -22,6 +24,17 @@ bool DiscardsTheSession(const std::string& sqlstate) {
   return sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03";
 }
 
+// An idle session has nothing to say: a readable socket (end of file, or the FATAL message a
+// server sends before it closes) means the server or a proxy in between ended it while it sat
+// in the pool. A failover does that to every session of the old primary (HAProxy cuts them);
+// lending one would fail the borrower's first statement. poll() with no wait costs no time.
+bool EndedWhileIdle(pqxx::connection& conn) {
+  int fd = conn.sock();
+  if (fd < 0) return true;
+  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, 0) != 0;
+}
+
 }  // namespace
 
 Pool::Lease::Lease(Pool* pool, std::unique_ptr<pqxx::connection> conn)
@@ -42,6 +55,8 @@ Pool::Pool(Options options)
 Pool::~Pool() = default;
 
 Pool::Lease Pool::Borrow() {
+  // Declared before the lock, so that these disconnect after it is released.
+  std::vector<std::unique_ptr<pqxx::connection>> ended;
   std::unique_lock lock(mutex_);
   auto free = [&] { return !idle_.empty() || open_ < options_.size; };
   if (!free()) {
@@ -55,10 +70,12 @@ Pool::Lease Pool::Borrow() {
       throw PoolUnavailable("no database connection became free in time");
     }
   }
-  if (!idle_.empty()) {
+  while (!idle_.empty()) {
     auto conn = std::move(idle_.back());
     idle_.pop_back();
-    return Lease(this, std::move(conn));
+    if (!EndedWhileIdle(*conn)) return Lease(this, std::move(conn));
+    --open_;  // its slot is refilled below
+    ended.push_back(std::move(conn));
   }
   ++open_;  // reserve the slot, connect outside the lock
   lock.unlock();
