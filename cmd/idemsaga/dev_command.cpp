@@ -21,6 +21,8 @@ using demo::ParticipantService;
 
 struct DevFlags {
   std::string dir = ".idemsaga";
+  // A server to use instead of a private cluster (scripts/ha points it at HAProxy).
+  std::string pg_url;
   int pg_port = common::defaults::kPostgresPort;
   int orchestrator_port = common::defaults::kOrchestratorPort;
   int inventory_port = demo::StackParticipantNamed("inventory").port;
@@ -42,6 +44,9 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
       "dev", "Run the whole stack locally on a private PostgreSQL cluster (no Docker)");
   cmd->add_option("--dir", flags.dir, "where the private cluster lives")->capture_default_str();
   cmd->add_option("--pg-port", flags.pg_port, "PostgreSQL port (loopback)")->capture_default_str();
+  cmd->add_option("--pg-url", flags.pg_url,
+                  "postgresql:// URL of a server to use instead of a private cluster (its "
+                  "idemsaga_* databases are created there; scripts/ha gives HAProxy's)");
   cmd->add_option("--orchestrator-port", flags.orchestrator_port,
                   "the orchestrator's HTTP port (order API, traces, pages) (loopback)")
       ->capture_default_str();
@@ -57,15 +62,20 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
   cmd->callback([flags_ptr, &run] {
     run = [flags_ptr] {
       auto& flags = *flags_ptr;
-      auto dir =
-          common::pg::PrivateCluster::ReachableDir(std::filesystem::absolute(flags.dir) / "pg");
-      std::cout << "starting PostgreSQL in " << dir.string() << std::endl;
-      auto cluster = common::pg::PrivateCluster::Start({.dir = dir, .port = flags.pg_port});
+      std::unique_ptr<common::pg::PrivateCluster> cluster;
+      std::string server_url = flags.pg_url;
+      if (server_url.empty()) {
+        auto dir =
+            common::pg::PrivateCluster::ReachableDir(std::filesystem::absolute(flags.dir) / "pg");
+        std::cout << "starting PostgreSQL in " << dir.string() << std::endl;
+        cluster = common::pg::PrivateCluster::Start({.dir = dir, .port = flags.pg_port});
+        server_url = cluster->Url();
+      }
       std::map<std::string, std::string> urls;
       for (const auto& kind : common::pg::DatabaseKinds()) {
         std::string db = "idemsaga_" + kind;
-        common::pg::CreateDatabaseIfMissing(cluster->Url(), db);
-        urls[kind] = cluster->Url(db);
+        common::pg::CreateDatabaseIfMissing(server_url, db);
+        urls[kind] = common::pg::WithDatabase(server_url, db);
         pqxx::connection conn(common::pg::WithSessionTimeouts(urls[kind]));
         common::pg::Migrate(conn, kind);
         std::cout << "  " << kind << " database: " << urls[kind] << std::endl;
@@ -104,7 +114,7 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
         orch.CheckParticipantRetention();  // before the orchestrator serves or recovers
       } catch (...) {
         serving.Stop();
-        cluster->Stop();
+        if (cluster) cluster->Stop();
         throw;
       }
       // Stopped first (reverse order): the orchestrator drains while its participants serve.
@@ -121,11 +131,12 @@ void AddDevCommand(CLI::App& app, app::Run& run) {
           ")\n"
           "idemsaga dev ready: http://127.0.0.1:" +
           std::to_string(flags.orchestrator_port) + " (Ctrl-C stops everything)";
-      if (serving.Wait(ready, [&] { return cluster->ServerRunning(); }) == 0) {
+      // A server of someone else's (--pg-url) may restart or fail over: the pool rides it out.
+      if (serving.Wait(ready, [&] { return !cluster || cluster->ServerRunning(); }) == 0) {
         std::cerr << "the dev PostgreSQL cluster has stopped: stopping everything" << std::endl;
       }
       serving.Stop();
-      cluster->Stop();
+      if (cluster) cluster->Stop();
       std::cout << "stopped" << std::endl;
     };
   });

@@ -1,10 +1,41 @@
 #include "common/pg/pool.hpp"
 
+#include <poll.h>
+
 #include <pqxx/pqxx>
 
 #include "common/pg/url.hpp"
 
 namespace idemsaga::common::pg {
+namespace {
+
+// Failures that stay with the session, so that every later use of the connection would fail
+// the same way; a new connection does not.
+bool DiscardsTheSession(const std::string& sqlstate) {
+  // The session lost its prepared statements (DEALLOCATE, DISCARD ALL, a pooler between us
+  // and the server) while libpqxx still counts them as prepared: a new one prepares afresh.
+  if (sqlstate == "26000") return true;
+  // A standby (read_only_sql_transaction): after a failover the session is on a server that
+  // is not, or no longer, the primary; a new connection through HAProxy or a multi-host URL
+  // with target_session_attrs=read-write reaches the one that is.
+  if (sqlstate == "25006") return true;
+  // The server is shutting down, crashed, or is not accepting sessions yet (57P01..57P03):
+  // this session is ending whatever libpq has noticed so far.
+  return sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03";
+}
+
+// An idle session has nothing to say: a readable socket (end of file, or the FATAL message a
+// server sends before it closes) means the server or a proxy in between ended it while it sat
+// in the pool. A failover does that to every session of the old primary (HAProxy cuts them);
+// lending one would fail the borrower's first statement. poll() with no wait costs no time.
+bool EndedWhileIdle(pqxx::connection& conn) {
+  int fd = conn.sock();
+  if (fd < 0) return true;
+  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, 0) != 0;
+}
+
+}  // namespace
 
 Pool::Lease::Lease(Pool* pool, std::unique_ptr<pqxx::connection> conn)
     : pool_(pool), conn_(std::move(conn)) {}
@@ -24,6 +55,8 @@ Pool::Pool(Options options)
 Pool::~Pool() = default;
 
 Pool::Lease Pool::Borrow() {
+  // Declared before the lock, so that these disconnect after it is released.
+  std::vector<std::unique_ptr<pqxx::connection>> ended;
   std::unique_lock lock(mutex_);
   auto free = [&] { return !idle_.empty() || open_ < options_.size; };
   if (!free()) {
@@ -37,10 +70,12 @@ Pool::Lease Pool::Borrow() {
       throw PoolUnavailable("no database connection became free in time");
     }
   }
-  if (!idle_.empty()) {
+  while (!idle_.empty()) {
     auto conn = std::move(idle_.back());
     idle_.pop_back();
-    return Lease(this, std::move(conn));
+    if (!EndedWhileIdle(*conn)) return Lease(this, std::move(conn));
+    --open_;  // its slot is refilled below
+    ended.push_back(std::move(conn));
   }
   ++open_;  // reserve the slot, connect outside the lock
   lock.unlock();
@@ -95,10 +130,7 @@ void Pool::DiscardIfBroken(Lease& lease) {
   } catch (const pqxx::in_doubt_error&) {
     lease.Discard();
   } catch (const pqxx::sql_error& e) {
-    // The session lost its prepared statements (DEALLOCATE, DISCARD ALL, a pooler between
-    // us and the server) while libpqxx still counts them as prepared: every later use of the
-    // connection would fail the same way. A new connection prepares afresh.
-    if (e.sqlstate() == "26000") lease.Discard();
+    if (DiscardsTheSession(e.sqlstate())) lease.Discard();
   } catch (...) {
   }
   if (!lease->is_open()) lease.Discard();

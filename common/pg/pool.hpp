@@ -3,7 +3,10 @@
 // Borrow() hands a connection to one thread at a time and waits up to `borrow_timeout` for a
 // free one. A lease whose user saw the connection break (or that is found closed) is dropped
 // and its slot refilled by the next borrower, so a database restart heals without a process
-// restart. What a failure met through a pool means is errors.hpp's (pg::Classify, which
+// restart. So is one left on a standby after a failover (SQLSTATE 25006), and one whose COMMIT
+// got no answer (in_doubt_error: the caller must treat the outcome as unknown, never as failed).
+// One that the server (or HAProxy, at a failover) ended while it sat idle is never lent.
+// What a failure met through a pool means is errors.hpp's (pg::Classify, which
 // the edges in front of a pool are given). Thread-safe.
 //   auto lease = pool.Borrow();
 //   pqxx::work tx(*lease); ...; tx.commit();

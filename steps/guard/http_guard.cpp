@@ -139,7 +139,9 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
     stored_outcome = answer.outcome == protocol::Outcome::kApplied ||
                      answer.outcome == protocol::Outcome::kReplayed;
   } catch (...) {
-    // Nothing was stored (the guard's transaction rolled back). Only an outage invites a
+    // Nothing was stored (the guard's transaction rolled back), or, when the COMMIT got no
+    // answer (in_doubt_error, a failover), perhaps it was: a retry with the key then replays
+    // it, so an outage answers 503 either way, never a failure. Only an outage invites a
     // retry; a value the store refused fails the same way every time.
     auto failure = common::http::SetFailure(res, std::current_exception(), common::pg::Classify);
     bool outage = failure.kind == common::pg::Failure::kUnavailable;

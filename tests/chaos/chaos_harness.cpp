@@ -248,12 +248,12 @@ Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), o
   for (const auto& kind : idemsaga::common::pg::DatabaseKinds()) {
     std::string db = "chaos_" + name_ + "_" + kind;
     {
-      pqxx::connection admin(Cluster().Url("postgres"));
+      pqxx::connection admin(ServerUrl("postgres"));
       pqxx::nontransaction tx(admin);
       tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
     }
-    idemsaga::common::pg::CreateDatabaseIfMissing(Cluster().Url(), db);
-    pqxx::connection conn(Cluster().Url(db));
+    idemsaga::common::pg::CreateDatabaseIfMissing(ServerUrl("postgres"), db);
+    pqxx::connection conn(ServerUrl(db));
     idemsaga::common::pg::Migrate(conn, kind);
   }
   pqxx::connection conn(DatabaseUrl("orchestrator"));
@@ -300,7 +300,12 @@ void Stack::CheckLogsForSanitizerReports() {
 }
 
 std::string Stack::DatabaseUrl(const std::string& kind) const {
-  return Cluster().Url("chaos_" + name_ + "_" + kind);
+  return ServerUrl("chaos_" + name_ + "_" + kind);
+}
+
+std::string Stack::ServerUrl(const std::string& dbname) const {
+  if (options_.server_url.empty()) return Cluster().Url(dbname);
+  return idemsaga::common::pg::WithDatabase(options_.server_url, dbname);
 }
 
 std::string Stack::OrchestratorUrl(int i) const {

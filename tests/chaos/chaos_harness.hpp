@@ -57,6 +57,9 @@ struct StackOptions {
   int participant_timeout_ms = 2000;
   int max_attempts = 6;
   std::vector<std::string> orchestrator_args;  // added to every orchestrator's command line
+  // postgresql:// URL of the server the stack's databases live on (HAProxy's, for the
+  // failover scenarios); "" is the suite's private cluster.
+  std::string server_url;
 };
 
 // The participants every stack runs, and every orchestrator is given (ship_order needs all
@@ -81,6 +84,8 @@ class Stack {
   void SetFaults(const std::string& which, const nlohmann::json& faults);
 
   std::string DatabaseUrl(const std::string& kind) const;
+  // The server's URL with `dbname` (StackOptions::server_url, or the suite's cluster).
+  std::string ServerUrl(const std::string& dbname) const;
   const std::string& log_dir() const { return dir_; }
   static idemsaga::common::pg::PrivateCluster& Cluster();
   static const std::filesystem::path& ClusterDir();

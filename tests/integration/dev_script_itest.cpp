@@ -34,6 +34,7 @@
 
 #include "common/net.hpp"
 #include "common/process.hpp"
+#include "tests/support/children.hpp"
 
 namespace {
 
@@ -194,32 +195,8 @@ bool PortAcceptsConnections(int port) {
   return open;
 }
 
-struct Child {
-  pid_t pid;
-  std::string comm;
-};
-
-// Reaps the children that ended and lists those still alive. Orphans among the script's
-// descendants are re-parented here (PR_SET_CHILD_SUBREAPER), so this is everything the script
-// started that still runs.
-std::vector<Child> LiveChildren() {
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-  std::vector<Child> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::string stat = Slurp(entry.path() / "stat");
-    size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == getpid() && state != 'Z') {
-      out.push_back({std::stoi(entry.path().filename()), stat.substr(open + 1, close - open - 1)});
-    }
-  }
-  return out;
-}
+using test_support::Child;
+using test_support::LiveChildren;
 
 std::vector<Child> ChildrenLeftAfter(Clock::time_point deadline) {
   auto left = LiveChildren();

@@ -2,7 +2,9 @@
 
 #include <thread>
 
+#include "common/pg/errors.hpp"
 #include "common/pg/pool.hpp"
+#include "common/pg/url.hpp"
 #include "tests/support/pg_harness.hpp"
 
 namespace {
@@ -42,21 +44,80 @@ TEST(Pool, AWaitingBorrowerGetsTheConnectionWhenItIsReturned) {
   releaser.join();
 }
 
-TEST(Pool, ABrokenConnectionIsReplacedNotReturned) {
+// A failover ends every idle session (HAProxy cuts those to the old primary; a restarted
+// server ends them too): the next borrower must get a live connection, not a failed request
+// (a participant with no traffic during the failover answered its first request 503).
+TEST(Pool, AConnectionTheServerEndedWhileIdleIsReplacedBeforeItIsLent) {
   ScratchDatabase db("payment");
   Pool pool({.url = db.url(), .size = 1});
   int victim = pool.With([](pqxx::connection& c) { return BackendPid(c); });
   {
     pqxx::connection admin(db.url());
     pqxx::nontransaction tx(admin);
-    tx.exec_params("SELECT pg_terminate_backend($1)", victim);
+    tx.exec_params("SELECT pg_terminate_backend($1, 5000)", victim);
   }
-  EXPECT_ANY_THROW(pool.With([](pqxx::connection& c) {
+  int replacement = -1;
+  EXPECT_NO_THROW(replacement = pool.With([](pqxx::connection& c) {
+    pqxx::work tx(c);
+    return tx.exec1("SELECT pg_backend_pid()")[0].as<int>();
+  }));
+  EXPECT_NE(replacement, victim);
+  EXPECT_NE(replacement, -1);
+}
+
+// After a failover a connection can be left on a standby (a multi-host URL without
+// target_session_attrs, or a session opened in the moment the old primary still answered):
+// every write on it fails with 25006 for as long as it lives. Read-only sessions of one
+// database stand in for it: ALTER DATABASE ... SET applies to sessions opened afterwards only.
+TEST(Pool, AConnectionOnAReadOnlyServerIsReplacedNotReturned) {
+  ScratchDatabase db("payment");
+  auto set_read_only = [&](bool on) {
+    pqxx::connection admin(idemsaga::common::pg::WithDatabase(db.url(), "postgres"));
+    pqxx::nontransaction tx(admin);
+    tx.exec(
+        "ALTER DATABASE " + tx.quote_name(idemsaga::common::pg::DatabaseOf(db.url())) +
+        (on ? " SET default_transaction_read_only = on" : " RESET default_transaction_read_only"));
+  };
+  auto write = [](pqxx::connection& c) {
+    pqxx::work tx(c);
+    tx.exec("CREATE TEMP TABLE IF NOT EXISTS t (i int)");
+    tx.exec("INSERT INTO t VALUES (1)");
+    tx.commit();
+  };
+  Pool pool({.url = db.url(), .size = 1});
+  set_read_only(true);
+  int stale = pool.With([](pqxx::connection& c) { return BackendPid(c); });
+  set_read_only(false);  // the new primary: every new session writes
+  try {
+    pool.With(write);
+    ADD_FAILURE() << "a write on a read-only session succeeded";
+  } catch (const pqxx::sql_error& e) {
+    EXPECT_EQ(e.sqlstate(), "25006");
+    EXPECT_EQ(idemsaga::common::pg::Classify(std::current_exception()).kind,
+              idemsaga::common::pg::Failure::kUnavailable);
+  }
+  EXPECT_NO_THROW(pool.With(write));
+  EXPECT_NE(pool.With([](pqxx::connection& c) { return BackendPid(c); }), stale);
+}
+
+// A COMMIT whose connection broke: libpqxx cannot know whether it landed (in_doubt_error,
+// never a plain failure); the connection is gone and is not handed out again.
+TEST(Pool, ACommitThatLostItsConnectionIsInDoubtAndTheConnectionIsReplaced) {
+  ScratchDatabase db("payment");
+  Pool pool({.url = db.url(), .size = 1});
+  int victim = pool.With([](pqxx::connection& c) { return BackendPid(c); });
+  EXPECT_THROW(pool.With([&](pqxx::connection& c) {
     pqxx::work tx(c);
     tx.exec("SELECT 1");
-  }));
-  int replacement = pool.With([](pqxx::connection& c) { return BackendPid(c); });
-  EXPECT_NE(replacement, victim);
+    pqxx::connection admin(db.url());
+    pqxx::nontransaction kill(admin);
+    kill.exec_params("SELECT pg_terminate_backend($1)", victim);
+    tx.commit();
+  }),
+               pqxx::in_doubt_error);
+  EXPECT_EQ(idemsaga::common::pg::Classify(std::make_exception_ptr(pqxx::in_doubt_error("x"))).kind,
+            idemsaga::common::pg::Failure::kUnavailable);
+  EXPECT_NE(pool.With([](pqxx::connection& c) { return BackendPid(c); }), victim);
 }
 
 TEST(Pool, SessionTimeoutsComeFromTheConnectionString) {
