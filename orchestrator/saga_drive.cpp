@@ -93,11 +93,9 @@ class StoreJournal : public steps::saga::Journal {
 };
 
 // What the runner needs from a stored row. Throws std::invalid_argument on a row with a step
-// record this build cannot read.
+// record or a failure this build cannot read.
 steps::saga::SagaInput InputOf(const store::SagaRow& row, bool resumed) {
-  if (!row.unreadable_steps.empty()) {
-    throw std::invalid_argument(row.unreadable_steps.begin()->second.why);
-  }
+  if (auto why = row.UnreadableWhy()) throw std::invalid_argument(*why);
   steps::saga::SagaInput input;
   input.tenant_id = row.tenant_id;
   input.parent_key = row.key;
@@ -227,8 +225,9 @@ RunOutcome SagaService::Drive(const store::Claim& claim, std::shared_ptr<const s
     if (now && !now->response_body.empty()) return Replay(*now);
     return outcomes::InProgress(now.value_or(row));
   } catch (...) {
-    // The database (or a bug) stopped us mid-saga: nothing final was stored; the lease
-    // expires and a retry or the sweeper resumes with the same derived keys. Only an outage
+    // The database (or a bug) stopped us mid-saga. A final answer may have been stored (a
+    // COMMIT in doubt) or not: a retry replays it, or once the lease expires, a retry or the
+    // sweeper resumes with the same derived keys. Only an outage
     // is a 503 that invites the retry; anything else says what it is.
     auto failure = common::pg::Classify(std::current_exception());
     bool outage = failure.kind == common::pg::Failure::kUnavailable;

@@ -170,9 +170,7 @@ std::optional<std::string> SagaService::Resolve(const store::SagaRow& row,
   if (row.status != store::SagaStatus::kCompensating || !row.stuck) return std::nullopt;
   // The stuck compensation is the first still to be undone in the order they run (the
   // reverse of the order the steps ended); the ones after it are the saga's to run.
-  if (!row.unreadable_steps.empty()) {
-    throw std::invalid_argument(row.unreadable_steps.begin()->second.why);
-  }
+  if (auto why = row.UnreadableWhy()) throw std::invalid_argument(*why);
   std::vector<steps::saga::StepRecord> records = row.steps;
   const steps::saga::Definition* definition = registry_.Find(row.saga_name, row.saga_version);
   for (size_t i : steps::saga::UndoOrder(records, definition)) {

@@ -21,7 +21,8 @@
 // Error names are the kind of ending ("HTTP 422", "key reused"), never the client's bytes:
 // spans are stored and shown to operators (unstorable_text_itest).
 //
-// Pure functions; a Span belongs to one thread (span.hpp).
+// RequestEndOf is pure; the End* functions set the status of the span they are given, which
+// belongs to one thread (span.hpp).
 //   EndRequestSpan(span, res.status, /*stored_outcome=*/answer_was_stored);
 #pragma once
 

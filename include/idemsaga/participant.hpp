@@ -57,7 +57,9 @@ struct Response {
   std::map<std::string, std::string> headers;  // further headers (Location ...), stored too
 };
 
-// A business refusal as a problem (application/problem+json), e.g. 422 no_cars.
+// A business refusal as a problem (application/problem+json), e.g. 422 no_cars. A 503, a 429
+// and a 409 idempotency_key_in_progress also carry `Retry-After: 1`, as every idemsaga service's
+// do (docs/errors.md).
 Response Problem(int status, const std::string& code, const std::string& detail);
 
 // The stored answer of the action a compensation undoes. status 0 (body null): an external

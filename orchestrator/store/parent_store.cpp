@@ -145,7 +145,13 @@ SagaRow detail::ToRow(const pqxx::row& row, int first) {
   s.unreadable_steps = std::move(read.unreadable);
   s.failed_step = r(12).as<std::string>();
   if (auto failure = nlohmann::json::parse(r(13).as<std::string>()); !failure.is_null()) {
-    s.failure = steps::saga::FailureFromJson(failure);
+    try {
+      s.failure = steps::saga::FailureFromJson(failure);
+    } catch (const nlohmann::json::exception& e) {
+      // A damaged column must not make every read of the row throw (a listing, a take-over
+      // batch): the row stays readable and is set aside when something tries to resume it.
+      s.unreadable_failure = std::string("the stored failure cannot be read: ") + e.what();
+    }
   }
   s.stuck = r(14).as<bool>();
   s.response_status = r(15).as<int>();

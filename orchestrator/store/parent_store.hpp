@@ -60,6 +60,9 @@ struct SagaRow {
   std::string failed_step;
   // The step answer that decided to compensate; nullopt until then.
   std::optional<steps::saga::StepResult> failure;
+  // Why the stored failure could not be read ("" when it could). Like an unreadable step, it
+  // keeps the row readable (listed, shown) but never resumed or resolved.
+  std::string unreadable_failure;
   bool stuck = false;
   int response_status = 0;
   nlohmann::json response_headers;
@@ -74,6 +77,14 @@ struct SagaRow {
   nlohmann::json resolution;
   // While parked on a wait for external events: their names.
   std::vector<std::string> waiting_for;
+
+  // Why this row cannot be resumed or resolved by this build: its first unreadable step
+  // record or its unreadable failure; nullopt when every part of it was read.
+  std::optional<std::string> UnreadableWhy() const {
+    if (!unreadable_steps.empty()) return unreadable_steps.begin()->second.why;
+    if (!unreadable_failure.empty()) return unreadable_failure;
+    return std::nullopt;
+  }
 };
 
 // `row`'s steps as the column holds them: each record's JSON, an unreadable one as it was

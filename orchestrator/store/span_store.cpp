@@ -26,8 +26,10 @@ const common::pg::Statement kInsert{R"sql(
 const common::pg::Statement kForTrace{
     "SELECT spans::text FROM trace_spans WHERE trace_id = $1 ORDER BY received_at"};
 
-// Owned by no key: the key's trace is looked up across tenants, as the key's deletion was
-// (parent_gc.cpp), since a caller's trace id may be sent under keys of several.
+// Called after those traces' keys are deleted, so a key that still names a trace is another
+// order's (a caller may send one trace id under keys of several tenants: hence across tenants,
+// as the keys' deletion in parent_gc.cpp). Bounded by that deletion's batch: one trace per key,
+// a few span rows each, so it is as short as the deletion that freed them.
 const common::pg::Statement kDeleteForTraces{R"sql(
   DELETE FROM trace_spans s
   WHERE s.trace_id IN (SELECT json_array_elements_text($1::json))

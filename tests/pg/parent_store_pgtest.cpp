@@ -189,6 +189,22 @@ TEST_F(ParentStoreTest, AStepRecordThisBuildCannotReadIsKeptAsStoredInItsPlace) 
       db_.Count("SELECT count(*) FROM idempotency_keys WHERE steps = $1::jsonb", steps.dump()), 1);
 }
 
+// A damaged failure column (a newer build's, a hand edit) leaves the row readable, as an
+// unreadable step does: listing it or a take-over batch must not throw, and nothing resumes it.
+TEST_F(ParentStoreTest, AFailureThisBuildCannotReadLeavesTheRowReadableButNotResumable) {
+  auto c = store_.ClaimKey(Req("A"));
+  nlohmann::json steps = {{{"name", "inventory"}, {"status", "compensating"}}};
+  ASSERT_TRUE(store_.BeginCompensation(c.lease, steps, "payment",
+                                       {{"outcome", "terminal"}, {"http_status", "x"}}));
+  std::optional<idemsaga::orchestrator::store::SagaRow> row;
+  ASSERT_NO_THROW(row = store_.Get("demo", "A"));
+  ASSERT_TRUE(row);
+  EXPECT_FALSE(row->failure);
+  ASSERT_TRUE(row->UnreadableWhy());
+  EXPECT_NE(row->UnreadableWhy()->find("failure"), std::string::npos);
+  EXPECT_EQ(row->steps.size(), 1u);
+}
+
 TEST_F(ParentStoreTest, KeysAreScopedByTenant) {
   auto demo = store_.ClaimKey(Req("A"));
   auto acme = store_.ClaimKey(Req("A", "owner-a", "1", "acme"));

@@ -106,16 +106,23 @@ TEST(Pool, ACommitThatLostItsConnectionIsInDoubtAndTheConnectionIsReplaced) {
   ScratchDatabase db("payment");
   Pool pool({.url = db.url(), .size = 1});
   int victim = pool.With([](pqxx::connection& c) { return BackendPid(c); });
-  EXPECT_THROW(pool.With([&](pqxx::connection& c) {
-    pqxx::work tx(c);
-    tx.exec("SELECT 1");
-    pqxx::connection admin(db.url());
-    pqxx::nontransaction kill(admin);
-    kill.exec_params("SELECT pg_terminate_backend($1)", victim);
-    tx.commit();
-  }),
-               pqxx::in_doubt_error);
-  EXPECT_EQ(idemsaga::common::pg::Classify(std::make_exception_ptr(pqxx::in_doubt_error("x"))).kind,
+  std::exception_ptr thrown;
+  try {
+    pool.With([&](pqxx::connection& c) {
+      pqxx::work tx(c);
+      tx.exec("SELECT 1");
+      pqxx::connection admin(db.url());
+      pqxx::nontransaction kill(admin);
+      kill.exec_params("SELECT pg_terminate_backend($1)", victim);
+      tx.commit();
+    });
+  } catch (...) {
+    thrown = std::current_exception();
+  }
+  ASSERT_TRUE(thrown) << "the COMMIT on a terminated backend did not throw";
+  EXPECT_THROW(std::rethrow_exception(thrown), pqxx::in_doubt_error);
+  // What the pool threw, as every edge classifies it: an outage (503, retry), never a refusal.
+  EXPECT_EQ(idemsaga::common::pg::Classify(thrown).kind,
             idemsaga::common::pg::Failure::kUnavailable);
   EXPECT_NE(pool.With([](pqxx::connection& c) { return BackendPid(c); }), victim);
 }

@@ -57,7 +57,7 @@ TEST(SqlTenant, EveryStatementOnATenantsTableNamesItsTenant) {
       if (entry.path().extension() != ".cpp") continue;
       std::string text = Read(entry.path());
       auto file = std::filesystem::relative(entry.path(), root).string();
-      // `const idemsaga::common::pg::Statement kName{...};` (whatever builds its text), and the SQL
+      // `const common::pg::Statement kName{...};` (whatever builds its text), and the SQL
       // of a planned effect, `constexpr const char* kName = R"sql(...)sql";` (Guard::RunPlanned).
       static const std::regex statement(
           R"((?:Statement\s+(k\w+)\s*\{)|(?:const char\*\s+(k\w+)\s*=\s*R"sql\())");
