@@ -63,12 +63,17 @@ std::vector<fs::path> Sources() {
 }
 
 std::vector<Emitted> EmittedCodes() {
-  std::map<std::string, int> constants;  // kInProgressStatus = 409
+  std::map<std::string, int> constants;               // kInProgressStatus = 409
+  std::map<std::string, std::string> code_constants;  // kCardDeclined = "card_declined"
   const std::regex constant(R"(\b(k[A-Za-z]+Status)\s*=\s*(\d{3})\b)");
+  const std::regex code_constant(R"re(\b(k[A-Za-z]+)\s*=\s*"([a-z][a-z0-9_]*)")re");
   for (const auto& file : Sources()) {
     std::string text = Code(kRoot / file);
     for (std::sregex_iterator it(text.begin(), text.end(), constant), end; it != end; ++it) {
       constants[(*it)[1]] = std::stoi((*it)[2]);
+    }
+    for (std::sregex_iterator it(text.begin(), text.end(), code_constant), end; it != end; ++it) {
+      code_constants[(*it)[1]] = (*it)[2];
     }
   }
   std::vector<Emitted> out;
@@ -76,6 +81,8 @@ std::vector<Emitted> EmittedCodes() {
   const std::regex table(R"(case (\d{3}):\s*return \{"([a-z][a-z0-9_]*)\")");
   const std::regex key_verdict(R"(ParsedKey\{"",\s*"([a-z][a-z0-9_]*)\")");
   const std::regex step_suffix(R"(failed_step \+ "(_[a-z][a-z0-9_]*)\")");
+  // Problem(409, kInsufficientStock, ...): a code named by a constant of its own.
+  const std::regex beside_constant(R"(\b(\d{3})\s*,\s*(k[A-Za-z]+)\b)");
   for (const auto& file : Sources()) {
     std::string text = Code(kRoot / file);
     for (std::sregex_iterator it(text.begin(), text.end(), beside), end; it != end; ++it) {
@@ -89,6 +96,11 @@ std::vector<Emitted> EmittedCodes() {
     }
     for (std::sregex_iterator it(text.begin(), text.end(), key_verdict), end; it != end; ++it) {
       out.push_back({(*it)[1], 400, file});
+    }
+    for (std::sregex_iterator it(text.begin(), text.end(), beside_constant), end; it != end; ++it) {
+      auto named = code_constants.find((*it)[2]);
+      int n = std::stoi((*it)[1]);
+      if (named != code_constants.end() && n >= 400) out.push_back({named->second, n, file});
     }
     for (std::sregex_iterator it(text.begin(), text.end(), step_suffix), end; it != end; ++it) {
       out.push_back({"<step>" + (*it)[1].str(), 502, file});
