@@ -103,6 +103,7 @@ std::vector<ShellBlock> DocShellBlocks() {
 std::optional<std::string> NotAgainstTheStack(const std::string& text) {
   if (text.rfind("./scripts/", 0) == 0) return "the Quick start: this test and scripts/test";
   if (text.rfind("cmake ", 0) == 0) return "building and installing: install_example_test";
+  if (text.rfind("bench/", 0) == 0) return "the benchmark and its peers: run by hand, not a test";
   if (text.rfind("redis-server ", 0) == 0) return "a Redis of the reader's: redis_inventory_itest";
   if (text.find("postgresql://...") != std::string::npos) {
     return "a template for a production database: the chaos suite runs reconcile";
