@@ -465,6 +465,21 @@ void Driver::UntilFinal(KeyRecord& r, Clock::time_point deadline, int replica_hi
   }
 }
 
+void Settle(Driver& driver, std::vector<KeyRecord>& records, std::chrono::seconds within,
+            int threads) {
+  auto deadline = Clock::now() + within;
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      for (size_t i; (i = next++) < records.size();) {
+        if (!records[i].final) driver.UntilFinal(records[i], deadline, t);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
 std::string Report::Line(const std::string& scenario, const std::string& extra) const {
   std::string s = scenario + ": orders=" + std::to_string(orders) +
                   " terminal=" + std::to_string(terminal) +

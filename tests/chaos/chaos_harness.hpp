@@ -143,6 +143,11 @@ class Driver {
   std::vector<std::string> urls_;
 };
 
+// Drives every record not yet final to its final answer from `threads` clients, each retried
+// with its own key until `within` has passed (records still open then fail I3).
+void Settle(Driver& driver, std::vector<KeyRecord>& records,
+            std::chrono::seconds within = std::chrono::seconds(60), int threads = 4);
+
 std::string OrderBody(int i, bool declined);
 // A ship_order run's body: an order and an address; `unserviceable` ships to AQ, which the
 // shipping participant refuses (422), so the last step fails and payment, then inventory,

@@ -30,11 +30,13 @@ namespace {
 using chaos::Driver;
 using chaos::KeyRecord;
 using chaos::OrderBody;
+using chaos::Settle;
 using chaos::ShipOrderBody;
 using chaos::Stack;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kSettle = std::chrono::seconds(60);  // I3's bound once faults stop
+// I3's bound once faults stop, as chaos::Settle's.
+constexpr auto kSettle = std::chrono::seconds(60);
 // How long a scenario waits for a state it brings about (a saga mid-step, a takeover, the
 // database seen down) before it goes on regardless; generous for sanitizer builds.
 constexpr auto kStateTimeout = std::chrono::seconds(30);
@@ -76,21 +78,6 @@ std::vector<KeyRecord> Interleave(const std::vector<KeyRecord>& a,
 long long ShipOrders(const std::vector<KeyRecord>& records) {
   return std::count_if(records.begin(), records.end(),
                        [](const KeyRecord& r) { return r.saga == chaos::kShipOrder; });
-}
-
-// Drives every record to its final answer from `threads` clients.
-void Settle(Driver& driver, std::vector<KeyRecord>& records, int threads = 4) {
-  auto deadline = Clock::now() + kSettle;
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&, t] {
-      for (size_t i; (i = next++) < records.size();) {
-        if (!records[i].final) driver.UntilFinal(records[i], deadline, t);
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
 }
 
 // How far the clients of UnderLoad have got: chaos waits on this, not on the clock, so that
