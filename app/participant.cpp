@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "app/duplicates_option.hpp"
 #include "app/serve_until_signal.hpp"
 #include "app/signals.hpp"
 #include "common/http/server.hpp"
@@ -74,10 +75,11 @@ struct Participant::Impl {
   // The routes whose effect is SQL on the guard's transaction: PostgreSQL only.
   std::vector<std::string> sql_routes;
 
-  // The guard on one store: `guard` with `pool` (PostgreSQL) or `redis_guard` with `redis`.
+  // The guard on one key store: PostgreSQL (`guard`, which also serves the SQL routes) or
+  // Redis (`redis_guard`); `store` is whichever it is.
   struct Serving {
     explicit Serving(const ParticipantServiceOptions& o)
-        : guard_options{.retention = o.retention},
+        : guard_options{.retention = o.retention, .duplicates = Duplicates(o)},
           server(common::http::Limits{.threads = o.threads}, common::pg::Classify) {
       guard::HttpGuardOptions http_options{
           .service_token = o.service_token, .metrics = &metrics, .service = o.name};
@@ -85,15 +87,19 @@ struct Participant::Impl {
         pool = std::make_unique<common::pg::Pool>(
             common::pg::Pool::Options{.url = o.database_url, .size = o.pool_size});
         guard = std::make_unique<guard::Guard>(*pool, nullptr, guard_options);
+        store = guard.get();
         http = std::make_unique<guard::HttpGuard>(*guard, http_options);
       } else {
         redis = std::make_unique<common::redis::Pool>(
             common::redis::Pool::Options{.url = o.redis_url, .size = o.pool_size});
         redis_guard = std::make_unique<guard::RedisGuard>(*redis, guard_options);
-        http = std::make_unique<guard::HttpGuard>(http_options);
+        store = redis_guard.get();
+        http = std::make_unique<guard::HttpGuard>(*store, http_options);
       }
     }
-    bool Ready() { return guard ? common::pg::Reachable(*pool) : redis_guard->Ready(); }
+    static guard::Duplicates Duplicates(const ParticipantServiceOptions& o) {
+      return *guard::ParseDuplicates(o.duplicates);  // checked by Start
+    }
 
     guard::GuardOptions guard_options;
     common::metrics::Registry metrics;
@@ -101,6 +107,7 @@ struct Participant::Impl {
     std::unique_ptr<guard::Guard> guard;
     std::unique_ptr<common::redis::Pool> redis;
     std::unique_ptr<guard::RedisGuard> redis_guard;
+    guard::KeyStore* store = nullptr;
     std::unique_ptr<guard::HttpGuard> http;
     common::http::Server server;
     std::string host;
@@ -164,28 +171,14 @@ Participant& Participant::Compensation(const std::string& path, Undo undo) {
 Participant& Participant::ExternalAction(const std::string& path, Validate validate,
                                          ExternalEffect effect) {
   impl_->routes.push_back([=](Impl& i) {
-    auto& s = *i.serving;
-    auto internal = Internal(effect);
-    s.server.Post(path, s.guard ? s.http->ExternalAction(validate, internal)
-                                : s.http->Guarded("action", validate,
-                                                  [&s, internal](const guard::Request& r) {
-                                                    return s.redis_guard->RunExternal(r, internal);
-                                                  }));
+    i.serving->server.Post(path, i.serving->http->ExternalAction(validate, Internal(effect)));
   });
   return *this;
 }
 
 Participant& Participant::ExternalCompensation(const std::string& path, ExternalUndo undo) {
   impl_->routes.push_back([=](Impl& i) {
-    auto& s = *i.serving;
-    auto internal = Internal(undo);
-    s.server.Post(path, s.guard ? s.http->ExternalCompensation(internal)
-                                : s.http->GuardedCompensation(
-                                      [&s, internal](const guard::Request& r,
-                                                     const std::string& action_key, bool applied) {
-                                        return s.redis_guard->CompensateExternal(r, action_key,
-                                                                                 internal, applied);
-                                      }));
+    i.serving->server.Post(path, i.serving->http->ExternalCompensation(Internal(undo)));
   });
   return *this;
 }
@@ -202,6 +195,11 @@ int Participant::Start(const std::string& host, int port) {
   if (i.options.service_token.empty()) {
     throw std::invalid_argument("participant " + i.options.name + ": no service token");
   }
+  if (!guard::ParseDuplicates(i.options.duplicates)) {
+    throw std::invalid_argument("participant " + i.options.name +
+                                ": duplicates is wait or fail-fast, not '" + i.options.duplicates +
+                                "'");
+  }
   if (!on_redis) {
     pqxx::connection conn(common::pg::WithSessionTimeouts(i.options.database_url));
     common::pg::Migrate(conn, "guard");
@@ -216,14 +214,9 @@ int Participant::Start(const std::string& host, int port) {
   if (on_redis) s.redis_guard->CheckServer(*guard::ParseRedisFsync(i.options.redis_fsync));
   i.serving = std::move(serving);
   for (const auto& add : i.routes) add(i);
-  s.server.Get(steps::protocol::kPolicyPath, s.http->Policy(s.guard_options.retention));
-  s.server.Get(steps::protocol::kKeysPath,
-               s.guard ? s.http->Keys()
-                       : s.http->Keys([&s](const std::string& tenant, std::chrono::seconds since,
-                                           const std::string& after, int limit) {
-                           return s.redis_guard->ListKeys(tenant, since, after, limit);
-                         }));
-  common::http::AddHealthRoutes(s.server, [&s] { return s.Ready(); });
+  s.server.Get(steps::protocol::kPolicyPath, s.http->Policy());
+  s.server.Get(steps::protocol::kKeysPath, s.http->Keys());
+  common::http::AddHealthRoutes(s.server, [&s] { return s.store->Ready(); });
   s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.metrics.Render(), common::metrics::kContentType);
   });
@@ -270,6 +263,7 @@ int Participant::Run(int argc, char** argv) {
   cli.add_option("--redis-fsync", options.redis_fsync,
                  "the persistence Redis must have: everysec, always or unchecked")
       ->capture_default_str();
+  app::AddDuplicatesOption(&cli, options.duplicates);
   try {
     cli.parse(argc, argv);
     options.retention = std::chrono::hours(retention_hours);

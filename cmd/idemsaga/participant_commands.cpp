@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "app/commands.hpp"
+#include "app/duplicates_option.hpp"
 #include "app/serve_until_signal.hpp"
 #include "cmd/idemsaga/stock.hpp"
 #include "common/defaults.hpp"
@@ -89,11 +90,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
                   "its longest saga; it checks at start-up)")
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
-  cmd->add_option("--duplicates", flags.duplicates,
-                  "a request whose key a concurrent duplicate holds: wait for it and replay its "
-                  "answer, or fail-fast with 409 + Retry-After (an advisory lock)")
-      ->check(CLI::IsMember({"wait", "fail-fast"}))
-      ->capture_default_str();
+  app::AddDuplicatesOption(cmd, flags.duplicates);
   cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,

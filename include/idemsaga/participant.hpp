@@ -105,6 +105,9 @@ struct ParticipantServiceOptions {
   // With redis_url: "everysec" (appendfsync everysec or always: a crash of Redis' host may
   // lose about a second of keys), "always", or "unchecked" (CONFIG disabled; you vouch).
   std::string redis_fsync = "everysec";
+  // A request whose key a concurrent duplicate holds: "wait" (for the duplicate to commit,
+  // then replay its answer) or "fail-fast" (409 + Retry-After at once).
+  std::string duplicates = "wait";
 };
 
 class Participant {
@@ -133,7 +136,7 @@ class Participant {
   int Start(const std::string& host, int port);
   // A participant binary's main: --listen HOST:PORT, --database-url (IDEMSAGA_DATABASE_URL),
   // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours, --redis-url
-  // (IDEMSAGA_REDIS_URL), --redis-fsync; prints "<name> ready on
+  // (IDEMSAGA_REDIS_URL), --redis-fsync, --duplicates; prints "<name> ready on
   // <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
   int Run(int argc, char** argv);
   std::string Url() const;  // http://host:port once started

@@ -34,6 +34,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/pg/pool.hpp"
 #include "common/trace/span.hpp"
@@ -142,6 +143,43 @@ struct ExternalCall {
   std::chrono::steady_clock::time_point deadline;
 };
 
+// An effect outside the database: called with no transaction open. It answers a 2xx or a 4xx
+// to store and replay; a 5xx or an exception stores nothing (503): the claim is kept until its
+// lease runs out (NotSent releases it at once), and the retry that takes it over is told
+// earlier_attempt.
+using ExternalEffect = std::function<Response(const ExternalCall& call)>;
+// Undoes an external action, with no transaction open; returns details for the answer.
+using ExternalUndo =
+    std::function<nlohmann::json(const ExternalCall& call, const ActionRecord& action)>;
+
+// The guard's state machine for effects outside the store, kept in one store: claim or replay,
+// the fingerprint (422 on reuse), 409 + Retry-After while a claim is live, the leased and
+// fenced claim with `earlier_attempt` on takeover, the answer stored with its headers,
+// compensations that undo once or leave a tombstone, `compensated`, `action_unknown`, and
+// expiry counted from the last write. Guard (PostgreSQL) and RedisGuard keep it, and the
+// conformance suite (tests/integration/participant_stores_itest.cpp) holds every store to the
+// same answers, byte for byte. A participant picks one at start-up; HttpGuard serves any.
+class KeyStore {
+ public:
+  virtual ~KeyStore() = default;
+  // Calls `effect` at most once per (tenant, key) among live claims; stores and replays its
+  // answer. Throws when the store is unreachable (nothing known to have happened: retry).
+  virtual Response RunExternal(const Request& req, const ExternalEffect& effect) = 0;
+  // Runs `undo` at most once for the action under (tenant, action_key), or leaves a tombstone
+  // that refuses it; `action_applied`: a missing record is 409 action_unknown, stored nowhere.
+  virtual Response CompensateExternal(const Request& req, const std::string& action_key,
+                                      const ExternalUndo& undo, bool action_applied) = 0;
+  // A tenant's keys written in the last `since`, `limit` at a time in key order after `after`.
+  virtual std::vector<protocol::KeyRecord> ListKeys(const std::string& tenant_id,
+                                                    std::chrono::seconds since,
+                                                    const std::string& after, int limit) = 0;
+  // Deletes up to `batch` keys past their expiry; 0 from a store that expires keys itself.
+  virtual long long DeleteExpired(int batch) = 0;
+  // True when the store answers.
+  virtual bool Ready() = 0;
+  virtual const GuardOptions& options() const = 0;
+};
+
 // What an effect may touch, which decides when the guard calls it.
 enum class EffectScope {
   // Anything (a metric, a log line, a call out): the effect is called only once the key is
@@ -193,19 +231,15 @@ struct PlannedEffect {
   std::string ctes;
 };
 
-class Guard {
+// The key store in PostgreSQL, which also guards effects inside the participant's own database
+// (Run, RunPlanned, Compensate): the key and the effect commit in one transaction.
+class Guard : public KeyStore {
  public:
   using Effect = std::function<Response(pqxx::work& tx)>;
   // Undoes a successful action inside `tx`; returns details for the compensation's answer.
   using Undo = std::function<nlohmann::json(pqxx::work& tx, const ActionRecord& action)>;
-  // An effect outside the database: called with no transaction open. It answers a 2xx or a
-  // 4xx to store and replay; a 5xx or an exception stores nothing (503): the claim is kept
-  // until its lease runs out (NotSent releases it at once), and the retry that takes it over
-  // is told earlier_attempt.
-  using ExternalEffect = std::function<Response(const ExternalCall& call)>;
-  // Undoes an external action, with no transaction open; returns details for the answer.
-  using ExternalUndo =
-      std::function<nlohmann::json(const ExternalCall& call, const ActionRecord& action)>;
+  using ExternalEffect = guard::ExternalEffect;
+  using ExternalUndo = guard::ExternalUndo;
 
   // `tracer` may be null (no spans).
   explicit Guard(common::pg::Pool& pool, const common::trace::Tracer* tracer = nullptr,
@@ -234,7 +268,7 @@ class Guard {
   // and stores and replays its answer like Run's. Outcomes besides Run's: in_progress (a live
   // claim holds the key: 409), fenced (this caller's claim was taken over meanwhile: its
   // answer is not stored; the current holder's stored answer, or 409, is returned).
-  Response RunExternal(const Request& req, const ExternalEffect& effect);
+  Response RunExternal(const Request& req, const ExternalEffect& effect) override;
   // Compensate for an action whose undo is external: the compensation's own key is claimed as
   // RunExternal claims, `undo` runs with no transaction open, and the action is marked undone
   // with the answer, fenced by the token. An action still pending under a live lease answers
@@ -243,19 +277,20 @@ class Guard {
   // `undo` runs at most once per compensation key; give the third party the action key so
   // that undoing twice under two compensation keys is harmless there.
   Response CompensateExternal(const Request& req, const std::string& action_key,
-                              const ExternalUndo& undo, bool action_applied = false);
+                              const ExternalUndo& undo, bool action_applied = false) override;
 
   // A tenant's keys written or compensated in the last `since` (at most the retention),
   // `limit` at a time in key order after `after`: what a reconciler compares with the sagas
   // that derived them. Reads the expiry index (a key's expiry moves with each write).
   std::vector<protocol::KeyRecord> ListKeys(const std::string& tenant_id,
                                             std::chrono::seconds since, const std::string& after,
-                                            int limit);
+                                            int limit) override;
 
   // Deletes up to `batch` keys past their expiry (GuardOptions::retention).
-  long long DeleteExpired(int batch);
+  long long DeleteExpired(int batch) override;
+  bool Ready() override;
 
-  const GuardOptions& options() const { return options_; }
+  const GuardOptions& options() const override { return options_; }
 
  private:
   template <typename Body>

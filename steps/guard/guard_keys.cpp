@@ -1,4 +1,5 @@
-// Guard::ListKeys (what a reconciler reads) and Guard::DeleteExpired (garbage collection).
+// Guard::ListKeys (what a reconciler reads), Guard::DeleteExpired (garbage collection) and
+// Guard::Ready.
 #include <algorithm>
 #include <stdexcept>
 
@@ -38,5 +39,7 @@ long long Guard::DeleteExpired(int batch) {
     return static_cast<long long>(r.affected_rows());
   });
 }
+
+bool Guard::Ready() { return common::pg::Reachable(pool_); }
 
 }  // namespace idemsaga::steps::guard

@@ -14,8 +14,14 @@ using common::http::SetError;
 
 HttpGuard::HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer,
                      HttpGuardHooks hooks)
-    : HttpGuard(std::move(options), tracer, std::move(hooks)) {
+    : HttpGuard(static_cast<KeyStore&>(guard), std::move(options), tracer, std::move(hooks)) {
   guard_ = &guard;
+}
+
+HttpGuard::HttpGuard(KeyStore& store, HttpGuardOptions options, const common::trace::Tracer* tracer,
+                     HttpGuardHooks hooks)
+    : HttpGuard(std::move(options), tracer, std::move(hooks)) {
+  store_ = &store;
 }
 
 HttpGuard::HttpGuard(HttpGuardOptions options, const common::trace::Tracer* tracer,
@@ -203,19 +209,18 @@ HttpGuard::Handler HttpGuard::Compensation(RouteUndo undo) const {
   });
 }
 
-HttpGuard::Handler HttpGuard::ExternalAction(Validate validate,
-                                             Guard::ExternalEffect effect) const {
+HttpGuard::Handler HttpGuard::ExternalAction(Validate validate, ExternalEffect effect) const {
   return Guarded("action", std::move(validate),
                  [this, effect = std::move(effect)](const Request& r) {
-                   return guard_->RunExternal(r, effect);
+                   return store_->RunExternal(r, effect);
                  });
 }
 
-HttpGuard::Handler HttpGuard::ExternalCompensation(Guard::ExternalUndo undo) const {
+HttpGuard::Handler HttpGuard::ExternalCompensation(ExternalUndo undo) const {
   return GuardedCompensation([this, undo = std::move(undo)](const Request& r,
                                                             const std::string& action_key,
                                                             bool action_applied) {
-    return guard_->CompensateExternal(r, action_key, undo, action_applied);
+    return store_->CompensateExternal(r, action_key, undo, action_applied);
   });
 }
 
@@ -239,7 +244,7 @@ HttpGuard::Handler HttpGuard::GuardedCompensation(RunCompensation run) const {
 HttpGuard::Handler HttpGuard::Keys() const {
   return Keys([this](const std::string& tenant_id, std::chrono::seconds since,
                      const std::string& after,
-                     int limit) { return guard_->ListKeys(tenant_id, since, after, limit); });
+                     int limit) { return store_->ListKeys(tenant_id, since, after, limit); });
 }
 
 HttpGuard::Handler HttpGuard::Keys(ListKeys list) const {
@@ -274,7 +279,7 @@ HttpGuard::Handler HttpGuard::Keys(ListKeys list) const {
   };
 }
 
-HttpGuard::Handler HttpGuard::Policy() const { return Policy(guard_->options().retention); }
+HttpGuard::Handler HttpGuard::Policy() const { return Policy(store_->options().retention); }
 
 HttpGuard::Handler HttpGuard::Policy(std::chrono::seconds retention) const {
   return [this, retention](const httplib::Request& req, httplib::Response& res) {

@@ -75,7 +75,11 @@ class HttpGuard {
   // `tracer` may be null (no spans).
   HttpGuard(Guard& guard, HttpGuardOptions options, const common::trace::Tracer* tracer = nullptr,
             HttpGuardHooks hooks = {});
-  // The edge alone, for a store other than Guard: only Guarded(), GuardedCompensation(),
+  // Over a key store other than Guard (RedisGuard): the external routes, Policy() and Keys()
+  // besides the edge's own; Action(), PlannedAction() and Compensation() need a Guard.
+  HttpGuard(KeyStore& store, HttpGuardOptions options,
+            const common::trace::Tracer* tracer = nullptr, HttpGuardHooks hooks = {});
+  // The edge alone, for a store of the caller's own: only Guarded(), GuardedCompensation(),
   // Policy(retention), Keys(list) and Authorized() may be used.
   explicit HttpGuard(HttpGuardOptions options, const common::trace::Tracer* tracer = nullptr,
                      HttpGuardHooks hooks = {});
@@ -99,10 +103,10 @@ class HttpGuard {
   // POST handler of a compensation, whose body is {"action_key": "...", "action_applied":
   // true|false (optional)}: `undo` runs at most once for that action (Guard::Compensate).
   Handler Compensation(RouteUndo undo) const;
-  // The same for an action whose effect, and its undo, are calls outside the database
-  // (Guard::RunExternal, Guard::CompensateExternal): no transaction is open during them.
-  Handler ExternalAction(Validate validate, Guard::ExternalEffect effect) const;
-  Handler ExternalCompensation(Guard::ExternalUndo undo) const;
+  // The same for an action whose effect, and its undo, are calls outside the store
+  // (KeyStore::RunExternal, KeyStore::CompensateExternal): no transaction is open during them.
+  Handler ExternalAction(Validate validate, ExternalEffect effect) const;
+  Handler ExternalCompensation(ExternalUndo undo) const;
   // GET kPolicyPath: {"key_retention_seconds": N}, what an orchestrator checks at start-up.
   Handler Policy() const;
   // GET kKeysPath?tenant=T&since_seconds=S[&after=K][&limit=N] (service token): a tenant's
@@ -128,7 +132,8 @@ class HttpGuard {
              const std::function<Response(const Request&)>& run) const;
   void Count(const char* kind, const std::string& outcome) const;
 
-  Guard* guard_;  // null for a store of the caller's own
+  Guard* guard_;               // null on any other store
+  KeyStore* store_ = nullptr;  // null for a store of the caller's own
   HttpGuardOptions options_;
   const common::trace::Tracer* tracer_;
   HttpGuardHooks hooks_;

@@ -52,7 +52,7 @@ enum class RedisFsync {
 // "everysec", "always" or "unchecked"; nullopt for anything else.
 std::optional<RedisFsync> ParseRedisFsync(std::string_view name);
 
-class RedisGuard {
+class RedisGuard : public KeyStore {
  public:
   // Uses `options.lease` and `options.retention` (Duplicates does not apply: a duplicate in
   // flight always gets 409 at once).
@@ -63,20 +63,22 @@ class RedisGuard {
   // noeviction); common::redis::Unavailable when it cannot be reached.
   void CheckServer(RedisFsync fsync);
   // True when Redis answers PING.
-  bool Ready();
+  bool Ready() override;
 
   // As Guard::RunExternal and Guard::CompensateExternal (guard.hpp); a Redis outage throws
   // common::redis::Unavailable (nothing known to have happened: retry with the key).
-  Response RunExternal(const Request& req, const Guard::ExternalEffect& effect);
+  Response RunExternal(const Request& req, const ExternalEffect& effect) override;
   Response CompensateExternal(const Request& req, const std::string& action_key,
-                              const Guard::ExternalUndo& undo, bool action_applied = false);
+                              const ExternalUndo& undo, bool action_applied = false) override;
 
   // As Guard::ListKeys.
   std::vector<protocol::KeyRecord> ListKeys(const std::string& tenant_id,
                                             std::chrono::seconds since, const std::string& after,
-                                            int limit);
+                                            int limit) override;
+  // 0: Redis expires each key itself (the TTL on its record).
+  long long DeleteExpired(int /*batch*/) override { return 0; }
 
-  const GuardOptions& options() const { return options_; }
+  const GuardOptions& options() const override { return options_; }
 
   // Lua for a script of the caller's own over the same records: now_ms(), keep_alive(key,
   // retention_ms), index(idx, key, now, retention_ms), load(key) (the record's fields, as
