@@ -2,7 +2,8 @@
 // HttpGuard::ExternalAction) sends through a provider that is not idempotent (each POST sends
 // one more message), so only the guard's lease, fencing token and "earlier attempt" flag stand
 // between a crash and a second message. The mailer that dies or stalls mid-call is this test
-// binary run again as a child process.
+// binary run again as a child process. Each case runs on every key store (PostgreSQL, Redis):
+// part of the stores' conformance suite (participant_stores_itest.cpp).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -15,9 +16,12 @@
 #include <thread>
 
 #include "common/percent_encode.hpp"
+#include "common/redis/pool.hpp"
 #include "steps/guard/http_guard.hpp"
+#include "steps/guard/redis_guard.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/support/pg_harness.hpp"
+#include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
 #include "tests/support/wait.hpp"
 
@@ -101,15 +105,36 @@ Response SendEmail(const std::string& provider_url, const ExternalCall& call,
   return Response{201, sent->body};
 }
 
-// The mailer service: POST /v1/emails, its guard's lease 1 s. A plain httplib::Server: the
-// guard's handler fits any cpp-httplib route, not only idemsaga's own server.
+// The key store at `url` (postgresql:// or redis://), its lease 1 s.
+class Store {
+ public:
+  explicit Store(const std::string& url) {
+    const idemsaga::steps::guard::GuardOptions options{.lease = std::chrono::seconds(1)};
+    if (url.rfind("redis://", 0) == 0) {
+      redis_ = std::make_unique<idemsaga::common::redis::Pool>(
+          idemsaga::common::redis::Pool::Options{.url = url, .size = 4});
+      store_ = std::make_unique<idemsaga::steps::guard::RedisGuard>(*redis_, options);
+    } else {
+      pool_ = std::make_unique<idemsaga::common::pg::Pool>(
+          idemsaga::common::pg::Pool::Options{.url = url, .size = 4});
+      store_ = std::make_unique<idemsaga::steps::guard::Guard>(*pool_, nullptr, options);
+    }
+  }
+  idemsaga::steps::guard::KeyStore& operator*() { return *store_; }
+
+ private:
+  std::unique_ptr<idemsaga::common::pg::Pool> pool_;
+  std::unique_ptr<idemsaga::common::redis::Pool> redis_;
+  std::unique_ptr<idemsaga::steps::guard::KeyStore> store_;
+};
+
+// The mailer service: POST /v1/emails on the key store at `store_url`. A plain
+// httplib::Server: the guard's handler fits any cpp-httplib route, not only idemsaga's own.
 class Mailer {
  public:
-  Mailer(const std::string& db, const std::string& provider_url,
+  Mailer(const std::string& store_url, const std::string& provider_url,
          std::function<void()> after_send = {})
-      : pool_({.url = db, .size = 4}),
-        guard_(pool_, nullptr, {.lease = std::chrono::seconds(1)}),
-        http_(guard_, {.service_token = kToken}) {
+      : store_(store_url), http_(*store_, {.service_token = kToken}) {
     server_.Post("/v1/emails",
                  http_.ExternalAction(nullptr, [provider_url, after_send](const ExternalCall& c) {
                    return SendEmail(provider_url, c, after_send);
@@ -126,8 +151,7 @@ class Mailer {
   }
 
  private:
-  idemsaga::common::pg::Pool pool_;
-  idemsaga::steps::guard::Guard guard_;
+  Store store_;
   idemsaga::steps::guard::HttpGuard http_;
   httplib::Server server_;
 };
@@ -143,19 +167,33 @@ httplib::Result Email(httplib::Client& client, const std::string& key) {
 // The child: a mailer whose handler, once the message is out, hangs (to be killed) or stalls
 // past its lease (to come back as a zombie). Skipped unless the parent ran it.
 TEST(MailerChild, ServesUntilKilledOrStalled) {
-  const char* db = std::getenv("MAILER_CHILD_DB");
-  if (db == nullptr) GTEST_SKIP() << "run by GuardExternal tests";
+  const char* store = std::getenv("MAILER_CHILD_STORE");
+  if (store == nullptr) GTEST_SKIP() << "run by GuardExternal tests";
   std::string mode = std::getenv("MAILER_CHILD_MODE");
-  test_support::Serving<Mailer> mailer(db, std::getenv("MAILER_CHILD_PROVIDER"), [mode] {
+  test_support::Serving<Mailer> mailer(store, std::getenv("MAILER_CHILD_PROVIDER"), [mode] {
     std::this_thread::sleep_for(mode == "hang" ? 60s : 5s);
   });
   std::cout << "mailer-child-port=" << mailer.port << std::endl;
   std::this_thread::sleep_for(mode == "hang" ? 60s : 10s);
 }
 
-class GuardExternal : public ::testing::Test {
+enum class StoreKind { kPostgres, kRedis };
+
+class GuardExternal : public ::testing::TestWithParam<StoreKind> {
  protected:
-  GuardExternal() : db_("payment") {}
+  GuardExternal() : db_("payment") {
+    if (GetParam() == StoreKind::kRedis) redis_ = std::make_unique<test_support::RedisServer>();
+    store_url_ = redis_ ? redis_->Url() : db_.url();
+  }
+
+  // The stored record of `key` as the reconciler lists it.
+  std::optional<idemsaga::steps::protocol::KeyRecord> Record(const std::string& key) {
+    Store store(store_url_);
+    for (const auto& k : (*store).ListKeys("demo", std::chrono::hours(1), "", 1000)) {
+      if (k.key == key) return k;
+    }
+    return std::nullopt;
+  }
 
   // Starts the child mailer in `mode`; returns its port.
   int StartChild(const std::string& mode) {
@@ -163,7 +201,7 @@ class GuardExternal : public ::testing::Test {
     std::remove(log_.c_str());
     child_ = std::make_unique<chaos::Process>(
         std::vector<std::string>{"/proc/self/exe", "--gtest_filter=MailerChild.*"},
-        std::map<std::string, std::string>{{"MAILER_CHILD_DB", db_.url()},
+        std::map<std::string, std::string>{{"MAILER_CHILD_STORE", store_url_},
                                            {"MAILER_CHILD_PROVIDER", provider_.Url()},
                                            {"MAILER_CHILD_MODE", mode}},
         log_);
@@ -194,12 +232,14 @@ class GuardExternal : public ::testing::Test {
   }
 
   test_support::ScratchDatabase db_;  // a participant database: it has the guard's key table
+  std::unique_ptr<test_support::RedisServer> redis_;
+  std::string store_url_;
   Provider provider_;
   std::string log_;
   std::unique_ptr<chaos::Process> child_;
 };
 
-TEST_F(GuardExternal, AKill9MidCallThenARetrySendsNoSecondMessage) {
+TEST_P(GuardExternal, AKill9MidCallThenARetrySendsNoSecondMessage) {
   int port = StartChild("hang");
   ASSERT_NE(port, 0);
   auto pending = std::async(std::launch::async, [port] {
@@ -210,7 +250,7 @@ TEST_F(GuardExternal, AKill9MidCallThenARetrySendsNoSecondMessage) {
   ASSERT_TRUE(WaitFor([&] { return provider_.sends() == 1; }, 20s));
   child_->Kill();  // kill -9 with the message out and nothing recorded
   EXPECT_FALSE(pending.get());
-  test_support::Serving<Mailer> mailer(db_.url(), provider_.Url());
+  test_support::Serving<Mailer> mailer(store_url_, provider_.Url());
   auto done = RetryUntilDone(mailer, "welcome-1");
   ASSERT_TRUE(done);
   EXPECT_EQ(done->status, 201) << done->body;
@@ -221,12 +261,16 @@ TEST_F(GuardExternal, AKill9MidCallThenARetrySendsNoSecondMessage) {
   auto replay = Email(client, "welcome-1");
   EXPECT_EQ(replay->body, done->body);
   EXPECT_EQ(replay->get_header_value("Idempotent-Replayed"), "true");
-  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
-                      "'welcome-1' AND status = 'completed' AND fencing_token = 2"),
-            1);
+  auto record = Record("welcome-1");
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->status, idemsaga::steps::protocol::KeyStatus::kCompleted);
+  EXPECT_EQ(record->response_status, 201);
+  std::ifstream in(log_);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("event=guard_answer_lost"), std::string::npos) << text;
 }
 
-TEST_F(GuardExternal, AStalledHoldersLateAnswerIsRefusedAfterATakeover) {
+TEST_P(GuardExternal, AStalledHoldersLateAnswerIsRefusedAfterATakeover) {
   int port = StartChild("stall");
   ASSERT_NE(port, 0);
   auto zombie = std::async(std::launch::async, [port] {
@@ -236,7 +280,7 @@ TEST_F(GuardExternal, AStalledHoldersLateAnswerIsRefusedAfterATakeover) {
   });
   ASSERT_TRUE(WaitFor([&] { return provider_.sends() == 1; }, 20s));
   // The child stalls 5 s past the message with a 1 s lease: a retry takes the claim over.
-  test_support::Serving<Mailer> mailer(db_.url(), provider_.Url());
+  test_support::Serving<Mailer> mailer(store_url_, provider_.Url());
   auto done = RetryUntilDone(mailer, "welcome-2");
   ASSERT_TRUE(done);
   EXPECT_EQ(done->status, 201) << done->body;
@@ -245,13 +289,23 @@ TEST_F(GuardExternal, AStalledHoldersLateAnswerIsRefusedAfterATakeover) {
   // The zombie's answer was not stored: it is told the winner's, as a replay.
   EXPECT_EQ(late->body, done->body);
   EXPECT_EQ(late->get_header_value("Idempotent-Replayed"), "true");
-  EXPECT_EQ(db_.Text("SELECT response_body FROM idempotency_keys WHERE idempotency_key = $1",
-                     "welcome-2"),
-            done->body);
+  // What is stored is the winner's answer: a fresh mailer replays it.
+  test_support::Serving<Mailer> fresh(store_url_, provider_.Url());
+  auto client = fresh.Client();
+  auto replay = Email(client, "welcome-2");
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->body, done->body);
+  EXPECT_EQ(replay->get_header_value("Idempotent-Replayed"), "true");
   EXPECT_EQ(provider_.sends(), 1);
   std::ifstream in(log_);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("event=guard_fenced"), std::string::npos) << text;
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, GuardExternal,
+                         ::testing::Values(StoreKind::kPostgres, StoreKind::kRedis),
+                         [](const auto& info) {
+                           return info.param == StoreKind::kPostgres ? "postgres" : "redis";
+                         });
 
 }  // namespace

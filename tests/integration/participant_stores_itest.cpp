@@ -1,8 +1,12 @@
-// idemsaga::Participant with its keys in PostgreSQL or in Redis (ParticipantServiceOptions::
-// redis_url), over real HTTP against the run's PostgreSQL and a private redis-server
-// (tests/support/redis_harness.hpp): one table of cases run on each store (effects counted in
-// the participant's own code, replay bytes compared), and the whole transcript of answers,
-// the key listing and /metrics compared byte for byte between the two stores.
+// The key stores' conformance suite. idemsaga::Participant with its keys in PostgreSQL (both
+// duplicate policies) or in Redis (ParticipantServiceOptions::redis_url), over real HTTP
+// against the run's PostgreSQL and a private redis-server (tests/support/redis_harness.hpp):
+// one table of cases run on each store (effects counted in the participant's own code, replay
+// bytes compared), 50 concurrent duplicates, generated hostile keys and bodies, and the whole
+// transcript of answers, the key listing and /metrics compared byte for byte between the
+// stores. Below the edge, each steps::guard::KeyStore's expiry and garbage collection.
+// guard_external_itest.cpp holds the rest of the suite: kill -9 between the effect and its
+// answer, and a stalled holder fenced, on each store.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -10,8 +14,14 @@
 #include <idemsaga/participant.hpp>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <thread>
 
+#include "common/idempotency_key.hpp"
+#include "common/redis/pool.hpp"
+#include "steps/guard/guard.hpp"
+#include "steps/guard/redis_guard.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -21,9 +31,20 @@ namespace {
 using test_support::Call;
 using test_support::Post;
 
-enum class Store { kPostgres, kRedis };
+enum class Store { kPostgres, kPostgresFailFast, kRedis };
+const std::vector<Store> kStores = {Store::kPostgres, Store::kPostgresFailFast, Store::kRedis};
 
-std::string NameOf(Store store) { return store == Store::kPostgres ? "postgres" : "redis"; }
+std::string NameOf(Store store) {
+  switch (store) {
+    case Store::kPostgres:
+      return "postgres";
+    case Store::kPostgresFailFast:
+      return "postgres_fail_fast";
+    case Store::kRedis:
+      return "redis";
+  }
+  return "";
+}
 
 constexpr const char* kToken = "dev-service-token";
 
@@ -48,9 +69,10 @@ class Mail {
  public:
   Mail(Store store, Effects& effects) : effects_(effects) {
     idemsaga::ParticipantServiceOptions options{.name = "mail", .service_token = kToken};
-    if (store == Store::kPostgres) {
+    if (store != Store::kRedis) {
       db_ = std::make_unique<test_support::ScratchDatabase>("guard");
       options.database_url = db_->url();
+      if (store == Store::kPostgresFailFast) options.duplicates = "fail-fast";
     } else {
       redis_ = std::make_unique<test_support::RedisServer>();
       options.redis_url = redis_->Url();
@@ -225,7 +247,7 @@ TEST_P(ParticipantStoreTest, KeepsTheGuardsPromiseForEveryCase) {
 TEST_P(ParticipantStoreTest, ConcurrentDuplicatesSendOnceAndTheRestReplayOrWait) {
   Effects effects;
   Mail mail(GetParam(), effects);
-  constexpr int kDuplicates = 8;
+  constexpr int kDuplicates = 50;
   std::vector<std::string> seen(kDuplicates);
   std::vector<std::thread> threads;
   for (int i = 0; i < kDuplicates; ++i) {
@@ -248,8 +270,190 @@ TEST_P(ParticipantStoreTest, ConcurrentDuplicatesSendOnceAndTheRestReplayOrWait)
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ParticipantStoreTest,
-                         ::testing::Values(Store::kPostgres, Store::kRedis),
+// Keys a client may send: valid ones of every shape (bare tokens with punctuation, sf-strings
+// with escapes, the longest accepted) and invalid ones (too long, control characters, bare
+// values with quotes or separators, unterminated strings), from a fixed seed.
+std::vector<std::string> GeneratedKeys(int n) {
+  std::mt19937 rng(20261127);
+  auto pick = [&](int below) { return static_cast<int>(rng() % static_cast<unsigned>(below)); };
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) {
+    std::string k;
+    const int len = 1 + (i % 10 == 0 ? 250 + pick(20) : pick(40));
+    for (int j = 0; j < len; ++j) {
+      int roll = pick(100);
+      char c = roll < 80   ? static_cast<char>(0x21 + pick(0x5e))  // printable, no space
+               : roll < 90 ? ' '
+               : roll < 95 ? "\\\",;:*/"[pick(7)]
+                           : static_cast<char>(1 + pick(31));  // a control character
+      k.push_back(c);
+    }
+    if (i % 3 == 0) k = idemsaga::common::FormatIdempotencyKey(k);  // sf-string
+    if (i % 17 == 0) k = "\"" + k;                                  // unterminated
+    keys.push_back("g" + std::to_string(i) + "-" + k);
+  }
+  return keys;
+}
+
+// Bodies a client may send: valid, wrong types, not JSON, not an object, deep, huge strings.
+std::vector<std::string> GeneratedBodies() {
+  return {Email("ann@example.com"),
+          R"({"to":42})",
+          R"({"to":null})",
+          "{",
+          "[]",
+          "\"to\"",
+          "",
+          std::string(2000, '['),
+          R"({"to":")" + std::string(70000, 'x') + "\"}",
+          R"({"to":"a@b","to":"c@d"})",
+          "{\"to\":\"\xff\xfe\"}",
+          R"({"to":"\u0000"})"};
+}
+
+// Every generated key and body, against every store: no answer is a 5xx; a refused request
+// (4xx before the effect) calls nothing and stores nothing; an accepted key is stored and
+// listed with exactly the bytes the guard's parser read from the header, once.
+TEST_P(ParticipantStoreTest, HostileKeysAndBodiesGetNoFiveHundredAndStoreOnlyWhatWasAccepted) {
+  Effects effects;
+  Mail mail(GetParam(), effects);
+  auto c = mail.Client();
+  std::map<int, int> statuses;
+  std::set<std::string> accepted;
+  const auto keys = GeneratedKeys(1500);
+  const auto bodies = GeneratedBodies();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // Every other request has a valid body, so that a valid key is applied.
+    const std::string& body = bodies[i % 2 == 0 ? 0 : (i / 2) % bodies.size()];
+    auto r = Post(c, "/v1/emails", {.key = keys[i], .body = body});
+    if (!r) {
+      ++statuses[0];  // the client refused to send the header (e.g. a control character)
+      continue;
+    }
+    ++statuses[r->status];
+    EXPECT_LT(r->status, 500) << keys[i] << "\n" << r->body;
+    // HTTP strips a field value's trailing spaces and tabs before anyone parses it.
+    std::string_view value = keys[i];
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    auto parsed = idemsaga::common::ParseIdempotencyKey(1, value, 255);
+    if (r->status == 201) {
+      ASSERT_TRUE(parsed.ok()) << keys[i];
+      EXPECT_EQ(effects.Sent(parsed.key), 1) << keys[i];
+      accepted.insert(parsed.key);
+    } else if (parsed.ok()) {
+      EXPECT_EQ(effects.Sent(parsed.key), 0) << keys[i] << " " << r->status;
+    }
+  }
+  // Both kinds were generated, else the test proves nothing.
+  EXPECT_GT(accepted.size(), 20U);
+  EXPECT_GT(statuses[400], 100);
+  std::set<std::string> listed;
+  auto listing = c.Get("/v1/idempotency/keys?tenant=demo&since_seconds=3600&limit=1000",
+                       {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(listing);
+  ASSERT_EQ(listing->status, 200) << listing->body;
+  const auto page = nlohmann::json::parse(listing->body);
+  for (const auto& k : page["keys"]) {
+    listed.insert(k["key"].get<std::string>());
+  }
+  EXPECT_EQ(listed, accepted);
+  int sent = 0;
+  for (const auto& [key, n] : effects.sent) sent += n;
+  EXPECT_EQ(sent, static_cast<int>(accepted.size()));
+  std::string seen;
+  for (const auto& [status, n] : statuses)
+    seen += " " + std::to_string(status) + "x" + std::to_string(n);
+  std::cout << NameOf(GetParam()) << ": " << keys.size() << " requests," << seen << std::endl;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ParticipantStoreTest, ::testing::ValuesIn(kStores),
+                         [](const auto& info) { return NameOf(info.param); });
+
+// A KeyStore on its own (no HTTP), its retention 4 s.
+class KeyStoreExpiry : public ::testing::TestWithParam<Store> {
+ protected:
+  KeyStoreExpiry() {
+    namespace guard = idemsaga::steps::guard;
+    const guard::GuardOptions options{.lease = std::chrono::seconds(1),
+                                      .retention = std::chrono::seconds(4),
+                                      .duplicates = GetParam() == Store::kPostgresFailFast
+                                                        ? guard::Duplicates::kFailFast
+                                                        : guard::Duplicates::kWait};
+    if (GetParam() == Store::kRedis) {
+      redis_server_ = std::make_unique<test_support::RedisServer>();
+      redis_ = std::make_unique<idemsaga::common::redis::Pool>(
+          idemsaga::common::redis::Pool::Options{.url = redis_server_->Url()});
+      store_ = std::make_unique<guard::RedisGuard>(*redis_, options);
+    } else {
+      db_ = std::make_unique<test_support::ScratchDatabase>("guard");
+      pool_ = std::make_unique<idemsaga::common::pg::Pool>(
+          idemsaga::common::pg::Pool::Options{.url = db_->url()});
+      store_ = std::make_unique<guard::Guard>(*pool_, nullptr, options);
+    }
+  }
+
+  idemsaga::steps::guard::Request Req(const std::string& key) {
+    return {"demo", key, "POST", "/v1/emails", nlohmann::json{{"to", "ann@example.com"}}, {}};
+  }
+  idemsaga::steps::guard::Response Send(const std::string& key) {
+    return store_->RunExternal(Req(key), [&](const idemsaga::steps::guard::ExternalCall& call) {
+      std::lock_guard lock(effects_.mutex);
+      ++effects_.sent[call.request.key];
+      return idemsaga::steps::guard::Response{201, R"({"email_id":"em_)" + key + "\"}"};
+    });
+  }
+  std::set<std::string> Listed() {
+    std::set<std::string> out;
+    for (const auto& k : store_->ListKeys("demo", std::chrono::seconds(4), "", 100)) {
+      out.insert(k.key + (k.compensated ? " compensated" : ""));
+    }
+    return out;
+  }
+
+  Effects effects_;
+  std::unique_ptr<test_support::ScratchDatabase> db_;
+  std::unique_ptr<idemsaga::common::pg::Pool> pool_;
+  std::unique_ptr<test_support::RedisServer> redis_server_;
+  std::unique_ptr<idemsaga::common::redis::Pool> redis_;
+  std::unique_ptr<idemsaga::steps::guard::KeyStore> store_;
+};
+
+// Expiry counts from a key's last write (a compensation restarts its clock), and collection
+// (DeleteExpired, or Redis' own TTL) removes only keys past it: a live key keeps its answer.
+TEST_P(KeyStoreExpiry, ExpiryCountsFromTheLastWriteAndCollectionLeavesLiveKeys) {
+  using namespace std::chrono_literals;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a = Send("a-mail");
+  ASSERT_EQ(a.status, 201);
+  ASSERT_EQ(Send("b-mail").status, 201);
+  std::this_thread::sleep_until(t0 + 1500ms);
+  auto undone = store_->CompensateExternal(
+      Req("a-mail-compensate"), "a-mail",
+      [](const auto&, const auto&) { return nlohmann::json::object(); }, false);
+  ASSERT_EQ(undone.status, 200) << undone.body;
+  auto c = Send("c-mail");  // a key written just before collection
+  ASSERT_EQ(c.status, 201);
+  EXPECT_EQ(Listed(),
+            (std::set<std::string>{"a-mail compensated", "a-mail-compensate", "b-mail", "c-mail"}));
+  // b-mail's 4 s are over; a-mail's clock restarted at 1.5 s.
+  std::this_thread::sleep_until(t0 + 4700ms);
+  store_->DeleteExpired(1000);
+  EXPECT_EQ(Listed(), (std::set<std::string>{"a-mail compensated", "a-mail-compensate", "c-mail"}));
+  // The live keys answer as before: a-mail is compensated (refused, not sent again) and
+  // c-mail replays; b-mail is forgotten, so the same key is a new request.
+  auto a_late = Send("a-mail");
+  EXPECT_EQ(a_late.status, 409);
+  EXPECT_EQ(a_late.outcome, idemsaga::steps::protocol::Outcome::kCompensated);
+  auto c_again = Send("c-mail");
+  EXPECT_TRUE(c_again.replayed);
+  EXPECT_EQ(c_again.body, c.body);
+  EXPECT_EQ(Send("b-mail").status, 201);
+  EXPECT_EQ(effects_.Sent("a-mail"), 1);
+  EXPECT_EQ(effects_.Sent("c-mail"), 1);
+  EXPECT_EQ(effects_.Sent("b-mail"), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, KeyStoreExpiry, ::testing::ValuesIn(kStores),
                          [](const auto& info) { return NameOf(info.param); });
 
 // What a participant serves besides its routes, with what varies by the clock taken out.
@@ -264,19 +468,22 @@ std::string Served(Mail& mail, const std::string& path) {
   return std::to_string(r->status) + "\n" + (body.is_discarded() ? r->body : body.dump());
 }
 
-TEST(ParticipantStores, AnswerTheSameBytesOnPostgresAndRedis) {
-  Effects pg_effects, redis_effects;
+TEST(ParticipantStores, AnswerTheSameBytesOnEveryStore) {
+  Effects pg_effects;
   Mail on_pg(Store::kPostgres, pg_effects);
-  Mail on_redis(Store::kRedis, redis_effects);
   auto pg = RunCases(on_pg, pg_effects);
-  auto redis = RunCases(on_redis, redis_effects);
-  ASSERT_EQ(pg.size(), redis.size());
-  for (size_t i = 0; i < pg.size(); ++i) EXPECT_EQ(redis[i], pg[i]) << "call " << i;
-  EXPECT_EQ(pg_effects.sent, redis_effects.sent);
-  EXPECT_EQ(pg_effects.recalled, redis_effects.recalled);
-  for (const char* path :
-       {"/v1/idempotency", "/v1/idempotency/keys?tenant=demo&since_seconds=3600", "/metrics"}) {
-    EXPECT_EQ(Served(on_redis, path), Served(on_pg, path)) << path;
+  for (Store store : {Store::kPostgresFailFast, Store::kRedis}) {
+    Effects effects;
+    Mail other(store, effects);
+    auto seen = RunCases(other, effects);
+    ASSERT_EQ(seen.size(), pg.size()) << NameOf(store);
+    for (size_t i = 0; i < pg.size(); ++i) EXPECT_EQ(seen[i], pg[i]) << NameOf(store) << " " << i;
+    EXPECT_EQ(effects.sent, pg_effects.sent) << NameOf(store);
+    EXPECT_EQ(effects.recalled, pg_effects.recalled) << NameOf(store);
+    for (const char* path :
+         {"/v1/idempotency", "/v1/idempotency/keys?tenant=demo&since_seconds=3600", "/metrics"}) {
+      EXPECT_EQ(Served(other, path), Served(on_pg, path)) << NameOf(store) << " " << path;
+    }
   }
 }
 
