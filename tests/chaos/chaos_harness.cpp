@@ -308,6 +308,14 @@ std::string Stack::ServerUrl(const std::string& dbname) const {
   return idemsaga::common::pg::WithDatabase(options_.server_url, dbname);
 }
 
+int Stack::ServerPort() const {
+  std::string url = ServerUrl("postgres");
+  auto authority = url.find("://") + 3;
+  auto end = url.find('/', authority);
+  auto colon = url.rfind(':', end);
+  return std::stoi(url.substr(colon + 1, end - colon - 1));
+}
+
 std::string Stack::OrchestratorUrl(int i) const {
   return "http://127.0.0.1:" + std::to_string(orchestrator_ports_[i]);
 }
@@ -352,10 +360,16 @@ void Stack::RestartParticipant(const std::string& which) {
 void Stack::StartOrchestrator(int i, const std::string& crash_points) {
   std::map<std::string, std::string> env;
   if (!crash_points.empty()) env["IDEMSAGA_CRASH_POINTS"] = crash_points;
+  std::string database_url = DatabaseUrl("orchestrator");
+  if (routes_.count(kDatabaseServer) != 0) {
+    std::string port = std::to_string(ServerPort());
+    database_url.replace(database_url.find(":" + port + "/"), port.size() + 1,
+                         ":" + std::to_string(routes_.at(kDatabaseServer)));
+  }
   std::vector<std::string> argv = {IDEMSAGA_BINARY,
                                    "orchestrator",
                                    "--database-url",
-                                   DatabaseUrl("orchestrator"),
+                                   database_url,
                                    "--listen",
                                    "127.0.0.1:" + std::to_string(orchestrator_ports_[i]),
                                    "--lease-seconds",
@@ -372,7 +386,10 @@ void Stack::StartOrchestrator(int i, const std::string& crash_points) {
   // serve (another stack, perhaps), and ship_order is meant to be served only with shipping set.
   for (const auto& which : kParticipants) {
     argv.push_back("--participant");
-    argv.push_back(which + "=" + ParticipantUrl(which));
+    argv.push_back(which + "=" +
+                   (routes_.count(which) != 0
+                        ? "http://127.0.0.1:" + std::to_string(routes_.at(which))
+                        : ParticipantUrl(which)));
   }
   argv.insert(argv.end(), options_.orchestrator_args.begin(), options_.orchestrator_args.end());
   orchestrators_[i] =
@@ -429,27 +446,26 @@ bool Driver::Attempt(KeyRecord& r, int replica_hint) {
   }
   httplib::Client c(url);
   c.set_connection_timeout(1);
-  c.set_read_timeout(15);
+  c.set_read_timeout(std::chrono::milliseconds(read_timeout_ms_));
   // Both routes answer a finished saga with its stored response (a 202 while it runs).
   const std::string path = r.saga == kPlaceOrder ? "/v1/orders" : "/v1/runs/" + r.saga;
+  History* history = history_;
+  long long op = history != nullptr ? history->Invoke(r.tenant, r.key, r.body) : 0;
   auto res =
       c.Post(path, {{"Authorization", "Bearer dev-key-" + r.tenant}, {"Idempotency-Key", r.key}},
              r.body, "application/json");
   int status = res ? res->status : 0;
   ++r.statuses[status];
-  if (!res) return false;
-  auto body = nlohmann::json::parse(res->body, nullptr, false);
-  // A completed saga's answer says "status": "completed"; a failed one is a problem (RFC
-  // 9457) whose "status" is the HTTP status and "saga_status" says "failed".
-  std::string saga_status;
-  for (const char* field : {"saga_status", "status"}) {
-    if (saga_status.empty() && body.is_object() && body.contains(field) &&
-        body[field].is_string()) {
-      saga_status = body[field].get<std::string>();
+  if (history != nullptr) {
+    if (res) {
+      history->Complete(op, status, res->body);
+    } else {
+      history->Info(op, httplib::to_string(res.error()));
     }
   }
+  if (!res) return false;
   if (status / 100 == 2 && status != 202) r.acks.push_back(res->body);
-  if (saga_status == "completed" || saga_status == "failed") {
+  if (!SagaOutcome(res->body).empty()) {
     r.final = true;
     r.final_status = status;
     r.final_body = res->body;
@@ -481,18 +497,19 @@ void Settle(Driver& driver, std::vector<KeyRecord>& records, std::chrono::second
 }
 
 std::string Report::Line(const std::string& scenario, const std::string& extra) const {
-  std::string s = scenario + ": orders=" + std::to_string(orders) +
-                  " terminal=" + std::to_string(terminal) +
-                  " double_charges=" + std::to_string(double_charges) +
-                  " double_reservations=" + std::to_string(double_reservations) +
-                  " double_shipments=" + std::to_string(double_shipments) +
-                  " orphan_reservations=" + std::to_string(orphan_reservations) +
-                  " orphan_charges=" + std::to_string(orphan_charges) +
-                  " orphan_shipments=" + std::to_string(orphan_shipments) +
-                  " completed_mismatch=" + std::to_string(completed_mismatch) +
-                  " failed_leftover=" + std::to_string(failed_leftover) +
-                  " lost_acks=" + std::to_string(lost_acks) +
-                  " replay_mismatch=" + std::to_string(replay_mismatch) +
+  std::string s = scenario + ":" +
+                  Counts({{"orders", orders},
+                          {"terminal", terminal},
+                          {"double_charges", double_charges},
+                          {"double_reservations", double_reservations},
+                          {"double_shipments", double_shipments},
+                          {"orphan_reservations", orphan_reservations},
+                          {"orphan_charges", orphan_charges},
+                          {"orphan_shipments", orphan_shipments},
+                          {"completed_mismatch", completed_mismatch},
+                          {"failed_leftover", failed_leftover},
+                          {"lost_acks", lost_acks},
+                          {"replay_mismatch", replay_mismatch}}) +
                   " reconcile_discrepancies=" + std::to_string(reconcile_discrepancies) + "/" +
                   std::to_string(reconcile_sagas) + "_sagas";
   return extra.empty() ? s : s + " " + extra;
@@ -644,6 +661,44 @@ Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records
   }
   Reconcile(stack, rep);
   return rep;
+}
+
+std::map<KeyId, KeyState> KeyStates(const Stack& stack) {
+  std::map<KeyId, KeyState> states;
+  {
+    pqxx::connection c(stack.DatabaseUrl("orchestrator"));
+    pqxx::read_transaction tx(c);
+    for (const auto& row : tx.exec("SELECT tenant_id, idempotency_key, status, "
+                                   "coalesce(response_status, 0), coalesce(response_body, '') "
+                                   "FROM idempotency_keys")) {
+      KeyState& s = states[{row[0].as<std::string>(), row[1].as<std::string>()}];
+      s.status = row[2].as<std::string>();
+      s.stored_status = row[3].as<int>();
+      s.stored_body = row[4].as<std::string>();
+    }
+  }
+  // Hands `count` each row of `sql` (tenant, step key, status) with its parent key's state.
+  auto each_effect = [&](const std::string& kind, const char* sql, const std::string& suffix,
+                         auto count) {
+    pqxx::connection c(stack.DatabaseUrl(kind));
+    pqxx::read_transaction tx(c);
+    for (const auto& row : tx.exec(sql)) {
+      count(states[{row[0].as<std::string>(), ParentOf(row[1].as<std::string>(), suffix)}],
+            row[2].as<std::string>());
+    }
+  };
+  each_effect("inventory", "SELECT tenant_id, idempotency_key, status FROM reservations",
+              "-inventory", [](KeyState& s, const std::string& status) {
+                ++s.reservation_rows;
+                s.reservations_held += status == "reserved" ? 1 : 0;
+              });
+  each_effect("payment", "SELECT tenant_id, idempotency_key, status FROM charges", "-payment",
+              [](KeyState& s, const std::string& status) {
+                ++s.charge_rows;
+                // A 3-D Secure charge not yet captured holds the customer's money too.
+                s.charges_in_force += status != "refunded" ? 1 : 0;
+              });
+  return states;
 }
 
 }  // namespace chaos

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/pg/cluster.hpp"
+#include "tests/chaos/history.hpp"
 
 namespace chaos {
 
@@ -81,6 +82,13 @@ class Stack {
   void RestartParticipant(const std::string& which);  // SIGKILL, then start again
   std::string OrchestratorUrl(int i) const;
   std::string ParticipantUrl(const std::string& which) const;
+  int ParticipantPort(const std::string& which) const { return ports_.at(which); }
+  // The port of the server the databases live on (one host:port URL).
+  int ServerPort() const;
+  // Orchestrators started from now on reach `what` (one of kParticipants, or kDatabaseServer)
+  // at 127.0.0.1:`port` instead (a Forwarder's, to cut that one hop); everything else,
+  // participants included, keeps reaching it directly.
+  void RouteOrchestrator(const std::string& what, int port) { routes_[what] = port; }
   void SetFaults(const std::string& which, const nlohmann::json& faults);
 
   std::string DatabaseUrl(const std::string& kind) const;
@@ -101,9 +109,13 @@ class Stack {
   std::string dir_;
   std::map<std::string, int> ports_;
   std::vector<int> orchestrator_ports_;
+  std::map<std::string, int> routes_;
   std::vector<std::unique_ptr<Process>> orchestrators_;
   std::map<std::string, std::unique_ptr<Process>> participants_;
 };
+
+// Stack::RouteOrchestrator's name for the orchestrator's database server.
+inline constexpr const char* kDatabaseServer = "postgresql";
 
 inline constexpr const char* kPlaceOrder = "place_order";
 inline constexpr const char* kShipOrder = "ship_order";
@@ -132,6 +144,11 @@ class Driver {
  public:
   explicit Driver(std::vector<std::string> urls) : urls_(std::move(urls)) {}
   void SetUrls(std::vector<std::string> urls);
+  // From now on every attempt is recorded there too (an invoke, then a complete or an info).
+  void SetHistory(History* history) { history_ = history; }
+  // How long an attempt waits for its answer before the client gives up on it (15 s unless
+  // set): a shorter wait makes clients retry while their first attempt is still running.
+  void SetReadTimeout(std::chrono::milliseconds timeout) { read_timeout_ms_ = timeout.count(); }
   // One attempt; returns true once final.
   bool Attempt(KeyRecord& r, int replica_hint);
   // Retries until final or `deadline` passes.
@@ -141,6 +158,8 @@ class Driver {
  private:
   std::mutex mutex_;
   std::vector<std::string> urls_;
+  std::atomic<History*> history_{nullptr};
+  std::atomic<long long> read_timeout_ms_{15000};
 };
 
 // Drives every record not yet final to its final answer from `threads` clients, each retried
@@ -174,5 +193,9 @@ struct Report {
 // also one shipment, of that reservation; a failed saga of any holds none. A child's effects
 // count as its parent's.
 Report CheckInvariants(const Stack& stack, const std::vector<KeyRecord>& records);
+
+// What the databases hold for every place_order key (the history checker's other input): the
+// orchestrator's row and the effects at inventory and payment, by parent key.
+std::map<KeyId, KeyState> KeyStates(const Stack& stack);
 
 }  // namespace chaos
