@@ -57,7 +57,15 @@ std::string WithSessionTimeouts(std::string_view url, const SessionTimeouts& t) 
       "-c statement_timeout=" + std::to_string(t.statement_timeout_ms) +
       " -c lock_timeout=" + std::to_string(t.lock_timeout_ms) +
       " -c idle_in_transaction_session_timeout=" + std::to_string(t.idle_in_transaction_timeout_ms);
-  std::string out = WithParam(url, "connect_timeout", std::to_string(t.connect_timeout_s));
+  std::string out(url);
+  for (const auto& [key, value] :
+       {std::pair<const char*, int>{"connect_timeout", t.connect_timeout_s},
+        {"tcp_user_timeout", t.tcp_user_timeout_ms},
+        {"keepalives_idle", t.keepalives_idle_s},
+        {"keepalives_interval", t.keepalives_interval_s},
+        {"keepalives_count", t.keepalives_count}}) {
+    out = WithParam(out, key, std::to_string(value));
+  }
   return WithParam(out, "options", options);
 }
 

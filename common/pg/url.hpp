@@ -23,6 +23,14 @@ struct SessionTimeouts {
   int statement_timeout_ms = 5000;
   int lock_timeout_ms = 3000;
   int idle_in_transaction_timeout_ms = 10000;
+  // The client's own, for a server it can no longer hear (a partition, a host gone): the
+  // server's timeouts above cannot end a statement whose answer is lost on the way. Bytes
+  // unacknowledged this long end the connection (TCP_USER_TIMEOUT), and so does an idle wait
+  // whose keepalive probes go unanswered (5 s, then 3 probes 2 s apart).
+  int tcp_user_timeout_ms = 10000;
+  int keepalives_idle_s = 5;
+  int keepalives_interval_s = 2;
+  int keepalives_count = 3;
 };
 std::string WithSessionTimeouts(std::string_view url, const SessionTimeouts& t = {});
 

@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <thread>
 
@@ -135,6 +138,28 @@ TEST(Pool, SessionTimeoutsComeFromTheConnectionString) {
     return tx.exec("SHOW statement_timeout")[0][0].as<std::string>();
   });
   EXPECT_EQ(timeout, "5s");
+}
+
+// A statement sent into a network partition is never answered, and the server's own timeouts
+// cannot reach across it: the client's socket must give up by itself. TCP_USER_TIMEOUT ends a
+// connection whose sent bytes stay unacknowledged; keepalives end one that waits for an answer
+// from a peer that is gone. Read from the socket libpq opened, not from the URL.
+TEST(Pool, ItsConnectionsGiveUpOnAPeerThatStoppedAnswering) {
+  ScratchDatabase db("payment");
+  Pool pool({.url = db.url(), .size = 1});
+  auto option = [&](int level, int name) {
+    return pool.With([&](pqxx::connection& c) {
+      int value = -1;
+      socklen_t len = sizeof value;
+      EXPECT_EQ(getsockopt(c.sock(), level, name, &value, &len), 0);
+      return value;
+    });
+  };
+  EXPECT_EQ(option(SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPIDLE), 5);
+  EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPINTVL), 2);
+  EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPCNT), 3);
+  EXPECT_EQ(option(IPPROTO_TCP, TCP_USER_TIMEOUT), 10000);
 }
 
 TEST(Pool, AnUnreachableDatabaseIsReportedAsUnavailable) {
