@@ -15,7 +15,6 @@
 #include <sstream>
 #include <thread>
 
-#include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/pg/cluster.hpp"
 #include "orchestrator/amqp/connection.hpp"
@@ -168,18 +167,6 @@ class RabbitClusterIntake : public ::testing::Test {
 std::string RabbitClusterIntake::dir_;
 chaos::RabbitCluster* RabbitClusterIntake::cluster_ = nullptr;
 
-// An order message: the key as an sf-string header, the tenant's API key, the replies queue.
-Message Order(const KeyRecord& r, const std::string& correlation_id) {
-  Message m;
-  m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(r.key);
-  m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
-  m.content_type = "application/json";
-  m.reply_to = kReplies;
-  m.correlation_id = correlation_id;
-  m.body = r.body;
-  return m;
-}
-
 double Metric(const Stack& stack, const std::string& series) {
   httplib::Client c(stack.OrchestratorUrl(0));
   auto page = c.Get("/metrics");
@@ -234,7 +221,7 @@ TEST_F(RabbitClusterIntake, KillingANodeThenTheConsumersNodeUnderLoadLosesNoOrde
       }
       for (int copy = 0; copy < (i % kCopyEvery == 0 ? 2 : 1); ++copy) {
         std::string id = std::to_string(i) + "/" + std::to_string(copy);
-        Message m = Order(r, id);
+        Message m = chaos::AmqpOrder(r, kReplies, id);
         int before = client.failures();
         bool sent = client.Do([&](Connection& c) { c.Publish(kQueue, m); },
                               Clock::now() + std::chrono::seconds(60));

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/idempotency_key.hpp"
 #include "common/net.hpp"
 #include "common/process.hpp"
 #include "orchestrator/amqp/connection.hpp"
@@ -181,6 +182,18 @@ int RabbitCluster::NodeOf(const std::string& pid) const {
     if (pid.find("<" + nodes_[i]->name() + ".") == 0) return static_cast<int>(i);
   }
   return -1;
+}
+
+idemsaga::orchestrator::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
+                                                const std::string& correlation_id) {
+  idemsaga::orchestrator::amqp::Message m;
+  m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(r.key);
+  m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
+  m.content_type = "application/json";
+  m.reply_to = reply_to;
+  m.correlation_id = correlation_id;
+  m.body = r.body;
+  return m;
 }
 
 }  // namespace chaos

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "orchestrator/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 
 namespace chaos {
@@ -75,5 +76,10 @@ class RabbitCluster {
   std::unique_ptr<Process> epmd_;
   std::vector<std::unique_ptr<RabbitBroker>> nodes_;
 };
+
+// An order message as a client publishes it: the key as an sf-string header, the tenant's API
+// key, a reply queue.
+idemsaga::orchestrator::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
+                                                const std::string& correlation_id);
 
 }  // namespace chaos
