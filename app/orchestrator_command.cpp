@@ -30,6 +30,17 @@ struct OrchestratorFlags {
   std::string amqp_events_queue;           // "": <amqp.queue>.events
 };
 
+// Each of --amqp-url's URLs, at start-up, not at the first connection; the message does not
+// echo the URL (credentials).
+std::string CheckAmqpUrl(const std::string& url) {
+  try {
+    orchestrator::amqp::CheckUrl(url);
+    return "";
+  } catch (const std::invalid_argument&) {
+    return "expected amqp://user:password@host:port/vhost, one per node";
+  }
+}
+
 }  // namespace
 
 void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& setup) {
@@ -157,7 +168,8 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
                   "(repeatable, or comma-separated): consumers connect to the first and, when "
                   "a connection breaks, to the next")
       ->envname("IDEMSAGA_AMQP_URL")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CheckAmqpUrl);
   cmd->add_option("--amqp-queue", flags.amqp.queue,
                   "the queue orders come from (refused ones go to QUEUE.dead)")
       ->capture_default_str();
