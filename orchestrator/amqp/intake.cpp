@@ -362,7 +362,8 @@ void Intake::Run(int index) {
                                                {"error", e.what()}});
       ++failures;
       node = (node + 1) % nodes;
-      // Once round the nodes at the first backoff, then doubled each time round.
+      // A dead node is passed over at the first backoff, while a cluster that is down as a
+      // whole is asked less and less often: doubled each time round the list.
       auto backoff = options_.reconnect_backoff;
       for (int round = (failures - 1) / static_cast<int>(nodes);
            round > 0 && backoff < options_.max_reconnect_backoff; --round) {

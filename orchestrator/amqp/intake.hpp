@@ -67,8 +67,8 @@ struct IntakeOptions {
   std::vector<std::string> urls;
   std::string queue = "orders";
   // Of the queue and its dead-letter queue, when they are declared here (an existing queue is
-  // used as it is). kQuorum on a cluster: a classic queue lives on one node and is gone with
-  // it.
+  // used as it is). kQuorum on a cluster: a classic queue lives on one node and is
+  // unavailable, with its messages, while that node is down.
   QueueType queue_type = QueueType::kClassic;
   Carries carries = Carries::kOrders;
   int consumers = 4;
