@@ -334,11 +334,17 @@ void Intake::Run(int index) {
     bool consuming = false;
     try {
       Connection conn(url);
-      conn.DeclareQueue(options_.queue, options_.queue_type);
-      conn.DeclareQueue(options_.queue + ".dead", options_.queue_type);
-      conn.Confirm();
-      conn.Prefetch(1);
-      conn.Consume(options_.queue);
+      {
+        // One consumer at a time: RabbitMQ 3.10 answers two first declarations of a quorum
+        // queue at once by closing the loser's connection at basic.consume (541
+        // INTERNAL_ERROR).
+        std::lock_guard lock(declare_mutex_);
+        conn.DeclareQueue(options_.queue, options_.queue_type);
+        conn.DeclareQueue(options_.queue + ".dead", options_.queue_type);
+        conn.Confirm();
+        conn.Prefetch(1);
+        conn.Consume(options_.queue);
+      }
       consuming = true;
       if (failures > 0 && reconnects_ != nullptr) reconnects_->Inc();
       common::Log("amqp_intake_connected", {{"queue", options_.queue},

@@ -124,6 +124,7 @@ class Intake {
   common::metrics::Counter* reconnects_ = nullptr;
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;
+  std::mutex declare_mutex_;  // a consumer's declarations and basic.consume
   std::condition_variable cv_;
   std::vector<std::thread> threads_;
 };
