@@ -11,6 +11,7 @@
 #include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/url.hpp"
+#include "common/strings.hpp"
 #include "orchestrator/amqp/intake.hpp"
 #include "orchestrator/orchestrator.hpp"
 
@@ -25,9 +26,20 @@ struct OrchestratorFlags {
   std::chrono::milliseconds grace{10000};
   std::vector<std::string> participants;  // NAME=URL
   orchestrator::OrchestratorOptions options;
-  orchestrator::amqp::IntakeOptions amqp;  // no url: no intake
+  orchestrator::amqp::IntakeOptions amqp;  // no urls: no intake
   std::string amqp_events_queue;           // "": <amqp.queue>.events
 };
+
+// Each of --amqp-url's URLs, at start-up, not at the first connection; the message does not
+// echo the URL (credentials).
+std::string CheckAmqpUrl(const std::string& url) {
+  try {
+    orchestrator::amqp::CheckUrl(url);
+    return "";
+  } catch (const std::invalid_argument&) {
+    return "expected amqp://user:password@host:port/vhost, one per node";
+  }
+}
 
 }  // namespace
 
@@ -150,13 +162,28 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
   cmd->add_option("--shutdown-grace-ms", flags.grace,
                   "on SIGTERM, how long running sagas may finish")
       ->capture_default_str();
-  cmd->add_option("--amqp-url", flags.amqp.url,
+  cmd->add_option("--amqp-url", flags.amqp.urls,
                   "also take orders and events from RabbitMQ: "
-                  "amqp://user:password@host:port/vhost")
-      ->envname("IDEMSAGA_AMQP_URL");
+                  "amqp://user:password@host:port/vhost; for a cluster, one per node "
+                  "(repeatable, or comma-separated): consumers connect to the first and, when "
+                  "a connection breaks, to the next")
+      ->envname("IDEMSAGA_AMQP_URL")
+      ->delimiter(',')
+      ->check(CheckAmqpUrl);
   cmd->add_option("--amqp-queue", flags.amqp.queue,
                   "the queue orders come from (refused ones go to QUEUE.dead)")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--amqp-queue-type",
+         [&flags](const std::string& type) {
+           flags.amqp.queue_type = common::IEquals(type, "quorum")
+                                       ? orchestrator::amqp::QueueType::kQuorum
+                                       : orchestrator::amqp::QueueType::kClassic;
+         },
+         "classic or quorum: what the queues are declared as when they do not exist "
+         "(quorum on a cluster: replicated, so they outlive a node)")
+      ->check(CLI::IsMember({"classic", "quorum"}, CLI::ignore_case))
+      ->default_str("classic");
   cmd->add_option("--amqp-events-queue", flags.amqp_events_queue,
                   "the queue external events for waiting runs come from (default: the "
                   "--amqp-queue name + .events; refused ones go to EVENTS_QUEUE.dead)");
@@ -194,7 +221,7 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
       std::optional<orchestrator::amqp::Intake> intake, events;  // outlive their stops
       ServeUntilSignal serving("orchestrator");
       serving.Add([&] { o.Serve(); }, [&] { o.Shutdown(flags.grace); });
-      if (!flags.amqp.url.empty()) {
+      if (!flags.amqp.urls.empty()) {
         const auto& limits = o.server().limits();
         orchestrator::amqp::IntakeServices services{
             o.runs(), o.events(), o.auth(), {limits.max_body_bytes, limits.max_json_depth}};

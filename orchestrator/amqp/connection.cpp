@@ -89,6 +89,13 @@ void CheckUrl(const std::string& url) {
   }
 }
 
+std::string Address(const std::string& url) {
+  std::vector<char> buf;
+  amqp_connection_info info;
+  if (!ParseUrl(url, buf, info)) return "?";
+  return std::string(info.host) + ":" + std::to_string(info.port);
+}
+
 Connection::Connection(const std::string& url, std::chrono::milliseconds timeout)
     : state_(amqp_new_connection()), timeout_(timeout) {
   if (state_ == nullptr) throw AmqpError("out of memory");
@@ -161,8 +168,14 @@ void Connection::Check(const char* what) {
   if (r.reply_type != AMQP_RESPONSE_NORMAL) throw Broken(std::string(what) + ": " + Describe(r));
 }
 
-uint32_t Connection::DeclareQueue(const std::string& queue) {
-  auto* ok = amqp_queue_declare(S(state_), channel_, Bytes(queue), 0, 1, 0, 0, amqp_empty_table);
+uint32_t Connection::DeclareQueue(const std::string& queue, QueueType type) {
+  // Quorum queues must be durable, non-exclusive and not auto-deleted, as every queue here is.
+  amqp_table_entry_t quorum{};
+  quorum.key = amqp_cstring_bytes("x-queue-type");
+  quorum.value.kind = AMQP_FIELD_KIND_UTF8;
+  quorum.value.value.bytes = amqp_cstring_bytes("quorum");
+  amqp_table_t arguments = type == QueueType::kQuorum ? amqp_table_t{1, &quorum} : amqp_empty_table;
+  auto* ok = amqp_queue_declare(S(state_), channel_, Bytes(queue), 0, 1, 0, 0, arguments);
   if (ok != nullptr) return ok->message_count;
   auto r = amqp_get_rpc_reply(S(state_));
   if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD ||

@@ -47,6 +47,14 @@ struct Delivery {
 // not at every reconnect).
 void CheckUrl(const std::string& url);
 
+// "host:port" of an amqp:// URL, without its credentials: what a log line may name.
+std::string Address(const std::string& url);
+
+// What kind of queue DeclareQueue creates. A quorum queue (RabbitMQ 3.8 and later) is
+// replicated on the cluster's nodes (Raft): it outlives a node, which a classic queue on that
+// node does not.
+enum class QueueType { kClassic, kQuorum };
+
 class Connection {
  public:
   // amqp://user:password@host:port/vhost (the AMQP URI spec: guest:guest@localhost:5672 for
@@ -58,9 +66,10 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // A durable queue; one that exists already is used as it is (a quorum queue, say, or one
+  // A durable queue (a classic one is declared with no arguments, a quorum one with
+  // x-queue-type); one that exists already is used as it is (of the other type, say, or
   // declared with other arguments). Returns how many messages it holds.
-  uint32_t DeclareQueue(const std::string& queue);
+  uint32_t DeclareQueue(const std::string& queue, QueueType type = QueueType::kClassic);
   void DeleteQueue(const std::string& queue);
   // Publisher confirms: from now on Publish returns once the broker has the message (on disk,
   // for a persistent message to a durable queue) and throws if it refused it.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 
 #include "common/failure.hpp"
 #include "common/http/problem.hpp"
@@ -171,8 +172,15 @@ Message DeadLetterMessage(const Message& m, const Answer& answer) {
 
 Intake::Intake(IntakeOptions options, IntakeServices services, common::metrics::Registry* metrics)
     : options_(std::move(options)), services_(std::move(services)) {
-  CheckUrl(options_.url);
+  if (options_.urls.empty()) throw std::invalid_argument("--amqp-url names no broker");
+  for (const auto& url : options_.urls) CheckUrl(url);
   if (metrics == nullptr) return;
+  reconnects_ = &metrics
+                     ->Counter("idemsaga_amqp_reconnects_total",
+                               "Consumers connected, to the same or the next broker node, after a "
+                               "connection that broke or could not be made.",
+                               {"queue"})
+                     .With({options_.queue});
   if (options_.carries == Carries::kOrders) {
     messages_ = &metrics->Counter(
         "idemsaga_amqp_messages_total",
@@ -317,27 +325,59 @@ class Intake::Consumer {
 };
 
 void Intake::Run(int index) {
+  const size_t nodes = options_.urls.size();
+  size_t node = 0;
+  int failures = 0;  // in a row, since the last connection that consumed
+  std::minstd_rand jitter(std::random_device{}() + index);
   while (!stopping_) {
+    const std::string& url = options_.urls[node];
+    bool consuming = false;
     try {
-      Connection conn(options_.url);
-      conn.DeclareQueue(options_.queue);
-      conn.DeclareQueue(options_.queue + ".dead");
-      conn.Confirm();
-      conn.Prefetch(1);
-      conn.Consume(options_.queue);
+      Connection conn(url);
+      {
+        // One consumer at a time: RabbitMQ 3.10 answers two first declarations of a quorum
+        // queue at once by closing the loser's connection at basic.consume (541
+        // INTERNAL_ERROR).
+        std::lock_guard lock(declare_mutex_);
+        conn.DeclareQueue(options_.queue, options_.queue_type);
+        conn.DeclareQueue(options_.queue + ".dead", options_.queue_type);
+        conn.Confirm();
+        conn.Prefetch(1);
+        conn.Consume(options_.queue);
+      }
+      consuming = true;
+      if (failures > 0 && reconnects_ != nullptr) reconnects_->Inc();
+      common::Log("amqp_intake_connected", {{"queue", options_.queue},
+                                            {"consumer", std::to_string(index)},
+                                            {"node", Address(url)},
+                                            {"after_failures", std::to_string(failures)}});
+      failures = 0;
       Consumer consumer(*this, conn);
       while (!stopping_) {
         if (auto d = conn.Next(std::chrono::milliseconds(200))) consumer.Handle(*d);
       }
       return;
     } catch (const std::exception& e) {
-      // The broker went away, or anything else failed with a message in hand (which goes
-      // back to the queue with the connection): connect again rather than end the thread,
-      // or the process (an exception leaving a std::thread is std::terminate).
-      common::Log(
-          "amqp_intake_disconnected",
-          {{"queue", options_.queue}, {"consumer", std::to_string(index)}, {"error", e.what()}});
-      Pause(options_.reconnect_backoff);
+      // The node went away, or anything else failed with a message in hand (which goes back
+      // to the queue with the connection): connect again, to the next node, rather than end
+      // the thread, or the process (an exception leaving a std::thread is std::terminate).
+      common::Log("amqp_intake_disconnected", {{"queue", options_.queue},
+                                               {"consumer", std::to_string(index)},
+                                               {"node", Address(url)},
+                                               {"consuming", consuming ? "true" : "false"},
+                                               {"error", e.what()}});
+      ++failures;
+      node = (node + 1) % nodes;
+      // A dead node is passed over at the first backoff, while a cluster that is down as a
+      // whole is asked less and less often: doubled each time round the list.
+      auto backoff = options_.reconnect_backoff;
+      for (int round = (failures - 1) / static_cast<int>(nodes);
+           round > 0 && backoff < options_.max_reconnect_backoff; --round) {
+        backoff *= 2;
+      }
+      backoff = std::min(backoff, options_.max_reconnect_backoff);
+      auto half = backoff / 2;
+      Pause(half + std::chrono::milliseconds(jitter() % (half.count() + 1)));
     }
   }
 }

@@ -26,10 +26,13 @@
 // requeue would count against a quorum queue's delivery-limit.
 //
 // Each consumer is one connection with a prefetch of one: at most `consumers` messages are
-// in hand at once, so a slow database slows consumption instead of piling work up here.
+// in hand at once, so a slow database slows consumption instead of piling work up here. A
+// consumer whose connection breaks (its node died, say) connects to the next node of
+// `urls`; the message it had in hand goes back to the queue with the dead connection, and its
+// redelivery finds the key as above.
 //
 // Thread-safe: Start() once, Stop() from any thread.
-//   amqp::Intake intake({.url = url, .queue = "orders"},
+//   amqp::Intake intake({.urls = {url}, .queue = "orders"},
 //                       {orch.runs(), orch.events(), orch.auth(), {.max_bytes = 65536}});
 //   intake.Start(); ...; intake.Stop();
 #pragma once
@@ -45,6 +48,7 @@
 #include "common/failure.hpp"
 #include "common/metrics.hpp"
 #include "common/request_input.hpp"
+#include "orchestrator/amqp/connection.hpp"
 #include "orchestrator/receive_event.hpp"
 #include "orchestrator/start_run.hpp"
 #include "orchestrator/tenant_auth.hpp"
@@ -58,15 +62,24 @@ enum class Carries {
 };
 
 struct IntakeOptions {
-  std::string url;  // amqp://user:password@host:port/vhost
+  // amqp://user:password@host:port/vhost, one per node of a cluster. Every consumer connects
+  // to the first; when its connection breaks it connects to the next, round the list.
+  std::vector<std::string> urls;
   std::string queue = "orders";
+  // Of the queue and its dead-letter queue, when they are declared here (an existing queue is
+  // used as it is). kQuorum on a cluster: a classic queue lives on one node and is
+  // unavailable, with its messages, while that node is down.
+  QueueType queue_type = QueueType::kClassic;
   Carries carries = Carries::kOrders;
   int consumers = 4;
   // How long a message waits in hand for its saga (a 202, or a saga another process runs)
   // before it goes back to the queue to be tried again later.
   std::chrono::milliseconds max_wait{std::chrono::minutes(2)};
-  // How long to wait before connecting again after the broker went away.
+  // How long to wait before connecting again after the broker went away: the first time
+  // round the list of nodes, doubled each time round after, up to max_reconnect_backoff
+  // (with jitter, so that the consumers of a process do not knock in step).
   std::chrono::milliseconds reconnect_backoff{500};
+  std::chrono::milliseconds max_reconnect_backoff{8000};
   // What a failure of `submit` means (its stores' classifier, common::pg::Classify for the
   // orchestrator's); empty: common::ClassifyPlain.
   common::FailureClassifier classify;
@@ -83,11 +96,12 @@ struct IntakeServices {
 
 class Intake {
  public:
-  // Throws std::invalid_argument for a URL that is not amqp://... Counts messages in
+  // Throws std::invalid_argument for no URL or one that is not amqp://... Counts messages in
   // `metrics` (may be null), in idemsaga_amqp_messages_total{outcome} for orders and
   // idemsaga_amqp_event_messages_total{outcome} for events: replied (final answer published,
   // acked), dead_lettered, requeued (stopping, or a saga that outlived max_wait), and
-  // redelivered (deliveries the broker marked as seen before).
+  // redelivered (deliveries the broker marked as seen before); and consumers connected again
+  // after a broken connection in idemsaga_amqp_reconnects_total{queue}.
   Intake(IntakeOptions options, IntakeServices services,
          common::metrics::Registry* metrics = nullptr);
   ~Intake();
@@ -107,8 +121,10 @@ class Intake {
   IntakeOptions options_;
   IntakeServices services_;
   common::metrics::Family<common::metrics::Counter>* messages_ = nullptr;
+  common::metrics::Counter* reconnects_ = nullptr;
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;
+  std::mutex declare_mutex_;  // a consumer's declarations and basic.consume
   std::condition_variable cv_;
   std::vector<std::thread> threads_;
 };

@@ -70,19 +70,6 @@ class AmqpIntake : public ::testing::Test {
     return stack;
   }
 
-  // An order message: the key as an sf-string header, the tenant's API key, a reply queue.
-  static Message Order(const KeyRecord& r, const std::string& reply_to,
-                       const std::string& correlation_id) {
-    Message m;
-    m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(r.key);
-    m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
-    m.content_type = "application/json";
-    m.reply_to = reply_to;
-    m.correlation_id = correlation_id;
-    m.body = r.body;
-    return m;
-  }
-
   // Replies on `queue` by correlation id, until `want` of them or the settle bound.
   static std::map<std::string, std::vector<Reply>> Collect(Connection& c, const std::string& queue,
                                                            size_t want) {
@@ -289,10 +276,11 @@ TEST_F(AmqpIntake, FiftyCopiesOfAMessageMakeOneSagaAndFiftyIdenticalReplies) {
     records.push_back({"demo", "amqp-copies-" + std::to_string(i), OrderBody(i, i % 4 == 3)});
   constexpr int kCopies = 50;
   for (int d = 0; d < kCopies; ++d) {
-    c.Publish("orders_copies", Order(records[0], "replies_copies", "0/" + std::to_string(d)));
+    c.Publish("orders_copies",
+              chaos::AmqpOrder(records[0], "replies_copies", "0/" + std::to_string(d)));
   }
   for (size_t i = 1; i < records.size(); ++i) {
-    c.Publish("orders_copies", Order(records[i], "replies_copies", std::to_string(i)));
+    c.Publish("orders_copies", chaos::AmqpOrder(records[i], "replies_copies", std::to_string(i)));
   }
   auto replies = Collect(c, "replies_copies", kCopies + records.size() - 1);
   std::set<std::string> bodies;
@@ -340,7 +328,7 @@ TEST_F(AmqpIntake, AMessageStartsTheSagaItsSagaHeaderNamesAsTheRunsRouteWould) {
                        chaos::kPlaceOrderParallel});
   }
   for (size_t i = 0; i < records.size(); ++i) {
-    auto m = Order(records[i], "replies_runs", std::to_string(i));
+    auto m = chaos::AmqpOrder(records[i], "replies_runs", std::to_string(i));
     m.headers["saga"] = chaos::kPlaceOrderParallel;
     c.Publish("orders_runs", m);
   }
@@ -361,7 +349,7 @@ TEST_F(AmqpIntake, AMessageStartsTheSagaItsSagaHeaderNamesAsTheRunsRouteWould) {
   std::vector<Poison> unknown;
   for (const char* saga : {"no_such_saga", "Place_Order", "place_order/x", ""}) {
     KeyRecord r{"demo", std::string("amqp-runs-unknown-") + saga, OrderBody(0, false)};
-    auto m = Order(r, "replies_runs", "");
+    auto m = chaos::AmqpOrder(r, "replies_runs", "");
     m.headers["saga"] = saga;
     unknown.push_back({std::string("saga=") + saga, m,
                        std::string(saga).empty() ? "invalid_request" : "saga_not_found"});
@@ -380,7 +368,7 @@ TEST_F(AmqpIntake, KillNineBetweenClaimAndAckRedeliversAndMakesOneSaga) {
   Connection& c = *publisher;
   std::vector<KeyRecord> records = {{"demo", "amqp-kill-0", OrderBody(0, false)},
                                     {"demo", "amqp-kill-1", OrderBody(1, true)}};
-  c.Publish("orders_kill", Order(records[0], "replies_kill", "0"));
+  c.Publish("orders_kill", chaos::AmqpOrder(records[0], "replies_kill", "0"));
   ASSERT_TRUE(stack.orchestrator(0).Exited(std::chrono::seconds(30)))
       << "the orchestrator did not reach its crash point";
   EXPECT_EQ(Count(stack.DatabaseUrl("orchestrator"),
@@ -389,7 +377,7 @@ TEST_F(AmqpIntake, KillNineBetweenClaimAndAckRedeliversAndMakesOneSaga) {
       << "claimed before the crash";
   EXPECT_EQ(Count(stack.DatabaseUrl("payment"), "SELECT count(*) FROM charges"), 0);
   stack.StartOrchestrator(0);
-  c.Publish("orders_kill", Order(records[1], "replies_kill", "1"));
+  c.Publish("orders_kill", chaos::AmqpOrder(records[1], "replies_kill", "1"));
   auto replies = Collect(c, "replies_kill", 2);
   for (size_t i = 0; i < records.size(); ++i) Record(records[i], replies[std::to_string(i)]);
   EXPECT_EQ(records[0].final_status, 201) << records[0].final_body;
@@ -422,7 +410,8 @@ TEST_F(AmqpIntake, BrokerRestartUnderLoadEndsEveryOrderOnce) {
           pub = std::make_unique<Connection>(broker_->Url());
           pub->Confirm();
         }
-        pub->Publish("orders_restart", Order(records[i], "replies_restart", std::to_string(i)));
+        pub->Publish("orders_restart",
+                     chaos::AmqpOrder(records[i], "replies_restart", std::to_string(i)));
         break;
       } catch (const idemsaga::orchestrator::amqp::AmqpError&) {
         pub.reset();
@@ -461,12 +450,12 @@ TEST_F(AmqpIntake, MessagesItCannotTakeAreDeadLetteredWithTheirReasonAndStoreNot
   auto publisher = Publisher("poison");
   Connection& c = *publisher;
   KeyRecord good{"demo", "amqp-poison-good", OrderBody(1, false)};
-  c.Publish("orders_poison", Order(good, "replies_poison", "good"));
+  c.Publish("orders_poison", chaos::AmqpOrder(good, "replies_poison", "good"));
   ASSERT_EQ(Collect(c, "replies_poison", 1)["good"].size(), 1u);
 
   std::vector<Poison> cases;
   auto base = [&](const std::string& key) {
-    return Order({"demo", key, OrderBody(2, false)}, "replies_poison", "");
+    return chaos::AmqpOrder({"demo", key, OrderBody(2, false)}, "replies_poison", "");
   };
   {
     Message m = base("amqp-poison-json");
@@ -525,8 +514,8 @@ TEST_F(AmqpIntake, AStoredFailureIsFinalWhateverItsStatus) {
   auto publisher = Publisher("failure");
   Connection& c = *publisher;
   std::vector<KeyRecord> records = {{"demo", "amqp-failure-0", OrderBody(0, false)}};
-  c.Publish("orders_failure", Order(records[0], "replies_failure", "0"));
-  c.Publish("orders_failure", Order(records[0], "replies_failure", "0"));  // and a copy
+  c.Publish("orders_failure", chaos::AmqpOrder(records[0], "replies_failure", "0"));
+  c.Publish("orders_failure", chaos::AmqpOrder(records[0], "replies_failure", "0"));  // and a copy
   // Back once the step has failed, so that its compensation (a refund of nothing) goes through.
   const std::string status_sql =
       "SELECT count(*) FROM idempotency_keys WHERE status = 'compensating'";
@@ -552,7 +541,7 @@ TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
   Connection& c = *publisher;
   std::vector<KeyRecord> records = {{"demo", "amqp-deleted-0", OrderBody(0, false)},
                                     {"demo", "amqp-deleted-1", OrderBody(1, false)}};
-  c.Publish("orders_deleted", Order(records[0], "replies_deleted", "0"));
+  c.Publish("orders_deleted", chaos::AmqpOrder(records[0], "replies_deleted", "0"));
   auto first = Collect(c, "replies_deleted", 1);
   ASSERT_EQ(first["0"].size(), 1u);
   Record(records[0], first["0"]);
@@ -560,9 +549,9 @@ TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
   c.DeleteQueue("orders_deleted");
   c.DeleteQueue("orders_deleted.dead");
   c.DeclareQueue("orders_deleted");
-  Message poison = Order({"demo", "amqp-deleted-bad", "{"}, "replies_deleted", "bad");
+  Message poison = chaos::AmqpOrder({"demo", "amqp-deleted-bad", "{"}, "replies_deleted", "bad");
   c.Publish("orders_deleted", poison);
-  c.Publish("orders_deleted", Order(records[1], "replies_deleted", "1"));
+  c.Publish("orders_deleted", chaos::AmqpOrder(records[1], "replies_deleted", "1"));
   auto replies = Collect(c, "replies_deleted", 2);
   Record(records[1], replies["1"]);
   EXPECT_EQ(replies["1"].size(), 1u) << "consumed again after the cancel";
@@ -592,7 +581,7 @@ TEST_F(AmqpIntake, AnEventMessageCompletesAWaitingOrderAndFiftyCopiesAreStoredOn
   Connection& c = *publisher;
   const std::string key = R"(amqp events/1 %2F "q")";
   std::vector<KeyRecord> records = {ThreeDSecureOrder("demo", key, 0)};
-  c.Publish("orders_events", Order(records[0], "replies_events", "order"));
+  c.Publish("orders_events", chaos::AmqpOrder(records[0], "replies_events", "order"));
   ASSERT_TRUE(Parked(stack, key)) << "the order did not park on its confirmation";
 
   constexpr int kCopies = 50;
@@ -781,7 +770,7 @@ TEST_F(AmqpIntake, TheCliDeliversAnEventAndTheQueueReplaysItsAnswer) {
   Connection& c = *publisher;
   const std::string key = "cli order/1 %25?#";
   std::vector<KeyRecord> records = {ThreeDSecureOrder("demo", key, 0)};
-  c.Publish("orders_cli", Order(records[0], "replies_cli", "order"));
+  c.Publish("orders_cli", chaos::AmqpOrder(records[0], "replies_cli", "order"));
   ASSERT_TRUE(Parked(stack, key));
 
   std::string log = stack.log_dir() + "/cli_event.log";

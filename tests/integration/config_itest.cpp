@@ -174,3 +174,31 @@ TEST(Config, AParticipantConfiguredOnlyByItsEnvironmentServesAndLogsJsonLines) {
 }
 
 }  // namespace
+
+// --amqp-url takes a cluster's nodes, as a list in one value (flag or variable) or the flag
+// repeated: one URL that is not amqp:// among them stops the orchestrator before it starts
+// anything, with a message that does not echo the URL (credentials).
+TEST(Config, AnAmqpUrlListWithOneBadUrlIsRefusedAtStartUpWithoutEchoingIt) {
+  const std::string bad = "http://user:s3cret@rabbit2:5672";
+  const std::vector<std::vector<std::string>> flags = {
+      {"--amqp-url", "amqp://user:s3cret@rabbit1:5672," + bad},
+      {"--amqp-url", "amqp://user:s3cret@rabbit1:5672", "--amqp-url", bad},
+      {}};
+  for (const auto& f : flags) {
+    std::vector<std::string> argv = {IDEMSAGA_BINARY,   "orchestrator",
+                                     "--database-url",  "postgresql://127.0.0.1:1/none",
+                                     "--service-token", "t"};
+    argv.insert(argv.end(), f.begin(), f.end());
+    std::map<std::string, std::string> env;
+    if (f.empty()) env["IDEMSAGA_AMQP_URL"] = "amqp://user:s3cret@rabbit1:5672," + bad;
+    std::string log = ::testing::TempDir() + "config_itest_amqp_url.log";
+    std::remove(log.c_str());
+    chaos::Process p(argv, env, log);
+    ASSERT_TRUE(p.Exited(10s));
+    std::string printed = Slurp(log);
+    EXPECT_NE(printed.find("--amqp-url: expected amqp://"), std::string::npos) << printed;
+    EXPECT_EQ(printed.find("s3cret"), std::string::npos) << printed;
+    EXPECT_EQ(printed.find("cannot connect to the database"), std::string::npos)
+        << "refused before anything started: " << printed;
+  }
+}
