@@ -74,6 +74,7 @@ void AddTenantCommand(CLI::App& app, Run& run) {
       "revoke",
       "Revoke a tenant's API key: its runs stay readable to operators, no request of "
       "it is taken (within the orchestrators' tenant cache, 30 s)");
+  AddTenantPlacementCommands(tenant, run);
   for (auto* cmd : {create, list, revoke}) {
     cmd->add_option("--database-url", flags.database_url, "the orchestrator's database")
         ->envname("IDEMSAGA_DATABASE_URL")

@@ -4,6 +4,8 @@
 #include <array>
 #include <cctype>
 
+#include "common/placement.hpp"
+
 namespace idemsaga::common::http {
 namespace {
 
@@ -68,6 +70,12 @@ Answer ProblemAnswer(int status, std::string_view code, std::string_view detail,
 Answer UnavailableAnswer(const std::string& what, std::chrono::seconds retry_after) {
   return ProblemAnswer(503, "unavailable", what + "; retrying with the same key is safe",
                        retry_after);
+}
+
+Answer MisplacedAnswer(const Misplaced& refusal) {
+  auto a = UnavailableAnswer(refusal.what());
+  if (!refusal.cluster().empty()) a.headers[kTenantClusterHeader] = refusal.cluster();
+  return a;
 }
 
 Answer FailureAnswer(const ClassifiedFailure& failure) {

@@ -17,6 +17,10 @@
 
 #include "common/failure.hpp"
 
+namespace idemsaga::common {
+class Misplaced;  // common/placement.hpp
+}  // namespace idemsaga::common
+
 namespace idemsaga::common::http {
 
 inline constexpr const char* kProblemContentType = "application/problem+json";
@@ -66,6 +70,10 @@ Answer ProblemAnswer(int status, std::string_view code, std::string_view detail,
 Answer FailureAnswer(const ClassifiedFailure& failure);
 // 503 `unavailable` + Retry-After (SetUnavailable's): a retry with the same key is safe.
 Answer UnavailableAnswer(const std::string& what, std::chrono::seconds retry_after = kRetryAfter);
+
+// A tenant this cluster does not serve now (common::Placement): 503 `unavailable` +
+// Retry-After, naming the cluster it is placed on (kTenantClusterHeader) when there is one.
+Answer MisplacedAnswer(const Misplaced& refusal);
 
 // The code and detail of an error body, a problem (`code`, `detail`); {"", ""} for anything
 // else.
