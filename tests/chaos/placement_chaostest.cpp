@@ -105,9 +105,13 @@ class Cells {
   bool Attempt(KeyRecord& r, std::map<std::string, int>& routes) {
     auto it = routes.find(r.tenant);
     if (it == routes.end()) it = routes.emplace(r.tenant, Placed(r.tenant)).first;
-    int unavailable = r.statuses[503];
+    auto unavailable = [&] {
+      auto n = r.statuses.find(503);
+      return n == r.statuses.end() ? 0 : n->second;
+    };
+    int before = unavailable();
     bool final = drivers_[it->second]->Attempt(r, 0);
-    if (r.statuses[503] != unavailable) it->second = Placed(r.tenant);
+    if (unavailable() != before) it->second = Placed(r.tenant);
     return final;
   }
 
@@ -159,7 +163,7 @@ class OrderLoad {
           Sent s{r.tenant, Clock::now(), {}, 0};
           cells_.Attempt(r, routes);
           s.answered = Clock::now();
-          for (const auto& [status, n] : r.statuses) s.status = status;
+          s.status = r.statuses.begin()->first;  // its one attempt's
           std::lock_guard lock(mutex_);
           sent_.push_back(s);
           records_.push_back(std::move(r));
@@ -277,7 +281,8 @@ TEST(PlacementChaos, AKilledClusterStopsOnlyItsTenantsAndATenantMovesUnderLoadWi
 
   // 2. Move t0 from c0 to c1 under load, its sagas slowed so that some run when it drains.
   {
-    cells.stack(0).SetFaults("payment", {{"latency_ms", 400}});
+    // Below the orchestrator's participant timeout (2 s): slow, not failing.
+    cells.stack(0).SetFaults("payment", {{"latency_ms", 1500}});
     OrderLoad load(cells, "move-");
     std::this_thread::sleep_for(std::chrono::seconds(2));
     std::vector<std::string> argv = {
@@ -288,8 +293,27 @@ TEST(PlacementChaos, AKilledClusterStopsOnlyItsTenantsAndATenantMovesUnderLoadWi
                                cells.stack(1).DatabaseUrl(kind)});
     }
     std::string out = ::testing::TempDir() + "tenant-move.log";
+    // Orders of the tenant in flight when the drain begins: the move waits for them.
+    std::vector<KeyRecord> in_flight;
+    for (int i = 0; i < 3; ++i) {
+      in_flight.push_back(
+          {kMoved, "move-in-flight-" + std::to_string(i), chaos::OrderBody(i, false)});
+    }
+    std::vector<Clock::time_point> in_flight_answered(in_flight.size());
+    std::vector<std::thread> senders;
+    for (size_t i = 0; i < in_flight.size(); ++i) {
+      senders.emplace_back([&, i] {
+        std::map<std::string, int> routes;
+        cells.Attempt(in_flight[i], routes);
+        in_flight_answered[i] = Clock::now();
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     auto began = Clock::now();
     int rc = idemsaga::common::RunProgram(argv, out);
+    for (auto& t : senders) t.join();
+    long long ran_into_drain = 0;
+    for (auto at : in_flight_answered) ran_into_drain += at > began ? 1 : 0;
     auto ended = Clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
     load.Stop();
@@ -310,6 +334,7 @@ TEST(PlacementChaos, AKilledClusterStopsOnlyItsTenantsAndATenantMovesUnderLoadWi
       }
     }
     auto& records = load.records();
+    records.insert(records.end(), in_flight.begin(), in_flight.end());
     cells.Settle(records, std::chrono::seconds(90));
     all.insert(all.end(), records.begin(), records.end());
 
@@ -340,10 +365,11 @@ TEST(PlacementChaos, AKilledClusterStopsOnlyItsTenantsAndATenantMovesUnderLoadWi
 
     std::cout << "placement_move: " << moved
               << " move_s=" << std::chrono::duration<double>(ended - began).count()
-              << " moved_tenant_orders=" << moved_orders << " answered_503=" << moved_503
-              << " other_tenants_orders=" << others << " answered_5xx_or_none=" << others_5xx
-              << " replays=" << replays << " replay_mismatch=" << replay_mismatch
-              << " rows_left_on_c0=" << left << std::endl;
+              << " in_flight_at_drain=" << ran_into_drain << " moved_tenant_orders=" << moved_orders
+              << " answered_503=" << moved_503 << " other_tenants_orders=" << others
+              << " answered_5xx_or_none=" << others_5xx << " replays=" << replays
+              << " replay_mismatch=" << replay_mismatch << " rows_left_on_c0=" << left << std::endl;
+    EXPECT_EQ(ran_into_drain, static_cast<long long>(in_flight.size()));
     EXPECT_GT(replays, 0);
     EXPECT_EQ(replay_mismatch, 0);
     EXPECT_EQ(left, 0);
