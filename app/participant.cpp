@@ -17,9 +17,9 @@
 #include "common/net.hpp"
 #include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
+#include "common/pg/placement.hpp"
 #include "common/pg/pool.hpp"
 #include "common/pg/url.hpp"
-#include "common/placement.hpp"
 #include "common/redis/pool.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
@@ -80,7 +80,7 @@ struct Participant::Impl {
     explicit Serving(const ParticipantServiceOptions& o)
         : guard_options{.retention = o.retention},
           server(common::http::Limits{.threads = o.threads}, common::pg::Classify) {
-      placement = common::Placement::FromFlags(o.placement_url, o.cluster);
+      placement = common::pg::Placement::FromFlags(o.placement_url, o.cluster);
       guard::HttpGuardOptions http_options{.service_token = o.service_token,
                                            .metrics = &metrics,
                                            .service = o.name,
@@ -101,7 +101,7 @@ struct Participant::Impl {
 
     guard::GuardOptions guard_options;
     common::metrics::Registry metrics;
-    std::unique_ptr<common::Placement> placement;  // null: every tenant is served
+    std::unique_ptr<common::pg::Placement> placement;  // null: every tenant is served
     std::unique_ptr<common::pg::Pool> pool;
     std::unique_ptr<guard::Guard> guard;
     std::unique_ptr<common::redis::Pool> redis;

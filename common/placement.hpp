@@ -1,29 +1,14 @@
-// Tenants on several PostgreSQL clusters (docs/scaling.md): a cell (one orchestrator and its
-// participants) runs on each cluster, and the directory database's tenant_placement table says
-// which cluster holds each tenant. Placement is this process's copy of that table, read again
-// every `refresh` on a thread of its own, and the one decision every service makes with it:
-// may this cluster serve this tenant now.
+// Tenants on several PostgreSQL clusters (docs/scaling.md): what every edge needs to know of a
+// tenant placed elsewhere. The directory's reader is common/pg/placement.hpp.
 //
-// The copy is trusted for `max_age` from the moment its read began; past that (the directory
-// cannot be read) every tenant is refused. That bound is what makes a move safe without
-// telling the services: `idemsaga tenant move` waits kPlacementSettle after each change of a
-// tenant's state, and by then every service has either read the change or refuses everyone.
 // A refusal is a common::Unavailable: 503 + Retry-After at every edge, nothing stored, and a
 // retry with the same key later is safe.
-//
-// Thread-safe.
-//   common::Placement placement({.directory_url = url, .cluster = "c1"});
-//   placement.Require(tenant, common::Placement::Role::kIntake);  // throws Misplaced
 #pragma once
 
+#include <algorithm>
 #include <chrono>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 
-#include "common/periodic.hpp"
 #include "common/unavailable.hpp"
 
 namespace idemsaga::common {
@@ -50,58 +35,13 @@ class Misplaced : public Unavailable {
 };
 
 // A cluster's name in tenant_placement: 1..64 of [a-z0-9_-].
-bool IsValidClusterName(const std::string& name);
+inline bool IsValidClusterName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
 
 // The response header naming the cluster a refused tenant is placed on.
 inline constexpr const char* kTenantClusterHeader = "Idemsaga-Tenant-Cluster";
-
-class Placement {
- public:
-  struct Options {
-    std::string directory_url;  // postgresql:// URL of the directory database
-    std::string cluster;        // the cluster this process serves
-    std::chrono::milliseconds refresh = kPlacementRefresh;
-    std::chrono::milliseconds max_age = kPlacementMaxAge;
-  };
-  // The orchestrator's intake takes new requests of an active tenant only; a participant also
-  // serves a draining one, whose running sagas are finishing.
-  enum class Role { kIntake, kParticipant };
-
-  // Reads the placement once (logging a failure: until a read succeeds every tenant is
-  // refused) and keeps reading it every `refresh`.
-  explicit Placement(Options options);
-  // A service's --placement-url and --cluster: null when both are empty (one cluster serves
-  // every tenant); std::invalid_argument when only one is given or the name is not a
-  // cluster's ([a-z0-9_-], 1..64).
-  static std::unique_ptr<Placement> FromFlags(const std::string& directory_url,
-                                              const std::string& cluster);
-  ~Placement();
-  Placement(const Placement&) = delete;
-  Placement& operator=(const Placement&) = delete;
-
-  // Throws Misplaced unless this cluster may serve `tenant` in `role` now.
-  void Require(const std::string& tenant, Role role) const;
-  // Reads the table now; false (and logged) when it could not.
-  bool Refresh();
-  const std::string& cluster() const { return options_.cluster; }
-
- private:
-  struct Entry {
-    std::string cluster;
-    std::string state;
-  };
-  struct Snapshot {
-    std::map<std::string, Entry> tenants;
-    std::chrono::steady_clock::time_point read_at;  // when the read began
-  };
-
-  Options options_;
-  mutable std::mutex mutex_;
-  std::shared_ptr<const Snapshot> snapshot_;  // null until the first read succeeds
-  std::mutex refresh_mutex_;                  // one read at a time, on `conn_`
-  struct Connection;
-  std::unique_ptr<Connection> conn_;
-  Periodic refresher_;
-};
 
 }  // namespace idemsaga::common

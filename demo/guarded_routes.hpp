@@ -45,7 +45,7 @@ struct ParticipantOptions {
   std::string redis_fsync = "everysec";
   // Tenants on several clusters: serve only those placed on this one (null: every tenant).
   // Owned by the caller; outlives the service.
-  const common::Placement* placement = nullptr;
+  const common::pg::Placement* placement = nullptr;
 };
 
 // A participant's action effect and compensation (steps/guard/http_guard.hpp); actions run

@@ -7,7 +7,7 @@ namespace idemsaga::orchestrator {
 std::optional<std::string> TenantAuth::operator()(const std::string& token) {
   auto tenant = Lookup(token);
   if (tenant && placement_ != nullptr) {
-    placement_->Require(*tenant, common::Placement::Role::kIntake);
+    placement_->Require(*tenant, common::pg::Placement::Role::kIntake);
   }
   return tenant;
 }

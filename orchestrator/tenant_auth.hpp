@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "common/placement.hpp"
+#include "common/pg/placement.hpp"
 #include "orchestrator/store/parent_store.hpp"
 
 namespace idemsaga::orchestrator {
@@ -23,7 +23,7 @@ namespace idemsaga::orchestrator {
 class TenantAuth {
  public:
   TenantAuth(store::ParentStore& store, std::chrono::seconds ttl,
-             const common::Placement* placement = nullptr)
+             const common::pg::Placement* placement = nullptr)
       : store_(store), ttl_(ttl), placement_(placement) {}
   // The tenant of the API key `token`; nullopt for none (an empty token included). Throws
   // common::Misplaced for a tenant that is not to be served here now.
@@ -34,7 +34,7 @@ class TenantAuth {
 
   store::ParentStore& store_;
   std::chrono::seconds ttl_;
-  const common::Placement* placement_;
+  const common::pg::Placement* placement_;
   std::mutex mutex_;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
 };

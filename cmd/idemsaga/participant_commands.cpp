@@ -7,8 +7,8 @@
 #include "common/defaults.hpp"
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
+#include "common/pg/placement.hpp"
 #include "common/pg/url.hpp"
-#include "common/placement.hpp"
 #include "demo/service.hpp"
 #include "demo/stack.hpp"
 
@@ -126,7 +126,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
         common::pg::Migrate(conn, demo::NameOf(kind));
       }
       auto [host, port] = common::SplitHostPort(flags.listen);
-      auto placement = common::Placement::FromFlags(flags.placement_url, flags.cluster);
+      auto placement = common::pg::Placement::FromFlags(flags.placement_url, flags.cluster);
       ParticipantService svc(
           kind, flags.database_url,
           {.service_token = flags.service_token,

@@ -4,8 +4,6 @@
 #include <array>
 #include <cctype>
 
-#include "common/placement.hpp"
-
 namespace idemsaga::common::http {
 namespace {
 

@@ -16,10 +16,7 @@
 #include <utility>
 
 #include "common/failure.hpp"
-
-namespace idemsaga::common {
-class Misplaced;  // common/placement.hpp
-}  // namespace idemsaga::common
+#include "common/placement.hpp"
 
 namespace idemsaga::common::http {
 
@@ -71,7 +68,7 @@ Answer FailureAnswer(const ClassifiedFailure& failure);
 // 503 `unavailable` + Retry-After (SetUnavailable's): a retry with the same key is safe.
 Answer UnavailableAnswer(const std::string& what, std::chrono::seconds retry_after = kRetryAfter);
 
-// A tenant this cluster does not serve now (common::Placement): 503 `unavailable` +
+// A tenant this cluster does not serve now (common::pg::Placement): 503 `unavailable` +
 // Retry-After, naming the cluster it is placed on (kTenantClusterHeader) when there is one.
 Answer MisplacedAnswer(const Misplaced& refusal);
 

@@ -114,7 +114,7 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
   span.Set("tenant", admitted->tenant_id).Set("idempotency_key", admitted->key);
   if (options_.placement != nullptr) {
     try {
-      options_.placement->Require(admitted->tenant_id, common::Placement::Role::kParticipant);
+      options_.placement->Require(admitted->tenant_id, common::pg::Placement::Role::kParticipant);
     } catch (const common::Misplaced& refusal) {
       common::http::SetAnswer(res, common::http::MisplacedAnswer(refusal));
       Count(kind, "misplaced");

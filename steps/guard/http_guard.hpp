@@ -26,7 +26,7 @@
 #include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/metrics.hpp"
-#include "common/placement.hpp"
+#include "common/pg/placement.hpp"
 #include "common/trace/span.hpp"
 #include "steps/guard/guard.hpp"
 
@@ -59,7 +59,7 @@ struct HttpGuardOptions {
   // Tenants on several clusters: a tenant this cluster does not serve now (placed elsewhere,
   // or frozen by a move) is refused with 503 + Retry-After before the guard runs (outcome
   // "misplaced"). Null: every tenant is served. Must outlive the handlers.
-  const common::Placement* placement = nullptr;
+  const common::pg::Placement* placement = nullptr;
 };
 
 // Around every guarded request, for a service that wants more than the guard (the demo

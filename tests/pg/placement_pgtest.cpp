@@ -1,5 +1,5 @@
 // Tenants on several clusters: what a service of one cluster serves, read from a real
-// directory database (common/placement.hpp), and a tenant moved between two clusters' worth
+// directory database (common/pg/placement.hpp), and a tenant moved between two clusters' worth
 // of databases (app/tenant_move.hpp), its rows compared field by field.
 #include <gtest/gtest.h>
 
@@ -7,14 +7,14 @@
 
 #include "app/tenant_move.hpp"
 #include "common/crypto.hpp"
-#include "common/placement.hpp"
+#include "common/pg/placement.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/wait.hpp"
 
 namespace {
 
 using idemsaga::common::Misplaced;
-using idemsaga::common::Placement;
+using idemsaga::common::pg::Placement;
 using test_support::ScratchDatabase;
 using Role = Placement::Role;
 

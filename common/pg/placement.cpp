@@ -1,6 +1,5 @@
-#include "common/placement.hpp"
+#include "common/pg/placement.hpp"
 
-#include <algorithm>
 #include <pqxx/pqxx>
 #include <stdexcept>
 
@@ -8,21 +7,15 @@
 #include "common/pg/statement.hpp"
 #include "common/pg/url.hpp"
 
-namespace idemsaga::common {
+namespace idemsaga::common::pg {
 namespace {
 
 // The whole table: every service needs every tenant of its cluster, and a tenant's row is a
 // few dozen bytes (a hundred thousand tenants are a few MB every half second; past that, read
 // only the rows changed since the last read).
-const pg::Statement kReadPlacement{"SELECT tenant_id, cluster, state FROM tenant_placement"};
+const Statement kReadPlacement{"SELECT tenant_id, cluster, state FROM tenant_placement"};
 
 }  // namespace
-
-bool IsValidClusterName(const std::string& name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-  });
-}
 
 std::unique_ptr<Placement> Placement::FromFlags(const std::string& directory_url,
                                                 const std::string& cluster) {
@@ -57,11 +50,11 @@ bool Placement::Refresh() {
   snapshot->read_at = std::chrono::steady_clock::now();
   try {
     if (!conn_->conn || !conn_->conn->is_open()) {
-      conn_->conn = std::make_unique<pqxx::connection>(pg::WithSessionTimeouts(
+      conn_->conn = std::make_unique<pqxx::connection>(WithSessionTimeouts(
           options_.directory_url, {.connect_timeout_s = 2, .statement_timeout_ms = 2000}));
     }
     pqxx::read_transaction tx(*conn_->conn);
-    for (const auto& row : pg::Exec(tx, kReadPlacement)) {
+    for (const auto& row : Exec(tx, kReadPlacement)) {
       snapshot->tenants[row[0].as<std::string>()] = {row[1].as<std::string>(),
                                                      row[2].as<std::string>()};
     }
@@ -106,4 +99,4 @@ void Placement::Require(const std::string& tenant, Role role) const {
   }
 }
 
-}  // namespace idemsaga::common
+}  // namespace idemsaga::common::pg
