@@ -28,8 +28,9 @@ void AddMigrateCommand(CLI::App& app, Run& run) {
   auto* cmd = app.add_subcommand(
       "migrate", "Apply pending migrations to one database, or create and migrate all of them");
   cmd->add_option("--database-url", flags.database_url, "the database to migrate");
-  cmd->add_option("--kind", flags.kind, "what that database is for")
-      ->check(CLI::IsMember(common::pg::DatabaseKinds()));
+  auto kinds = common::pg::DatabaseKinds();
+  kinds.push_back("directory");  // tenants on several clusters: where each one is
+  cmd->add_option("--kind", flags.kind, "what that database is for")->check(CLI::IsMember(kinds));
   cmd->add_option(
       "--server-url", flags.server_url,
       "instead: create idemsaga_orchestrator, _inventory, _payment and _shipping on this "
