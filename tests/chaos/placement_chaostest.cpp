@@ -232,8 +232,8 @@ TEST(PlacementChaos, AKilledClusterStopsOnlyItsTenantsAndATenantMovesUnderLoadWi
   {
     OrderLoad load(cells, "kill-");
     std::this_thread::sleep_for(std::chrono::seconds(3));
-    auto killed_at = Clock::now();
     cells.pg(kKilled).Crash();
+    auto killed_at = Clock::now();  // an order sent before it may still have been served
     std::this_thread::sleep_for(std::chrono::seconds(2));
     // A refused order of the killed cluster's tenant: 503, Retry-After, nothing stored.
     auto refused = PostOrder(cells.stack(kKilled).OrchestratorUrl(0), "t4", "kill-probe", 9001);
