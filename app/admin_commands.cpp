@@ -28,8 +28,9 @@ void AddMigrateCommand(CLI::App& app, Run& run) {
   auto* cmd = app.add_subcommand(
       "migrate", "Apply pending migrations to one database, or create and migrate all of them");
   cmd->add_option("--database-url", flags.database_url, "the database to migrate");
-  cmd->add_option("--kind", flags.kind, "what that database is for")
-      ->check(CLI::IsMember(common::pg::DatabaseKinds()));
+  auto kinds = common::pg::DatabaseKinds();
+  kinds.push_back("directory");  // tenants on several clusters: where each one is
+  cmd->add_option("--kind", flags.kind, "what that database is for")->check(CLI::IsMember(kinds));
   cmd->add_option(
       "--server-url", flags.server_url,
       "instead: create idemsaga_orchestrator, _inventory, _payment and _shipping on this "
@@ -74,6 +75,7 @@ void AddTenantCommand(CLI::App& app, Run& run) {
       "revoke",
       "Revoke a tenant's API key: its runs stay readable to operators, no request of "
       "it is taken (within the orchestrators' tenant cache, 30 s)");
+  AddTenantPlacementCommands(tenant, run);
   for (auto* cmd : {create, list, revoke}) {
     cmd->add_option("--database-url", flags.database_url, "the orchestrator's database")
         ->envname("IDEMSAGA_DATABASE_URL")

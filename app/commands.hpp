@@ -19,6 +19,9 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
 // migrate, tenant create and reconcile (admin_commands.cpp).
 void AddAdminCommands(CLI::App& app, Run& run, const idemsaga::App::Impl& setup);
 
+// tenant place and tenant move, under `tenant` (placement_commands.cpp).
+void AddTenantPlacementCommands(CLI::App* tenant, Run& run);
+
 // --otlp-header "Name: value", repeatable: exactly what a service's exporter sends to the
 // collector, and ParseHeaders of what was given.
 void AddOtlpHeaderOption(CLI::App* cmd, std::vector<std::string>& headers);

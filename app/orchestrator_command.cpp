@@ -162,6 +162,12 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
   cmd->add_option("--shutdown-grace-ms", flags.grace,
                   "on SIGTERM, how long running sagas may finish")
       ->capture_default_str();
+  cmd->add_option("--placement-url", o.placement_url,
+                  "tenants on several PostgreSQL clusters: postgresql:// URL of the directory "
+                  "database (tenant_placement); serve only the tenants placed on --cluster");
+  cmd->add_option("--cluster", o.cluster,
+                  "with --placement-url: the name of the cluster this orchestrator's database is "
+                  "on");
   cmd->add_option("--amqp-url", flags.amqp.urls,
                   "also take orders and events from RabbitMQ: "
                   "amqp://user:password@host:port/vhost; for a cluster, one per node "

@@ -18,6 +18,7 @@
 #include "common/net.hpp"
 #include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
+#include "common/pg/placement.hpp"
 #include "common/pg/pool.hpp"
 #include "common/pg/url.hpp"
 #include "common/redis/pool.hpp"
@@ -81,8 +82,11 @@ struct Participant::Impl {
     explicit Serving(const ParticipantServiceOptions& o)
         : guard_options{.retention = o.retention, .duplicates = Duplicates(o)},
           server(common::http::Limits{.threads = o.threads}, common::pg::Classify) {
-      guard::HttpGuardOptions http_options{
-          .service_token = o.service_token, .metrics = &metrics, .service = o.name};
+      placement = common::pg::Placement::FromFlags(o.placement_url, o.cluster);
+      guard::HttpGuardOptions http_options{.service_token = o.service_token,
+                                           .metrics = &metrics,
+                                           .service = o.name,
+                                           .placement = placement.get()};
       if (o.redis_url.empty()) {
         pool = std::make_unique<common::pg::Pool>(
             common::pg::Pool::Options{.url = o.database_url, .size = o.pool_size});
@@ -103,6 +107,7 @@ struct Participant::Impl {
 
     guard::GuardOptions guard_options;
     common::metrics::Registry metrics;
+    std::unique_ptr<common::pg::Placement> placement;  // null: every tenant is served
     std::unique_ptr<common::pg::Pool> pool;
     std::unique_ptr<guard::Guard> guard;
     std::unique_ptr<common::redis::Pool> redis;
@@ -257,6 +262,13 @@ int Participant::Run(int argc, char** argv) {
   cli.add_option("--retention-hours", retention_hours, "how long step keys are kept")
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
+  cli.add_option("--placement-url", options.placement_url,
+                 "tenants on several PostgreSQL clusters: postgresql:// URL of the directory "
+                 "database; serve only the tenants placed on --cluster")
+      ->envname("IDEMSAGA_PLACEMENT_URL");
+  cli.add_option("--cluster", options.cluster,
+                 "with --placement-url: the name of the cluster its database is on")
+      ->envname("IDEMSAGA_CLUSTER");
   cli.add_option("--redis-url", options.redis_url,
                  "redis:// URL: keep the keys in Redis instead of PostgreSQL")
       ->envname("IDEMSAGA_REDIS_URL");

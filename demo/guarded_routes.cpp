@@ -25,7 +25,8 @@ GuardedRoutes::GuardedRoutes(std::string service, common::pg::Pool& pool, Faults
             {.service_token = options_.service_token,
              .limits = options_.limits,
              .metrics = &metrics_,
-             .service = service_},
+             .service = service_,
+             .placement = options_.placement},
             tracer, FaultHooks()) {
   common::pg::AddMetrics(metrics_, *pool_);
 }
@@ -40,7 +41,8 @@ GuardedRoutes::GuardedRoutes(std::string service, Faults& faults, ParticipantOpt
       http_({.service_token = options_.service_token,
              .limits = options_.limits,
              .metrics = &metrics_,
-             .service = service_},
+             .service = service_,
+             .placement = options_.placement},
             tracer, FaultHooks()) {}
 
 steps::guard::HttpGuardHooks GuardedRoutes::FaultHooks() {

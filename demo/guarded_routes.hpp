@@ -43,6 +43,9 @@ struct ParticipantOptions {
   // With redis_url: the persistence Redis must have at start-up, "everysec" (appendonly yes,
   // appendfsync everysec or always), "always", or "unchecked" (steps::guard::RedisFsync).
   std::string redis_fsync = "everysec";
+  // Tenants on several clusters: serve only those placed on this one (null: every tenant).
+  // Owned by the caller; outlives the service.
+  const common::pg::Placement* placement = nullptr;
 };
 
 // A participant's action effect and compensation (steps/guard/http_guard.hpp); actions run

@@ -90,7 +90,8 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
       runs_(sagas_, registry_, tracer_),
       receiver_(events_, registry_, store_),
       recovery_(store_, span_store_, sagas_, options_.recovery),
-      auth_(store_, options_.tenant_cache_ttl),
+      placement_(common::pg::Placement::FromFlags(options_.placement_url, options_.cluster)),
+      auth_(store_, options_.tenant_cache_ttl, placement_.get()),
       server_(
           [this] {
             auto limits = options_.limits;

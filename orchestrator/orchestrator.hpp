@@ -73,6 +73,10 @@ struct OrchestratorOptions {
   // idemsaga_reconcile_discrepancies says what the last run found.
   std::chrono::milliseconds reconcile_interval{std::chrono::minutes(15)};
   std::chrono::seconds reconcile_since{std::chrono::hours(1)};
+  // Tenants on several clusters (common/pg/placement.hpp): the directory database's URL and the
+  // cluster this orchestrator's database is on. Both empty: every tenant is served here.
+  std::string placement_url;
+  std::string cluster;
 };
 
 class Orchestrator {
@@ -134,6 +138,7 @@ class Orchestrator {
   RunStarter runs_;
   EventReceiver receiver_;
   Recovery recovery_;
+  std::unique_ptr<common::pg::Placement> placement_;  // null: one cluster serves every tenant
   TenantAuth auth_;
   common::http::Server server_;
   RetentionCheck retention_check_;

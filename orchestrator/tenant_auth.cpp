@@ -5,6 +5,14 @@
 namespace idemsaga::orchestrator {
 
 std::optional<std::string> TenantAuth::operator()(const std::string& token) {
+  auto tenant = Lookup(token);
+  if (tenant && placement_ != nullptr) {
+    placement_->Require(*tenant, common::pg::Placement::Role::kIntake);
+  }
+  return tenant;
+}
+
+std::optional<std::string> TenantAuth::Lookup(const std::string& token) {
   if (token.empty() || token.size() > 256) return std::nullopt;
   std::string hash = common::Sha256Hex(token);
   auto now = std::chrono::steady_clock::now();

@@ -8,6 +8,7 @@
 #include "common/defaults.hpp"
 #include "common/net.hpp"
 #include "common/pg/migrate.hpp"
+#include "common/pg/placement.hpp"
 #include "common/pg/url.hpp"
 #include "demo/service.hpp"
 #include "demo/stack.hpp"
@@ -30,6 +31,8 @@ struct ParticipantFlags {
   std::string store = "postgres";
   std::string redis_url = "redis://127.0.0.1:6379";
   std::string redis_fsync = "everysec";
+  std::string placement_url;
+  std::string cluster;
   demo::FaultSettings faults;
 };
 
@@ -91,6 +94,12 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
   app::AddDuplicatesOption(cmd, flags.duplicates);
+  cmd->add_option("--placement-url", flags.placement_url,
+                  "tenants on several PostgreSQL clusters: postgresql:// URL of the directory "
+                  "database (tenant_placement); serve only the tenants placed on --cluster");
+  cmd->add_option("--cluster", flags.cluster,
+                  "with --placement-url: the name of the cluster this participant's database is "
+                  "on");
   cmd->add_option("--fault-error-rate", flags.faults.error_rate, "share of requests answered 503")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fault-drop-rate", flags.faults.drop_after_commit_rate,
@@ -114,6 +123,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
         common::pg::Migrate(conn, demo::NameOf(kind));
       }
       auto [host, port] = common::SplitHostPort(flags.listen);
+      auto placement = common::pg::Placement::FromFlags(flags.placement_url, flags.cluster);
       ParticipantService svc(
           kind, flags.database_url,
           {.service_token = flags.service_token,
@@ -122,7 +132,8 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
            .guard = {.retention = std::chrono::hours(flags.retention_hours),
                      .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)},
            .redis_url = redis ? flags.redis_url : "",
-           .redis_fsync = flags.redis_fsync},
+           .redis_fsync = flags.redis_fsync,
+           .placement = placement.get()},
           flags.faults);
       int bound = svc.Bind(host, port);
       app::ServeUntilSignal serving(demo::NameOf(kind));

@@ -2,6 +2,7 @@
 
 #include "common/http/server.hpp"
 #include "common/log.hpp"
+#include "common/placement.hpp"
 
 namespace idemsaga::common::http {
 
@@ -14,6 +15,14 @@ void AnswerFailure(httplib::Response& res, const ClassifiedFailure& failure) {
 void AnswerException(const httplib::Request& req, httplib::Response& res,
                      const std::exception_ptr& ep, const FailureClassifier& classify) {
   res = httplib::Response();
+  try {
+    std::rethrow_exception(ep);
+  } catch (const Misplaced& e) {
+    // Not an outage of this service: the tenant is served elsewhere, or is moving.
+    SetAnswer(res, MisplacedAnswer(e));
+    return;
+  } catch (...) {
+  }
   auto failure = classify(ep);
   AnswerFailure(res, failure);
   const char* event = failure.kind == Failure::kUnavailable     ? "handler_database_unavailable"

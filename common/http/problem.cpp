@@ -70,6 +70,12 @@ Answer UnavailableAnswer(const std::string& what, std::chrono::seconds retry_aft
                        retry_after);
 }
 
+Answer MisplacedAnswer(const Misplaced& refusal) {
+  auto a = UnavailableAnswer(refusal.what());
+  if (!refusal.cluster().empty()) a.headers[kTenantClusterHeader] = refusal.cluster();
+  return a;
+}
+
 Answer FailureAnswer(const ClassifiedFailure& failure) {
   switch (failure.kind) {
     case Failure::kUnavailable:

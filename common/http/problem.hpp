@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/failure.hpp"
+#include "common/placement.hpp"
 
 namespace idemsaga::common::http {
 
@@ -66,6 +67,10 @@ Answer ProblemAnswer(int status, std::string_view code, std::string_view detail,
 Answer FailureAnswer(const ClassifiedFailure& failure);
 // 503 `unavailable` + Retry-After (SetUnavailable's): a retry with the same key is safe.
 Answer UnavailableAnswer(const std::string& what, std::chrono::seconds retry_after = kRetryAfter);
+
+// A tenant this cluster does not serve now (common::pg::Placement): 503 `unavailable` +
+// Retry-After, naming the cluster it is placed on (kTenantClusterHeader) when there is one.
+Answer MisplacedAnswer(const Misplaced& refusal);
 
 // The code and detail of an error body, a problem (`code`, `detail`); {"", ""} for anything
 // else.

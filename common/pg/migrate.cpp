@@ -50,8 +50,10 @@ std::vector<std::string> SetsFor(std::string_view kind) {
   if (kind == "shipping") return {"guard", "shipping"};
   // A participant of a user's own: the guard's key table; the rest of its schema is theirs.
   if (kind == "guard") return {"guard"};
+  // Where each tenant lives when tenants are spread over several clusters (common/placement).
+  if (kind == "directory") return {"directory"};
   throw std::invalid_argument("unknown database kind '" + std::string(kind) +
-                              "' (orchestrator, inventory, payment, shipping, guard)");
+                              "' (orchestrator, inventory, payment, shipping, guard, directory)");
 }
 
 int Migrate(pqxx::connection& conn, std::string_view kind) {

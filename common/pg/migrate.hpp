@@ -3,7 +3,8 @@
 // Migrations are the files sql/<set>/V<nnn>__<name>.sql, compiled into the binary. A database
 // of a kind gets its sets in order: orchestrator = {orchestrator}; inventory = {guard,
 // inventory}; payment = {guard, payment}; shipping = {guard, shipping} (the guard's key table
-// is shared by participants); guard = {guard}, for a participant of your own.
+// is shared by participants); guard = {guard}, for a participant of your own; directory =
+// {directory}, the tenant placement of a deployment on several clusters (common/pg/placement.hpp).
 // All pending migrations apply in one transaction under pg_advisory_xact_lock, so concurrent
 // runners serialise; an applied migration whose text changed is refused (append-only).
 //   common::pg::Migrate(conn, "inventory");

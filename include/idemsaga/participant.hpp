@@ -105,6 +105,11 @@ struct ParticipantServiceOptions {
   // With redis_url: "everysec" (appendfsync everysec or always: a crash of Redis' host may
   // lose about a second of keys), "always", or "unchecked" (CONFIG disabled; you vouch).
   std::string redis_fsync = "everysec";
+  // Tenants on several PostgreSQL clusters (docs/scaling.md): postgresql:// URL of the
+  // directory database and the name of the cluster `database_url` is on. Only the tenants
+  // placed there are served; the others are answered 503 + Retry-After. Both empty: all.
+  std::string placement_url;
+  std::string cluster;
   // A request whose key a concurrent duplicate holds: "wait" (for the duplicate to commit,
   // then replay its answer) or "fail-fast" (409 + Retry-After at once).
   std::string duplicates = "wait";

@@ -118,6 +118,15 @@ void HttpGuard::Serve(const char* kind, const httplib::Request& req, httplib::Re
   }
   admitted->trace = span.context();
   span.Set("tenant", admitted->tenant_id).Set("idempotency_key", admitted->key);
+  if (options_.placement != nullptr) {
+    try {
+      options_.placement->Require(admitted->tenant_id, common::pg::Placement::Role::kParticipant);
+    } catch (const common::Misplaced& refusal) {
+      common::http::SetAnswer(res, common::http::MisplacedAnswer(refusal));
+      Count(kind, "misplaced");
+      return finish();
+    }
+  }
   if (auto problem = validate(*admitted); !problem.empty()) {
     SetError(res, 400, "invalid_request", problem);
     Count(kind, "refused");

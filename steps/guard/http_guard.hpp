@@ -1,6 +1,7 @@
 // The guard on an HTTP route: one call makes a cpp-httplib handler (for httplib::Server or
 // common::http::Server) that does everything around a guarded effect. For each request it
-// checks the caller's bearer service token (401), reads X-Tenant-ID (401), the
+// checks the caller's bearer service token (401), reads X-Tenant-ID (401; with a placement,
+// 503 for a tenant this cluster does not serve now), the
 // Idempotency-Key (an RFC 8941 sf-string or a bare token; 400) and the JSON body (400/413/415),
 // asks `validate` (400 naming the field), runs the effect under the Guard (claim or replay,
 // 422 on reuse, 409 + Retry-After while a duplicate runs), and answers: a replay is the first
@@ -25,6 +26,7 @@
 #include "common/http/server.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/metrics.hpp"
+#include "common/pg/placement.hpp"
 #include "common/trace/span.hpp"
 #include "steps/guard/guard.hpp"
 
@@ -54,6 +56,10 @@ struct HttpGuardOptions {
   // or what a hook answered with.
   common::metrics::Registry* metrics = nullptr;
   std::string service;
+  // Tenants on several clusters: a tenant this cluster does not serve now (placed elsewhere,
+  // or frozen by a move) is refused with 503 + Retry-After before the guard runs (outcome
+  // "misplaced"). Null: every tenant is served. Must outlive the handlers.
+  const common::pg::Placement* placement = nullptr;
 };
 
 // Around every guarded request, for a service that wants more than the guard (the demo

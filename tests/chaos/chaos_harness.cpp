@@ -106,6 +106,8 @@ void StopLeftoverClusters(const fs::path& temp_root) {
   }
 }
 
+}  // namespace
+
 // Runs kStopLeftoverCluster on `dir` once this process has ended, however it ended.
 // postgres is started by pg_ctl, so it is no child of ours and no parent-death signal reaches
 // it; this watchdog waits for end-of-file on a pipe whose write end only we hold (O_CLOEXEC:
@@ -151,26 +153,11 @@ class ClusterWatchdog {
   int write_end_ = -1;
 };
 
-// The suite's one cluster, with its watchdog. Members are destroyed in reverse: the cluster
-// stops normally first, then the watchdog finds nothing left to do.
-struct SuiteCluster {
-  SuiteCluster() : dir(idemsaga::common::pg::PrivateCluster::MakeTempDir()) {
-    StopLeftoverClusters(dir.parent_path());
-    std::ofstream(dir / kOwnerFile) << getpid() << " " << StartTimeOf(getpid()) << "\n";
-    watchdog = std::make_unique<ClusterWatchdog>(dir);
-    cluster =
-        idemsaga::common::pg::PrivateCluster::Start({.dir = dir,
-                                                     .durable = true,  // scenario 5 crashes it
-                                                     .temporary = true});
-  }
-  fs::path dir;
-  std::unique_ptr<ClusterWatchdog> watchdog;
-  std::unique_ptr<idemsaga::common::pg::PrivateCluster> cluster;
-};
+namespace {
 
-SuiteCluster& Suite() {
-  // One cluster for the whole suite; a scenario may crash and restart it.
-  static SuiteCluster suite;
+// The suite's one cluster; a scenario may crash and restart it.
+WatchedCluster& Suite() {
+  static WatchedCluster suite(/*durable=*/true);  // scenario 5 crashes it
   return suite;
 }
 
@@ -239,9 +226,25 @@ bool Process::Exited(std::chrono::milliseconds wait) {
   return true;
 }
 
-idemsaga::common::pg::PrivateCluster& Stack::Cluster() { return *Suite().cluster; }
+WatchedCluster::WatchedCluster(bool durable)
+    : dir_(idemsaga::common::pg::PrivateCluster::MakeTempDir()) {
+  StopLeftoverClusters(dir_.parent_path());
+  std::ofstream(dir_ / kOwnerFile) << getpid() << " " << StartTimeOf(getpid()) << "\n";
+  watchdog_ = std::make_unique<ClusterWatchdog>(dir_);
+  cluster_ = idemsaga::common::pg::PrivateCluster::Start(
+      {.dir = dir_, .durable = durable, .temporary = true});
+}
 
-const fs::path& Stack::ClusterDir() { return Suite().dir; }
+// Members go in reverse: the cluster stops normally first, then the watchdog finds nothing
+// left to do.
+WatchedCluster::~WatchedCluster() {
+  cluster_.reset();
+  watchdog_.reset();
+}
+
+idemsaga::common::pg::PrivateCluster& Stack::Cluster() { return Suite().cluster(); }
+
+const fs::path& Stack::ClusterDir() { return Suite().dir(); }
 
 Stack::Stack(std::string name, StackOptions options) : name_(std::move(name)), options_(options) {
   dir_ = idemsaga::common::pg::PrivateCluster::MakeTempDir().string();
@@ -339,10 +342,12 @@ void Stack::WaitReady(const std::string& url, Process& p) {
 }
 
 std::unique_ptr<Process> Stack::StartParticipant(const std::string& which) {
-  auto p = std::make_unique<Process>(
-      std::vector<std::string>{IDEMSAGA_BINARY, which, "--database-url", DatabaseUrl(which),
-                               "--listen", "127.0.0.1:" + std::to_string(ports_[which])},
-      std::map<std::string, std::string>{}, dir_ + "/" + which + ".log");
+  std::vector<std::string> argv = {IDEMSAGA_BINARY,  which,
+                                   "--database-url", DatabaseUrl(which),
+                                   "--listen",       "127.0.0.1:" + std::to_string(ports_[which])};
+  argv.insert(argv.end(), options_.participant_args.begin(), options_.participant_args.end());
+  auto p = std::make_unique<Process>(argv, std::map<std::string, std::string>{},
+                                     dir_ + "/" + which + ".log");
   WaitReady(ParticipantUrl(which), *p);
   return p;
 }

@@ -51,6 +51,26 @@ class Process {
   std::string log_path_;
 };
 
+class ClusterWatchdog;
+
+// A private PostgreSQL cluster of a test's own that is stopped when the test's process ends,
+// however it ends (a watchdog outside the process tree; see the top of this file). The
+// suite's cluster is one; a scenario with several clusters starts more.
+class WatchedCluster {
+ public:
+  explicit WatchedCluster(bool durable);
+  ~WatchedCluster();
+  WatchedCluster(const WatchedCluster&) = delete;
+  WatchedCluster& operator=(const WatchedCluster&) = delete;
+  idemsaga::common::pg::PrivateCluster& cluster() { return *cluster_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::unique_ptr<ClusterWatchdog> watchdog_;
+  std::unique_ptr<idemsaga::common::pg::PrivateCluster> cluster_;
+};
+
 struct StackOptions {
   int replicas = 1;
   int lease_seconds = 2;
@@ -58,6 +78,7 @@ struct StackOptions {
   int participant_timeout_ms = 2000;
   int max_attempts = 6;
   std::vector<std::string> orchestrator_args;  // added to every orchestrator's command line
+  std::vector<std::string> participant_args;   // added to every participant's command line
   // postgresql:// URL of the server the stack's databases live on (HAProxy's, for the
   // failover scenarios); "" is the suite's private cluster.
   std::string server_url;
