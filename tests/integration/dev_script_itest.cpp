@@ -108,6 +108,9 @@ std::optional<std::string> NotAgainstTheStack(const std::string& text) {
   if (text.find("postgresql://...") != std::string::npos) {
     return "a template for a production database: the chaos suite runs reconcile";
   }
+  if (text.find("$DIRECTORY") != std::string::npos) {
+    return "a template for cells on several clusters: placement_chaostest runs these commands";
+  }
   return std::nullopt;
 }
 
