@@ -144,7 +144,7 @@ Connection::Connection(const std::string& url, std::chrono::milliseconds timeout
 Connection::~Connection() {
   // Unacknowledged deliveries go back to their queue when the connection closes. After a
   // failure the socket is simply closed: the close handshake could wait on a broker that no
-  // longer reads (rabbitmq-c 0.11 has no RPC timeout).
+  // longer reads (no RPC timeout is set: see the header).
   if (!broken_) {
     amqp_channel_close(S(state_), channel_, AMQP_REPLY_SUCCESS);
     amqp_connection_close(S(state_), AMQP_REPLY_SUCCESS);

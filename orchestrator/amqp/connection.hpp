@@ -4,10 +4,10 @@
 //
 // Not thread-safe (nor is rabbitmq-c's connection): one thread owns a Connection. Every
 // failure (the broker gone, a channel closed by it, a timeout, a consumer cancelled by the
-// broker) throws AmqpError, after which the connection is unusable: make a new one. rabbitmq-c
-// 0.11 has no RPC timeout: the RPCs (declare, qos, consume) wait on the broker's TCP
-// connection, whose heartbeat (30 s) ends a dead one; publishes, confirms and deliveries wait
-// at most `timeout`.
+// broker) throws AmqpError, after which the connection is unusable: make a new one. The RPCs
+// (declare, qos, consume) have no timeout of their own (amqp_set_rpc_timeout is not set): they
+// wait on the broker's TCP connection, whose heartbeat (30 s) ends a dead one; publishes,
+// confirms and deliveries wait at most `timeout`.
 //   amqp::Connection c("amqp://guest:guest@127.0.0.1:5672/");
 //   c.DeclareQueue("orders"); c.Confirm(); c.Publish("orders", {.body = "{}"});
 #pragma once
