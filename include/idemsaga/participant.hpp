@@ -141,8 +141,8 @@ class Participant {
   int Start(const std::string& host, int port);
   // A participant binary's main: --listen HOST:PORT, --database-url (IDEMSAGA_DATABASE_URL),
   // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours, --redis-url
-  // (IDEMSAGA_REDIS_URL), --redis-fsync, --duplicates; prints "<name> ready on
-  // <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
+  // (IDEMSAGA_REDIS_URL), --redis-fsync, --duplicates, --placement-url, --cluster; prints
+  // "<name> ready on <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
   int Run(int argc, char** argv);
   std::string Url() const;  // http://host:port once started
   // Stops serving (the requests in hand finish). Idempotent; also on destruction.
