@@ -183,8 +183,8 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
          "--amqp-queue-type",
          [&flags](const std::string& type) {
            flags.amqp.queue_type = common::IEquals(type, "quorum")
-                                       ? orchestrator::amqp::QueueType::kQuorum
-                                       : orchestrator::amqp::QueueType::kClassic;
+                                       ? common::amqp::QueueType::kQuorum
+                                       : common::amqp::QueueType::kClassic;
          },
          "classic or quorum: what the queues are declared as when they do not exist "
          "(quorum on a cluster: replicated, so they outlive a node)")

@@ -9,7 +9,7 @@
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/strings.hpp"
-#include "orchestrator/amqp/connection.hpp"
+#include "common/amqp/connection.hpp"
 #include "orchestrator/http/answers.hpp"
 
 namespace idemsaga::orchestrator::amqp {

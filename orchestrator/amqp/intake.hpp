@@ -45,15 +45,24 @@
 #include <thread>
 #include <vector>
 
+#include "common/amqp/connection.hpp"
 #include "common/failure.hpp"
 #include "common/metrics.hpp"
 #include "common/request_input.hpp"
-#include "orchestrator/amqp/connection.hpp"
 #include "orchestrator/receive_event.hpp"
 #include "orchestrator/start_run.hpp"
 #include "orchestrator/tenant_auth.hpp"
 
 namespace idemsaga::orchestrator::amqp {
+
+// The connection is common (participants consume commands over it too).
+using common::amqp::Address;
+using common::amqp::AmqpError;
+using common::amqp::CheckUrl;
+using common::amqp::Connection;
+using common::amqp::Delivery;
+using common::amqp::Message;
+using common::amqp::QueueType;
 
 // What a queue's messages are, and so which route they stand for.
 enum class Carries {

@@ -20,7 +20,7 @@
 #include "common/percent_encode.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/process.hpp"
-#include "orchestrator/amqp/connection.hpp"
+#include "common/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/chaos/rabbitmq_broker.hpp"
 #include "tests/support/metrics_text.hpp"
@@ -30,8 +30,8 @@ namespace {
 using chaos::KeyRecord;
 using chaos::OrderBody;
 using chaos::Stack;
-using idemsaga::orchestrator::amqp::Connection;
-using idemsaga::orchestrator::amqp::Message;
+using idemsaga::common::amqp::Connection;
+using idemsaga::common::amqp::Message;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kSettle = std::chrono::seconds(90);
@@ -413,7 +413,7 @@ TEST_F(AmqpIntake, BrokerRestartUnderLoadEndsEveryOrderOnce) {
         pub->Publish("orders_restart",
                      chaos::AmqpOrder(records[i], "replies_restart", std::to_string(i)));
         break;
-      } catch (const idemsaga::orchestrator::amqp::AmqpError&) {
+      } catch (const idemsaga::common::amqp::AmqpError&) {
         pub.reset();
         ++republished;
         ASSERT_LT(attempt, 50) << "the broker did not come back";
@@ -561,7 +561,7 @@ TEST_F(AmqpIntake, QueuesDeletedUnderItAreDeclaredAgainAndNothingIsLost) {
     try {
       Connection probe(broker_->Url());
       dead = probe.Get("orders_deleted.dead");
-    } catch (const idemsaga::orchestrator::amqp::AmqpError&) {  // not declared again yet
+    } catch (const idemsaga::common::amqp::AmqpError&) {  // not declared again yet
     }
     if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

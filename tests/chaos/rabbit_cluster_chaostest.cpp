@@ -18,7 +18,7 @@
 
 #include "common/log.hpp"
 #include "common/pg/cluster.hpp"
-#include "orchestrator/amqp/connection.hpp"
+#include "common/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/chaos/rabbitmq_broker.hpp"
 #include "tests/support/metrics_text.hpp"
@@ -27,10 +27,10 @@ namespace {
 
 using chaos::KeyRecord;
 using chaos::Stack;
-using idemsaga::orchestrator::amqp::AmqpError;
-using idemsaga::orchestrator::amqp::Connection;
-using idemsaga::orchestrator::amqp::Message;
-using idemsaga::orchestrator::amqp::QueueType;
+using idemsaga::common::amqp::AmqpError;
+using idemsaga::common::amqp::Connection;
+using idemsaga::common::amqp::Message;
+using idemsaga::common::amqp::QueueType;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kQueue = "orders_cluster";

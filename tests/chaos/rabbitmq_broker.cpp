@@ -12,7 +12,7 @@
 #include "common/idempotency_key.hpp"
 #include "common/net.hpp"
 #include "common/process.hpp"
-#include "orchestrator/amqp/connection.hpp"
+#include "common/amqp/connection.hpp"
 
 namespace chaos {
 
@@ -81,9 +81,9 @@ void RabbitBroker::WaitReady() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   for (;;) {
     try {
-      idemsaga::orchestrator::amqp::Connection probe(Url(), std::chrono::seconds(2));
+      idemsaga::common::amqp::Connection probe(Url(), std::chrono::seconds(2));
       return;
-    } catch (const idemsaga::orchestrator::amqp::AmqpError&) {
+    } catch (const idemsaga::common::amqp::AmqpError&) {
     }
     if (server_->Exited(std::chrono::milliseconds(0))) {
       throw std::runtime_error("rabbitmq-server exited; see " + dir_ + "/rabbitmq.log");
@@ -184,9 +184,9 @@ int RabbitCluster::NodeOf(const std::string& pid) const {
   return -1;
 }
 
-idemsaga::orchestrator::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
+idemsaga::common::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
                                                 const std::string& correlation_id) {
-  idemsaga::orchestrator::amqp::Message m;
+  idemsaga::common::amqp::Message m;
   m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(r.key);
   m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
   m.content_type = "application/json";

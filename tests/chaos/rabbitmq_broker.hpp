@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "orchestrator/amqp/connection.hpp"
+#include "common/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 
 namespace chaos {
@@ -79,7 +79,7 @@ class RabbitCluster {
 
 // An order message as a client publishes it: the key as an sf-string header, the tenant's API
 // key, a reply queue.
-idemsaga::orchestrator::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
+idemsaga::common::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
                                                 const std::string& correlation_id);
 
 }  // namespace chaos

@@ -36,6 +36,7 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"common/trace", {"common"}},
     {"common/pg", {"common"}},
     {"common/redis", {"common"}},
+    {"common/amqp", {"common"}},
     {"common/http", {"common", "common/trace"}},
     {"steps/saga", {"common", "common/trace", "include/idemsaga"}},
     {"steps/protocol", {"common"}},
@@ -52,7 +53,8 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "orchestrator",
       "orchestrator/store"}},
     // orchestrator/http for its answers only (answers.hpp, no HTTP types): see below.
-    {"orchestrator/amqp", {"common", "common/http", "orchestrator", "orchestrator/http"}},
+    {"orchestrator/amqp",
+     {"common", "common/amqp", "common/http", "orchestrator", "orchestrator/http"}},
     {"demo",
      {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps",
       "steps/protocol", "steps/guard"}},

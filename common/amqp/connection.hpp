@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace idemsaga::orchestrator::amqp {
+namespace idemsaga::common::amqp {
 
 struct AmqpError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -108,4 +108,4 @@ class Connection {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace idemsaga::orchestrator::amqp
+}  // namespace idemsaga::common::amqp

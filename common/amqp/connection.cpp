@@ -1,4 +1,4 @@
-#include "orchestrator/amqp/connection.hpp"
+#include "common/amqp/connection.hpp"
 
 #include <amqp.h>
 #include <amqp_framing.h>
@@ -7,7 +7,7 @@
 
 #include <vector>
 
-namespace idemsaga::orchestrator::amqp {
+namespace idemsaga::common::amqp {
 namespace {
 
 amqp_connection_state_t S(void* state) { return static_cast<amqp_connection_state_t>(state); }
@@ -374,4 +374,4 @@ void Connection::Idle(std::chrono::milliseconds wait) {
   }
 }
 
-}  // namespace idemsaga::orchestrator::amqp
+}  // namespace idemsaga::common::amqp
