@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -517,3 +521,148 @@ TEST_F(ParentStoreTest, TheListingMergesRunningAndFinishedSagasNewestFirst) {
 }
 
 }  // namespace
+
+// Group commit (parent_batches.cpp). A transaction of the test's holds the lock the first
+// write needs, so that write's batch waits in the database and every other write queues behind
+// it; once the lock goes, they are written together. Each caller must get its own answer: its
+// own order id and row, its own fenced or finished, as it would alone.
+class HeldLock {
+ public:
+  HeldLock(const std::string& url, const std::string& sql, const std::string& arg)
+      : conn_(url), tx_(conn_) {
+    tx_.exec_params(sql, arg);
+  }
+  void Release() { tx_.commit(); }
+
+ private:
+  pqxx::connection conn_;
+  pqxx::work tx_;
+};
+
+// Waits until a backend of `db` waits on a lock: the held batch has reached the database.
+void WaitForALockWait(const ScratchDatabase& db) {
+  for (int i = 0; i < 500; ++i) {
+    if (db.Count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND wait_event_type = 'Lock'") > 0) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL() << "no write waited on the held lock";
+}
+
+TEST_F(ParentStoreTest, ConcurrentClaimsAreWrittenTogetherAndEachGetsItsOwnRow) {
+  // The tenant's row, which every claim's foreign key check locks KEY SHARE.
+  HeldLock lock(db_.url(), "SELECT 1 FROM tenants WHERE tenant_id = $1 FOR UPDATE", "demo");
+  std::map<int, std::optional<Claim>> claims;
+  std::mutex mu;
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  auto claim = [&](int slot, ClaimRequest req) {
+    try {
+      auto c = store_.ClaimKey(req);
+      std::lock_guard l(mu);
+      claims[slot] = std::move(c);
+    } catch (const pqxx::check_violation&) {
+      ++refused;  // the poisoned request alone, as it would be alone
+    }
+  };
+  threads.emplace_back(claim, 0, Req("k0"));
+  WaitForALockWait(db_);
+  for (int i = 1; i <= 40; ++i) threads.emplace_back(claim, i, Req("k" + std::to_string(i)));
+  for (int d = 41; d <= 43; ++d) threads.emplace_back(claim, d, Req("k7"));  // duplicates
+  auto poison = Req("poison");
+  poison.request_hash = "not-a-sha256";  // the sha256_hex domain refuses it
+  threads.emplace_back(claim, 44, poison);
+  threads.emplace_back(claim, 45, Req("other-tenant", "owner-a", "1", "acme"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them queue
+  lock.Release();
+  for (auto& t : threads) t.join();
+
+  EXPECT_EQ(refused.load(), 1);
+  ASSERT_EQ(claims.size(), 45u);
+  int claimed_k7 = 0;
+  for (auto& [slot, c] : claims) {
+    ASSERT_TRUE(c) << slot;
+    const std::string key = slot <= 40   ? "k" + std::to_string(slot)
+                            : slot == 45 ? "other-tenant"
+                                         : "k7";
+    EXPECT_EQ(c->row.key, key) << slot;
+    if (key == "k7") {
+      claimed_k7 += c->kind == Claim::kClaimed;
+      EXPECT_TRUE(c->kind == Claim::kClaimed || c->kind == Claim::kInProgress) << slot;
+    } else {
+      EXPECT_EQ(c->kind, Claim::kClaimed) << slot;
+    }
+    // The row each caller was answered is the row stored under its key: no answer mixed up.
+    std::string tenant = slot == 45 ? "acme" : "demo";
+    EXPECT_EQ(c->row.order_id, db_.Text("SELECT order_id FROM idempotency_keys WHERE tenant_id = "
+                                        "$1 AND idempotency_key = $2",
+                                        tenant, key))
+        << slot;
+    EXPECT_EQ(c->row.request_hash, idemsaga::common::Sha256Hex("1"));
+  }
+  EXPECT_EQ(claimed_k7, 1);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys"), 42);
+  EXPECT_EQ(db_.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'poison'"), 0);
+  EXPECT_EQ(db_.Text("SELECT request_body::text FROM idempotency_keys WHERE idempotency_key = "
+                     "'k13'"),
+            R"({"n": "1"})");
+  auto stats = store_.claim_batches();
+  std::printf("claims: %lld in %lld batches, the largest %zu\n", stats.writes, stats.batches,
+              stats.largest);
+  EXPECT_EQ(stats.writes, 46);
+  EXPECT_GE(stats.largest, 10u) << "the queued claims were not written together";
+}
+
+TEST_F(ParentStoreTest, ConcurrentFinishesAreWrittenTogetherAndEachIsFencedOrNotOnItsOwn) {
+  std::vector<Claim> claims;
+  for (int i = 0; i < 20; ++i) claims.push_back(store_.ClaimKey(Req("f" + std::to_string(i))));
+  // A row lock on f0: its finish waits in the database, the others queue behind it.
+  HeldLock lock(db_.url(), "SELECT 1 FROM idempotency_keys WHERE idempotency_key = $1 FOR UPDATE",
+                "f0");
+  std::vector<std::optional<bool>> done(22);
+  std::vector<std::thread> threads;
+  auto finish = [&](int slot, const Claim& c, idemsaga::orchestrator::store::Lease lease) {
+    done[slot] =
+        store_.Finish(lease, slot % 2 == 0, 200 + slot, R"({"slot":)" + std::to_string(slot) + "}",
+                      nlohmann::json::array({{{"step", slot}}}),
+                      {{"Content-Type", "application/json"}, {"X-Slot", std::to_string(slot)}});
+    (void)c;
+  };
+  threads.emplace_back(finish, 0, std::cref(claims[0]), claims[0].lease);
+  WaitForALockWait(db_);
+  for (int i = 1; i < 20; ++i)
+    threads.emplace_back(finish, i, std::cref(claims[i]), claims[i].lease);
+  auto stale = claims[5].lease;
+  stale.epoch += 1;  // not the owner's epoch: fenced, whatever else its batch does
+  threads.emplace_back(finish, 20, std::cref(claims[5]), stale);
+  auto foreign = claims[6].lease;
+  foreign.owner = "owner-z";
+  threads.emplace_back(finish, 21, std::cref(claims[6]), foreign);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  lock.Release();
+  for (auto& t : threads) t.join();
+
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(done[i]) << i;
+    EXPECT_TRUE(*done[i]) << i;
+    auto key = "f" + std::to_string(i);
+    auto row = store_.Get("demo", key);
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->status, i % 2 == 0 ? idemsaga::orchestrator::store::SagaStatus::kCompleted
+                                      : idemsaga::orchestrator::store::SagaStatus::kFailed);
+    EXPECT_EQ(row->response_status, 200 + i);
+    EXPECT_EQ(row->response_body, R"({"slot":)" + std::to_string(i) + "}");
+    EXPECT_EQ(row->response_headers["X-Slot"], std::to_string(i));
+    EXPECT_EQ(row->steps.size(), 1u);
+  }
+  EXPECT_FALSE(*done[20]);
+  EXPECT_FALSE(*done[21]);
+  EXPECT_EQ(store_.fenced_writes(), 2);
+  auto stats = store_.finish_batches();
+  std::printf("finishes: %lld in %lld batches, the largest %zu\n", stats.writes, stats.batches,
+              stats.largest);
+  EXPECT_EQ(stats.writes, 22);
+  EXPECT_GE(stats.largest, 10u) << "the queued finishes were not written together";
+}
