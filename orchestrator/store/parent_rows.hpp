@@ -31,10 +31,6 @@ inline constexpr const char* kColumns = R"sql(
 // The SagaRow of a row that selected kColumns from column `first` on.
 SagaRow ToRow(const pqxx::row& row, int first = 0);
 
-// The row a claim just inserted: the request, and what the database chose (the order id, the
-// epoch, the times) in the columns of the claim's RETURNING from column `first` on.
-SagaRow ClaimedRow(const ClaimRequest& req, const pqxx::row& r, int first = 0);
-
 inline double Seconds(std::chrono::seconds s) { return static_cast<double>(s.count()); }
 
 }  // namespace idemsaga::orchestrator::store::detail

@@ -200,9 +200,10 @@ std::string TextArray(const std::vector<std::string>& names) {
   return "{" + common::Join(names, ",") + "}";
 }
 
+namespace {
+
 // The row a claim just inserted: the request, and what the database chose.
-SagaRow detail::ClaimedRow(const ClaimRequest& req, const pqxx::row& r, int first) {
-  auto at = [&](int i) { return r[first + i]; };
+SagaRow ClaimedRow(const ClaimRequest& req, const pqxx::row& r) {
   SagaRow s;
   s.tenant_id = req.tenant_id;
   s.key = req.key;
@@ -210,32 +211,21 @@ SagaRow detail::ClaimedRow(const ClaimRequest& req, const pqxx::row& r, int firs
   s.request_body = req.request_body;
   s.saga_name = req.saga_name;
   s.saga_version = req.saga_version;
-  s.order_id = at(0).as<std::string>();
+  s.order_id = r[0].as<std::string>();
   s.status = SagaStatus::kStarted;
   s.lease_owner = req.owner;
-  s.lease_epoch = at(1).as<long long>();
+  s.lease_epoch = r[1].as<long long>();
   s.lease_live = true;
-  s.created_at = at(2).as<std::string>();
-  s.updated_at = at(3).as<std::string>();
-  s.lease_seconds_left = at(4).as<double>();
-  s.expires_in_seconds = at(5).as<double>();
+  s.created_at = r[2].as<std::string>();
+  s.updated_at = r[3].as<std::string>();
+  s.lease_seconds_left = r[4].as<double>();
+  s.expires_in_seconds = r[5].as<double>();
   s.trace_id = req.trace_id;
   s.root_span_id = req.root_span_id;
   return s;
 }
 
-std::optional<SagaRow> ParentStore::ClaimOne(const ClaimRequest& req) {
-  return OneStatement([&](pqxx::nontransaction& tx) -> std::optional<SagaRow> {
-    auto rows =
-        Exec(tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
-             req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
-             Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
-             req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id),
-             req.saga_version);
-    if (rows.empty()) return std::nullopt;
-    return detail::ClaimedRow(req, rows[0]);
-  });
-}
+}  // namespace
 
 Claim ParentStore::ClaimKey(const ClaimRequest& req) {
   // Phase 1: claim, or read what is there. Each statement's connection goes back to the pool
@@ -247,8 +237,16 @@ Claim ParentStore::ClaimKey(const ClaimRequest& req) {
     // answered 503 + Retry-After, and nothing was claimed for it.
     if (attempt == 3)
       throw common::Unavailable("idempotency key claim kept racing concurrent claims");
-    // The first try goes with the claims of concurrent requests; a retry after a race alone.
-    auto claimed = attempt == 0 ? ClaimBatched(req) : ClaimOne(req);
+    auto claimed = OneStatement([&](pqxx::nontransaction& tx) -> std::optional<SagaRow> {
+      auto rows = Exec(
+          tx, kClaim, req.tenant_id, req.key, req.request_hash, req.request_body.dump(),
+          req.saga_name, req.owner, Seconds(options_.lease), req.trace_id,
+          Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
+          req.root_span_id.empty() ? std::nullopt : std::optional<std::string>(req.root_span_id),
+          req.saga_version);
+      if (rows.empty()) return std::nullopt;
+      return ClaimedRow(req, rows[0]);
+    });
     if (claimed) {
       outcome.emplace(true, std::move(*claimed));
       break;
@@ -384,25 +382,15 @@ long long ParentStore::ReleaseLeases(const std::string& owner) {
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps,
                          const std::map<std::string, std::string>& response_headers) {
-  FinishRequest f{l,
-                  std::string(ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)),
-                  response_status,
-                  response_body,
-                  steps,
-                  response_headers};
-  return !Fenced(l, "finish", FinishBatched(f));
-}
-
-bool ParentStore::FinishOne(const FinishRequest& f) {
-  const Lease& l = f.lease;
   auto n = OneStatement([&](pqxx::nontransaction& tx) {
-    auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch, f.status, f.response_status,
-                  f.response_body, f.steps.dump(),
+    auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
+                  std::string(ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)),
+                  response_status, response_body, steps.dump(),
                   Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
-                  nlohmann::json(f.response_headers).dump());
+                  nlohmann::json(response_headers).dump());
     return r.affected_rows();
   });
-  return n == 1;
+  return !Fenced(l, "finish", n == 1);
 }
 
 std::optional<SagaRow> ParentStore::Get(const std::string& tenant_id, const std::string& key) {

@@ -4,10 +4,7 @@
 // Every write by a running saga's owner is conditional on (lease_owner, lease_epoch): a process
 // that lost its lease (paused, partitioned, too slow) writes nothing, and the write reports it
 // as fenced. Times (lease expiry) come from the database clock.
-// Thread-safe (the pool hands each call its own connection). Claims of new keys and finishes
-// that concurrent sagas make at the same moment are written together, one statement and one
-// commit per tenant for each kind (group commit: common/group_commit.hpp); each caller is
-// answered after that commit, as it would be alone.
+// Thread-safe (the pool hands each call its own connection).
 //   Claim claim = store.ClaimKey({tenant, key, hash, body, "place_order", 1, owner, trace_id});
 //   if (claim.kind == Claim::kClaimed) { ...run...; store.Finish(claim.lease, true, 201, body,
 //   steps); }
@@ -16,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -147,8 +143,8 @@ struct StoreOptions {
 
 class ParentStore {
  public:
-  ParentStore(common::pg::Pool& pool, StoreOptions options);
-  virtual ~ParentStore();
+  ParentStore(common::pg::Pool& pool, StoreOptions options) : pool_(pool), options_(options) {}
+  virtual ~ParentStore() = default;
 
   Claim ClaimKey(const ClaimRequest& req);
 
@@ -228,16 +224,6 @@ class ParentStore {
   // Creates or re-keys a tenant.
   void UpsertTenant(const std::string& tenant_id, const std::string& api_key_hash);
 
-  // Group commit: how many claims and finishes were written, in how many batches (one
-  // statement per tenant each), and the most in one (for metrics and tests).
-  struct WriteBatches {
-    long long writes = 0;
-    long long batches = 0;
-    size_t largest = 0;
-  };
-  WriteBatches claim_batches();
-  WriteBatches finish_batches();
-
   // Writes refused because the writer had lost its lease (for metrics and tests).
   long long fenced_writes() const { return fenced_writes_; }
 
@@ -264,26 +250,9 @@ class ParentStore {
     });
   }
 
-  // A claim or a finish alone, one statement; and what a batch of them does (group commit:
-  // parent_batches.cpp).
-  struct FinishRequest {
-    const Lease& lease;
-    std::string status;
-    int response_status;
-    const std::string& response_body;
-    const nlohmann::json& steps;
-    const std::map<std::string, std::string>& response_headers;
-  };
-  std::optional<SagaRow> ClaimOne(const ClaimRequest& req);
-  bool FinishOne(const FinishRequest& f);
-  std::optional<SagaRow> ClaimBatched(const ClaimRequest& req);
-  bool FinishBatched(const FinishRequest& f);
-  class Batches;
-
   common::pg::Pool& pool_;
   StoreOptions options_;
   std::atomic<long long> fenced_writes_{0};
-  std::unique_ptr<Batches> batches_;
 };
 
 }  // namespace idemsaga::orchestrator::store
