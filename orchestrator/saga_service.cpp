@@ -219,9 +219,19 @@ int SagaService::FreeCapacity() const {
                          static_cast<int>(running_.load() - running_inline_.load()));
 }
 
+std::optional<store::FinishedAnswer> SagaService::CachedAnswer(const std::string& tenant_id,
+                                                               const std::string& key,
+                                                               const std::string& request_hash) {
+  if (stopping_) return std::nullopt;
+  auto done = finished_.Get(tenant_id, key);
+  if (!done || done->request_hash != request_hash) return std::nullopt;
+  return done;
+}
+
 RunOutcome SagaService::Submit(const Submission& s) {
   if (stopping_) return outcomes::Unavailable("the service is shutting down");
   const store::ClaimRequest& req = s.request;
+  if (s.replay) return Counted(outcomes::Replay(*s.replay));
   if (auto done = finished_.Get(req.tenant_id, req.key)) {
     if (req.Matches(done->request_hash)) return Counted(outcomes::Replay(*done));
     RunOutcome reused = outcomes::Reused();

@@ -99,6 +99,10 @@ struct Submission {
   // saga runs on the pool and Submit returns a `deferred` outcome at once, the saga's answer
   // following through this. When unset, the saga runs on the pool and Submit waits for it.
   std::function<bool(const RunOutcome&)> answer_early;
+  // The key's stored answer, already found in the finished-answer cache (CachedAnswer): Submit
+  // replays it without looking again, so a replay answered on the event loop never reaches
+  // the database.
+  std::optional<store::FinishedAnswer> replay;
 };
 
 struct SagaServiceOptions {
@@ -141,6 +145,11 @@ class SagaService {
   ~SagaService();
 
   RunOutcome Submit(const Submission& submission);
+  // The stored answer of a finished key whose request matches `request_hash`, from memory
+  // only (the finished-answer cache); nullopt otherwise. Never blocks.
+  std::optional<store::FinishedAnswer> CachedAnswer(const std::string& tenant_id,
+                                                    const std::string& key,
+                                                    const std::string& request_hash);
 
   enum class CancelResult {
     kRequested,            // recorded; the saga stops at its next step boundary

@@ -68,18 +68,31 @@ RunOutcome Ended(common::trace::Span& span, RunOutcome o) {
 
 }  // namespace
 
-RunOutcome RunStarter::Start(const RunRequest& r) const {
+RunOutcome RunStarter::Start(const RunRequest& r) const { return *Run(r, false); }
+
+std::optional<RunOutcome> RunStarter::Replay(const RunRequest& r) const { return Run(r, true); }
+
+std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only) const {
   // The path the request's fingerprint is scoped by, as the HTTP routes have always named it:
   // a fingerprint is stored with every key, so it must not change with the adapter.
   const std::string route = r.as_order ? "/v1/orders" : "/v1/runs/" + r.saga;
   const steps::saga::Definition* definition = registry_.Latest(r.as_order ? kOrderSaga : r.saga);
   if (definition == nullptr) {
+    if (replay_only) return std::nullopt;
     return Refused(RunOutcome::Kind::kUnknownSaga, "no saga of this name is served here");
   }
   if (!common::IsValidKeyBytes(r.key, kMaxParentKeyLength)) {
+    if (replay_only) return std::nullopt;
     return Refused(RunOutcome::Kind::kInvalid, "the Idempotency-Key must be 1-" +
                                                    std::to_string(kMaxParentKeyLength) +
                                                    " printable ASCII characters");
+  }
+  std::string request_hash = common::RequestFingerprint("POST", route, r.input);
+  std::optional<store::FinishedAnswer> replay;
+  if (replay_only) {
+    // Decided before the span starts: a request handed on to Start leaves no trace here.
+    replay = sagas_.CachedAnswer(r.tenant_id, r.key, request_hash);
+    if (!replay) return std::nullopt;
   }
   // A caller's trace is continued; otherwise this request starts the saga's trace.
   auto caller = common::trace::ParseTraceparent(r.traceparent);
@@ -99,11 +112,12 @@ RunOutcome RunStarter::Start(const RunRequest& r) const {
   // The route is in the fingerprint: one key sent to two sagas is a reuse (422).
   store::ClaimRequest request{.tenant_id = r.tenant_id,
                               .key = r.key,
-                              .request_hash = common::RequestFingerprint("POST", route, r.input),
+                              .request_hash = std::move(request_hash),
                               .request_body = r.input,
                               .trace_id = span.context().trace_id,
                               .root_span_id = span.context().span_id};
   Submission s{definition, std::move(input), std::move(request)};
+  s.replay = std::move(replay);
   if (r.answer_early) {
     // The saga's "still running" when it outlives the response budget, or its answer later;
     // the saga's own span is this request's, so the traceparent is already known.

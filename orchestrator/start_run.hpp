@@ -54,11 +54,17 @@ class RunStarter {
   // What became of `request` (kUnknownSaga, kInvalid before anything is stored). The outcome
   // carries the request span's traceparent, for the adapter to hand back.
   RunOutcome Start(const RunRequest& request) const;
+  // Start, for a request that replays a finished key whose answer is in memory: the same
+  // outcome, span and log line, with no database and no wait (an adapter may call it on an
+  // event loop). nullopt when it is anything else: the adapter then calls Start.
+  std::optional<RunOutcome> Replay(const RunRequest& request) const;
   // Whether a saga of this name is served (Start answers kUnknownSaga otherwise): for an
   // adapter that tells which sagas are served only to a caller it knows.
   bool Serves(std::string_view saga) const { return registry_.Latest(saga) != nullptr; }
 
  private:
+  std::optional<RunOutcome> Run(const RunRequest& request, bool replay_only) const;
+
   SagaService& sagas_;
   const steps::saga::Registry& registry_;
   const common::trace::Tracer& tracer_;

@@ -28,9 +28,13 @@ class TenantAuth {
   // The tenant of the API key `token`; nullopt for none (an empty token included). Throws
   // common::Misplaced for a tenant that is not to be served here now.
   std::optional<std::string> operator()(const std::string& token);
+  // The same from memory only: nullopt also when the token is not cached (never blocks).
+  std::optional<std::string> Cached(const std::string& token);
 
  private:
   std::optional<std::string> Lookup(const std::string& token);
+  std::optional<std::string> FromCache(const std::string& hash);
+  std::optional<std::string> Placed(std::optional<std::string> tenant);
 
   store::ParentStore& store_;
   std::chrono::seconds ttl_;

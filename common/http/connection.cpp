@@ -186,6 +186,7 @@ void Connection::Dispatch() {
   ex->req.local_port = local_.second;
   ex->head = ex->req.method == "HEAD";
   if (!server_.FindRoute(*ex)) return Respond(*ex, ex->res);
+  if (server_.RunFast(*ex)) return Respond(*ex, ex->res);
   auto self = shared_from_this();
   auto queued_at = std::chrono::steady_clock::now();
   bool admitted = server_.pool.TryPush([self, ex, queued_at] {

@@ -8,10 +8,12 @@ namespace idemsaga::common::http {
 
 namespace detail {
 
-void Router::Add(std::string method, const std::string& pattern, Server::EarlyHandler handler) {
+void Router::Add(std::string method, const std::string& pattern, Server::EarlyHandler handler,
+                 Server::FastHandler fast) {
   std::regex regex(pattern);  // throws std::regex_error on a bad pattern, before the lock
   std::unique_lock lock(mutex_);
-  routes_.push_back({std::move(method), pattern, std::move(regex), std::move(handler)});
+  routes_.push_back(
+      {std::move(method), pattern, std::move(regex), std::move(handler), std::move(fast)});
 }
 
 std::vector<Server::RouteInfo> Router::Infos() const {

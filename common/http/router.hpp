@@ -21,12 +21,14 @@ struct Route {
   std::string pattern;
   std::regex regex;
   Server::EarlyHandler handler;
+  Server::FastHandler fast;  // empty for most
 };
 
 class Router {
  public:
   // Throws std::regex_error on a bad pattern.
-  void Add(std::string method, const std::string& pattern, Server::EarlyHandler handler);
+  void Add(std::string method, const std::string& pattern, Server::EarlyHandler handler,
+           Server::FastHandler fast = {});
 
   // Decodes `req.target`'s path into `route_path` (what routes match) and returns the first
   // route of `req`'s method (GET's for HEAD) that matches it whole, with `req.matches` filled.

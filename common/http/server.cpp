@@ -160,6 +160,21 @@ bool ServerCore::FindRoute(Exchange& ex) const {
   return ex.route != nullptr;
 }
 
+bool ServerCore::RunFast(Exchange& ex) const {
+  if (!ex.route->fast) return false;
+  bool answered = false;
+  try {
+    answered = ex.route->fast(ex.req, ex.res);
+  } catch (...) {  // the worker's handler answers it, exceptions included
+  }
+  if (!answered) {
+    ex.res = httplib::Response();
+    return false;
+  }
+  Complete(ex.req, ex.res);
+  return true;
+}
+
 void ServerCore::Run(Exchange& ex, const EarlyAnswer& early) const {
   try {
     ex.route->handler(ex.req, ex.res, early);
@@ -205,6 +220,10 @@ Server& Server::Get(const std::string& pattern, EarlyHandler handler) {
 }
 Server& Server::Post(const std::string& pattern, EarlyHandler handler) {
   impl_->router.Add("POST", pattern, std::move(handler));
+  return *this;
+}
+Server& Server::Post(const std::string& pattern, EarlyHandler handler, FastHandler fast) {
+  impl_->router.Add("POST", pattern, std::move(handler), std::move(fast));
   return *this;
 }
 

@@ -50,6 +50,8 @@ class ServerCore {
   bool FindRoute(Exchange& ex) const;
   // On a worker: the handler (given `early`, its request's), its exception, the defaults.
   void Run(Exchange& ex, const EarlyAnswer& early) const;
+  // The route's fast handler, on the loop: true when it answered ex.res.
+  bool RunFast(Exchange& ex) const;
   void RunLoop();
 
   const Limits limits;

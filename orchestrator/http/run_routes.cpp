@@ -9,6 +9,17 @@ namespace {
 using common::http::SetAnswer;
 using common::http::SetError;
 
+RunRequest ReadRun(const httplib::Request& req, const std::string& saga, const std::string& tenant,
+                   const std::string& key, nlohmann::json input, bool as_order) {
+  return {.saga = saga,
+          .tenant_id = tenant,
+          .key = key,
+          .input = std::move(input),
+          .traceparent = req.get_header_value("traceparent"),
+          .as_order = as_order,
+          .span_name = "POST " + (as_order ? std::string("/v1/orders") : "/v1/runs/" + saga)};
+}
+
 // Starts `saga` for the request (as an order for POST /v1/orders): the caller, key and JSON
 // off the wire, the rest the use case's.
 void StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
@@ -27,14 +38,7 @@ void StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response
   }
   auto body = common::http::ParseJsonBody(req, res, d.limits);
   if (!body) return;
-  RunRequest run{
-      .saga = saga,
-      .tenant_id = *tenant,
-      .key = key.key,
-      .input = std::move(*body),
-      .traceparent = req.get_header_value("traceparent"),
-      .as_order = as_order,
-      .span_name = "POST " + (as_order ? std::string("/v1/orders") : "/v1/runs/" + saga)};
+  RunRequest run = ReadRun(req, saga, *tenant, key.key, std::move(*body), as_order);
   if (early) {
     // The saga's 202 when it outlives the response budget, or its answer after that.
     run.answer_early = [early, saga, key = key.key](const RunOutcome& o) {
@@ -198,15 +202,48 @@ void View(const store::SagaRow& row, const std::string& saga, httplib::Response&
 
 }  // namespace
 
+// The replay of a finished key whose answer is in memory, answered on the event loop (the
+// server's fast handler): the tenant from the cache, the key, the body and the answer as
+// StartRun reads and renders them. Anything else (a refusal, a key not cached, a first request)
+// returns false and goes to StartRunAt on a worker, which answers it.
+bool ReplayAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res) {
+  constexpr std::string_view kRuns = "/v1/runs/";
+  const bool as_order = req.path == "/v1/orders";
+  const steps::saga::Definition* definition = nullptr;
+  if (as_order) {
+    definition = d.registry.Latest(kOrderSaga);
+  } else if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
+    definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
+  }
+  if (definition == nullptr) return false;
+  auto tenant = d.auth.Cached(common::http::BearerToken(req));
+  if (!tenant) return false;
+  auto key =
+      common::ParseIdempotencyKey(req.get_header_value_count("Idempotency-Key"),
+                                  req.get_header_value("Idempotency-Key"), kMaxParentKeyLength);
+  if (!key.ok()) return false;
+  httplib::Response refused;  // a refusal is StartRun's to answer
+  auto body = common::http::ParseJsonBody(req, refused, d.limits);
+  if (!body) return false;
+  const std::string saga = as_order ? std::string(kOrderSaga) : definition->name();
+  auto outcome = d.runs.Replay(ReadRun(req, saga, *tenant, key.key, std::move(*body), as_order));
+  if (!outcome) return false;
+  SetAnswer(res, RunAnswer(*outcome, saga, key.key));
+  return true;
+}
+
 void AddRunRoutes(common::http::Server& server, const RunRoutes& d) {
   // Database failures surface as exceptions and become 503 at the server's one catch point.
   auto start = [d](const httplib::Request& req, httplib::Response& res,
                    const common::http::EarlyAnswer& early) { StartRunAt(d, req, res, early); };
-  if (d.registry.Latest(kOrderSaga) != nullptr) server.Post("/v1/orders", start);
+  auto replay = [d](const httplib::Request& req, httplib::Response& res) {
+    return ReplayAt(d, req, res);
+  };
+  if (d.registry.Latest(kOrderSaga) != nullptr) server.Post("/v1/orders", start, replay);
   // Every registered saga, its latest version: /v1/runs/{saga} starts one under the request's
   // Idempotency-Key, /v1/runs/{saga}/{key} reads it. Saga names are [a-z0-9_]: no clash with
   // a key, and none with /v1/sagas (the admin listing of every saga).
-  server.Post(R"(/v1/runs/([^/]+))", start);
+  server.Post(R"(/v1/runs/([^/]+))", start, replay);
   server.Get(R"(/v1/runs/([^/]+)/(.+))", [d](const httplib::Request& req, httplib::Response& res) {
     if (auto row = PathSaga(req, res, d.auth, d.store, 2)) View(*row, req.matches[1].str(), res);
   });

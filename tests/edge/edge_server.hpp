@@ -90,10 +90,34 @@ class EdgeServer {
     server.Get("/db-down", [](const httplib::Request&, httplib::Response&) {
       throw pqxx::broken_connection("the database went away");
     });
+    // A route with a fast handler (run on the event loop): X-Fast says what it does, "yes"
+    // answers, "no" declines and "throw" throws, both after scribbling on the response, which
+    // must not leak into the worker's answer.
+    server.Post(
+        "/fast",
+        [this](const httplib::Request&, httplib::Response& res, const auto&) {
+          res.set_content(nlohmann::json{{"by", "worker"}, {"on_loop", OnLoop()}}.dump(),
+                          "application/json");
+        },
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto mode = req.get_header_value("X-Fast");
+          res.status = 299;
+          res.set_header("X-Scribbled", "1");
+          res.set_content(nlohmann::json{{"by", "fast"}, {"on_loop", OnLoop()}}.dump(),
+                          "application/json");
+          if (mode == "throw") throw std::runtime_error("fast handler bug");
+          if (mode == "yes") res.status = 200;
+          return mode == "yes";
+        });
     port = server.Bind("127.0.0.1", 0);
     if (port <= 0) throw std::runtime_error("cannot bind");
-    thread_ = std::thread([this] { server.Serve(); });
+    thread_ = std::thread([this] {
+      loop_id_ = std::this_thread::get_id();  // one io thread: Serve's is the event loop
+      server.Serve();
+    });
   }
+
+  bool OnLoop() const { return std::this_thread::get_id() == loop_id_.load(); }
 
   ~EdgeServer() {
     Release();
@@ -126,6 +150,7 @@ class EdgeServer {
   std::condition_variable released_;
   bool release_ = false;
   int blocked_ = 0;
+  std::atomic<std::thread::id> loop_id_;
   std::thread thread_;
 };
 

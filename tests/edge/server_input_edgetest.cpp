@@ -281,6 +281,26 @@ TEST(ServerInput, HeadAnExceptionAnOutageAndADropAreAnsweredAsDocumented) {
   }
 }
 
+// A fast handler answers on the event loop, or declines (false, or an exception) and the
+// request goes to the worker's handler as if it had never run: nothing it wrote is sent.
+TEST(ServerInput, AFastHandlerAnswersOnTheLoopOrLeavesNoTraceOnTheWorkersAnswer) {
+  EdgeServer server;
+  httplib::Client client("127.0.0.1", server.port);
+  for (int round = 0; round < 3; ++round) {  // kept-alive connection: the state resets
+    auto fast = client.Post("/fast", {{"X-Fast", "yes"}}, "{}", "application/json");
+    ASSERT_TRUE(fast);
+    EXPECT_EQ(fast->status, 200);
+    EXPECT_EQ(fast->body, R"({"by":"fast","on_loop":true})");
+    for (const char* mode : {"no", "throw"}) {
+      auto r = client.Post("/fast", {{"X-Fast", mode}}, "{}", "application/json");
+      ASSERT_TRUE(r) << mode;
+      EXPECT_EQ(r->status, 200) << mode;
+      EXPECT_EQ(r->body, R"({"by":"worker","on_loop":false})") << mode;
+      EXPECT_FALSE(r->has_header("X-Scribbled")) << mode;
+    }
+  }
+}
+
 TEST(ServerInput, BearerSchemeIsCaseInsensitive) {
   auto token = [](const std::string& value) {
     httplib::Request req;

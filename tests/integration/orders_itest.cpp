@@ -277,6 +277,20 @@ TEST_F(OrdersTest, TheStoredAnswersHeadersAreReplayedWithIt) {
     EXPECT_EQ((*replay)->get_header_value("Content-Type"), "application/json");
     EXPECT_EQ((*replay)->get_header_value("Idempotent-Replayed"), "true");
   }
+  // A replay from memory is answered on the server's event loop, one from the database by a
+  // worker: the same status and headers (but the request's own traceparent), byte for byte.
+  auto again_from_memory = Submit(Order("order-h"));
+  ASSERT_TRUE(again_from_memory);
+  auto headers = [](const httplib::Result& r) {
+    std::multimap<std::string, std::string> out;
+    for (const auto& [name, value] : r->headers) {
+      if (name != "traceparent") out.emplace(name, value);
+    }
+    return out;
+  };
+  EXPECT_EQ(again_from_memory->status, from_database->status);
+  EXPECT_EQ(headers(again_from_memory), headers(from_database));
+  EXPECT_EQ(again_from_memory->body, from_database->body);
 }
 
 // A finished answer never changes, so once replayed this process replays it from memory: with
