@@ -53,8 +53,11 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "orchestrator",
       "orchestrator/store"}},
     // orchestrator/http for its answers only (answers.hpp, no HTTP types): see below.
+    // steps/client for the one mapping of a participant's answer (Interpret), whatever carried
+    // it; orchestrator/store for the replies of saga steps over a queue.
     {"orchestrator/amqp",
-     {"common", "common/amqp", "common/http", "orchestrator", "orchestrator/http"}},
+     {"common", "common/amqp", "common/http", "steps/saga", "steps/client", "orchestrator",
+      "orchestrator/store", "orchestrator/http"}},
     {"demo",
      {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps",
       "steps/protocol", "steps/guard"}},
