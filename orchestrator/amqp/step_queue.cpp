@@ -64,7 +64,10 @@ void QueueParticipantClient::Publish(const common::amqp::Message& message) {
   for (int tries = 0;; ++tries) {
     try {
       if (!connection_) {
-        auto c = std::make_unique<common::amqp::Connection>(options_.urls[node_]);
+        // A step's thread waits on this (the others behind the mutex): a broker that does not
+        // answer is given up on sooner than the connection's default.
+        auto c = std::make_unique<common::amqp::Connection>(options_.urls[node_],
+                                                            std::chrono::seconds(2));
         c->DeclareQueue(options_.queue);
         c->Confirm();
         connection_ = std::move(c);
@@ -90,10 +93,13 @@ StepResult QueueParticipantClient::Post(const std::string& path,
     x.body = reply->body;
     x.retry_after = reply->retry_after;
     auto result = steps::client::Interpret(x, ctx, options_.business_errors, where);
-    // An answer that decides nothing (in progress elsewhere, a 5xx): asked again by a new
-    // publish after the runner's backoff, which the guard answers anew.
-    if (result.outcome == steps::saga::Outcome::kRetryable)
+    // Only a success or a business refusal is the step's for good. Anything else (in progress
+    // elsewhere, a 5xx, a wrong token an operator then fixes) is asked again by a new publish
+    // after the runner's backoff, which the participant answers anew, as an HTTP retry is.
+    if (result.outcome != steps::saga::Outcome::kSucceeded &&
+        result.outcome != steps::saga::Outcome::kTerminal) {
       replies_.Forget(ctx.tenant_id, ctx.derived_key);
+    }
     return result;
   }
   common::amqp::Message m;

@@ -39,7 +39,8 @@ class ReplyStore {
                  const std::string& derived_key);
   // The reply to the command under `derived_key`, if one came.
   std::optional<StepReply> Find(const std::string& tenant_id, const std::string& derived_key);
-  // Forgets a reply that decided nothing (busy, a 5xx): the next attempt publishes again.
+  // Forgets a reply that is not the step's for good (anything but a success or a business
+  // refusal): the next attempt publishes again, and the participant answers anew.
   void Forget(const std::string& tenant_id, const std::string& derived_key);
 
   enum class Answered {
