@@ -13,6 +13,7 @@
 #include "common/pg/url.hpp"
 #include "common/strings.hpp"
 #include "orchestrator/amqp/intake.hpp"
+#include "orchestrator/amqp/step_queue.hpp"
 #include "orchestrator/orchestrator.hpp"
 
 namespace idemsaga::app {
@@ -26,9 +27,22 @@ struct OrchestratorFlags {
   std::chrono::milliseconds grace{10000};
   std::vector<std::string> participants;  // NAME=URL
   orchestrator::OrchestratorOptions options;
-  orchestrator::amqp::IntakeOptions amqp;  // no urls: no intake
-  std::string amqp_events_queue;           // "": <amqp.queue>.events
+  orchestrator::amqp::IntakeOptions amqp;       // no urls: no intake
+  std::string amqp_events_queue;                // "": <amqp.queue>.events
+  std::vector<std::string> queue_participants;  // NAME=QUEUE
+  std::string reply_queue = "idemsaga.replies";
+  std::chrono::milliseconds reply_timeout{10000};
 };
+
+// NAME=QUEUE, NAME of [a-z0-9_] and a queue name AMQP takes (1..255 bytes, printable).
+std::string CheckQueueParticipantFlag(const std::string& value) {
+  auto eq = value.find('=');
+  if (eq == std::string::npos || !steps::saga::IsValidStepName(value.substr(0, eq)) ||
+      value.size() - eq - 1 < 1 || value.size() - eq - 1 > 255) {
+    return "expected NAME=QUEUE with NAME of [a-z0-9_]";
+  }
+  return "";
+}
 
 // Each of --amqp-url's URLs, at start-up, not at the first connection; the message does not
 // echo the URL (credentials).
@@ -193,6 +207,20 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
   cmd->add_option("--amqp-events-queue", flags.amqp_events_queue,
                   "the queue external events for waiting runs come from (default: the "
                   "--amqp-queue name + .events; refused ones go to EVENTS_QUEUE.dead)");
+  cmd->add_option("--participant-queue", flags.queue_participants,
+                  "NAME=QUEUE: the participant NAME takes its commands from the RabbitMQ queue "
+                  "QUEUE (of --amqp-url) and replies to --step-reply-queue; a saga step calling "
+                  "it parks until the reply (repeatable)")
+      ->delimiter(',')
+      ->check(CheckQueueParticipantFlag);
+  cmd->add_option("--step-reply-queue", flags.reply_queue,
+                  "the queue participants reply to saga steps on (refused replies go to "
+                  "QUEUE.dead)")
+      ->capture_default_str();
+  cmd->add_option("--step-reply-timeout-ms", flags.reply_timeout,
+                  "how long a step over a queue waits, parked, for its reply before it "
+                  "publishes its command again (same key: the participant replays)")
+      ->capture_default_str();
   cmd->add_option("--amqp-consumers", flags.amqp.consumers,
                   "connections consuming each queue, each with one message in hand at a time")
       ->check(CLI::Range(1, 256))
@@ -221,12 +249,41 @@ void AddOrchestratorCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& 
         auto eq = p.find('=');
         flags.options.participants[p.substr(0, eq)].base_url = p.substr(eq + 1);
       }
+      if (!flags.queue_participants.empty() && flags.amqp.urls.empty()) {
+        throw CLI::RequiredError("--amqp-url (for --participant-queue)");
+      }
+      for (const auto& p : flags.queue_participants) {
+        auto eq = p.find('=');
+        orchestrator::amqp::QueueParticipantOptions q{
+            .urls = flags.amqp.urls,
+            .queue = p.substr(eq + 1),
+            .reply_queue = flags.reply_queue,
+            .service_token = flags.options.service_token,
+            .business_errors = flags.options.participants[p.substr(0, eq)].business_errors,
+            .reply_timeout = flags.reply_timeout};
+        flags.options.participants[p.substr(0, eq)].base_url.clear();
+        flags.options.other_participants[p.substr(0, eq)] =
+            [q](orchestrator::store::ReplyStore& replies, common::metrics::Registry& metrics) {
+              return std::make_unique<orchestrator::amqp::QueueParticipantClient>(q, replies,
+                                                                                  &metrics);
+            };
+      }
       orchestrator::Orchestrator o(flags.options, setup.sagas);
       o.CheckParticipantRetention();
       int bound = o.Bind(host, port);
       std::optional<orchestrator::amqp::Intake> intake, events;  // outlive their stops
+      std::optional<orchestrator::amqp::ReplyConsumer> replies;
       ServeUntilSignal serving("orchestrator");
       serving.Add([&] { o.Serve(); }, [&] { o.Shutdown(flags.grace); });
+      if (!flags.queue_participants.empty()) {
+        // Stopped before the sagas drain (reverse order): a reply left unconsumed waits in its
+        // queue for the next process, and a run left waiting is parked, woken by its timeout.
+        replies.emplace(orchestrator::amqp::ReplyConsumerOptions{.urls = flags.amqp.urls,
+                                                                 .queue = flags.reply_queue},
+                        o.replies(), &o.metrics());
+        replies->Start();
+        serving.Add(nullptr, [&] { replies->Stop(); });
+      }
       if (!flags.amqp.urls.empty()) {
         const auto& limits = o.server().limits();
         orchestrator::amqp::IntakeServices services{

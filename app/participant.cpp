@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "app/amqp_commands_options.hpp"
 #include "app/duplicates_option.hpp"
 #include "app/serve_until_signal.hpp"
 #include "app/signals.hpp"
@@ -24,6 +25,7 @@
 #include "common/redis/pool.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
+#include "steps/guard/queue_commands.hpp"
 #include "steps/guard/redis_guard.hpp"
 #include "steps/saga/step.hpp"
 
@@ -118,6 +120,15 @@ struct Participant::Impl {
     std::string host;
     int port = 0;
     std::thread thread;
+    // Every guarded route by path, for the commands from a queue; null without amqp_urls.
+    guard::QueueCommands::Routes command_routes;
+    std::unique_ptr<guard::QueueCommands> commands;
+
+    // A guarded route: served over HTTP, and from the queue when there is one.
+    void Post(const std::string& path, common::http::Server::Handler handler) {
+      command_routes[path] = handler;
+      server.Post(path, std::move(handler));
+    }
   };
   std::unique_ptr<Serving> serving;
 
@@ -153,10 +164,10 @@ Participant& Participant::Schema(std::string sql) {
 Participant& Participant::Action(const std::string& path, Validate validate, Effect effect) {
   impl_->sql_routes.push_back("Action " + path);
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(path, i.serving->http->Action(
-                                     validate, [effect](pqxx::work& tx, const guard::Request& req) {
-                                       return Internal(effect(tx, Public(req)));
-                                     }));
+    i.serving->Post(path, i.serving->http->Action(
+                              validate, [effect](pqxx::work& tx, const guard::Request& req) {
+                                return Internal(effect(tx, Public(req)));
+                              }));
   });
   return *this;
 }
@@ -164,11 +175,11 @@ Participant& Participant::Action(const std::string& path, Validate validate, Eff
 Participant& Participant::Compensation(const std::string& path, Undo undo) {
   impl_->sql_routes.push_back("Compensation " + path);
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(
-        path, i.serving->http->Compensation([undo](pqxx::work& tx, const guard::Request& req,
-                                                   const guard::ActionRecord& action) {
-          return undo(tx, Public(req), Public(action));
-        }));
+    i.serving->Post(path,
+                    i.serving->http->Compensation([undo](pqxx::work& tx, const guard::Request& req,
+                                                         const guard::ActionRecord& action) {
+                      return undo(tx, Public(req), Public(action));
+                    }));
   });
   return *this;
 }
@@ -176,14 +187,14 @@ Participant& Participant::Compensation(const std::string& path, Undo undo) {
 Participant& Participant::ExternalAction(const std::string& path, Validate validate,
                                          ExternalEffect effect) {
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(path, i.serving->http->ExternalAction(validate, Internal(effect)));
+    i.serving->Post(path, i.serving->http->ExternalAction(validate, Internal(effect)));
   });
   return *this;
 }
 
 Participant& Participant::ExternalCompensation(const std::string& path, ExternalUndo undo) {
   impl_->routes.push_back([=](Impl& i) {
-    i.serving->server.Post(path, i.serving->http->ExternalCompensation(Internal(undo)));
+    i.serving->Post(path, i.serving->http->ExternalCompensation(Internal(undo)));
   });
   return *this;
 }
@@ -204,6 +215,15 @@ int Participant::Start(const std::string& host, int port) {
     throw std::invalid_argument("participant " + i.options.name +
                                 ": duplicates is wait or fail-fast, not '" + i.options.duplicates +
                                 "'");
+  }
+  auto queue_type = guard::ParseQueueType(i.options.amqp_queue_type);
+  if (!i.options.amqp_urls.empty() && i.options.amqp_consumers < 1) {
+    throw std::invalid_argument("participant " + i.options.name + ": amqp_consumers is 1 or more");
+  }
+  if (!queue_type) {
+    throw std::invalid_argument("participant " + i.options.name +
+                                ": amqp_queue_type is classic or quorum, not '" +
+                                i.options.amqp_queue_type + "'");
   }
   if (!on_redis) {
     pqxx::connection conn(common::pg::WithSessionTimeouts(i.options.database_url));
@@ -231,6 +251,18 @@ int Participant::Start(const std::string& host, int port) {
                              std::to_string(port));
   }
   s.host = host;
+  if (!i.options.amqp_urls.empty()) {
+    s.commands = std::make_unique<guard::QueueCommands>(
+        guard::QueueCommandsOptions{
+            .urls = i.options.amqp_urls,
+            .queue = i.options.amqp_queue.empty() ? i.options.name : i.options.amqp_queue,
+            .queue_type = *queue_type,
+            .consumers = i.options.amqp_consumers,
+            .max_wait = i.options.amqp_max_wait,
+            .classify = common::pg::Classify},
+        s.command_routes, &s.metrics);
+    s.commands->Start();
+  }
   s.thread = std::thread([&s] { s.server.Serve(); });
   return s.port;
 }
@@ -242,6 +274,7 @@ std::string Participant::Url() const {
 
 void Participant::Stop() {
   if (!impl_ || !impl_->serving || !impl_->serving->thread.joinable()) return;
+  if (impl_->serving->commands) impl_->serving->commands->Stop();
   impl_->serving->server.Stop();
   impl_->serving->thread.join();
 }
@@ -276,9 +309,20 @@ int Participant::Run(int argc, char** argv) {
                  "the persistence Redis must have: everysec, always or unchecked")
       ->capture_default_str();
   app::AddDuplicatesOption(&cli, options.duplicates);
+  app::AmqpCommandFlags amqp{.urls = options.amqp_urls,
+                             .queue = options.amqp_queue,
+                             .queue_type = options.amqp_queue_type,
+                             .consumers = options.amqp_consumers,
+                             .max_wait_ms = options.amqp_max_wait.count()};
+  app::AddAmqpCommandOptions(&cli, amqp, "IDEMSAGA_");
   try {
     cli.parse(argc, argv);
     options.retention = std::chrono::hours(retention_hours);
+    options.amqp_urls = amqp.urls;
+    options.amqp_queue = amqp.queue;
+    options.amqp_queue_type = amqp.queue_type;
+    options.amqp_consumers = amqp.consumers;
+    options.amqp_max_wait = std::chrono::milliseconds(amqp.max_wait_ms);
     auto [host, wanted] = common::SplitHostPort(listen);
     int port = Start(host, wanted);
     app::ServeUntilSignal serving(options.name);

@@ -4,7 +4,7 @@
 # own), idemsaga::participant (a participant service), idemsaga::saga (definitions only),
 # idemsaga::testing (the test kit), and the libraries behind them.
 set(IDEMSAGA_EXPORTED idemsaga_common idemsaga_saga idemsaga_guard idemsaga_steps
-    idemsaga_orchestrator idemsaga_common_amqp idemsaga_amqp idemsaga_participant idemsaga_app)
+    idemsaga_orchestrator idemsaga_common_amqp idemsaga_guard_amqp idemsaga_amqp idemsaga_participant idemsaga_app)
 if(TARGET idemsaga_testing)
   list(APPEND IDEMSAGA_EXPORTED idemsaga_testing)
 endif()

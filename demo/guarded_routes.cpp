@@ -69,31 +69,37 @@ bool GuardedRoutes::Authorized(const httplib::Request& req, httplib::Response& r
   return http_.Authorized(req, res);
 }
 
+void GuardedRoutes::Post(common::http::Server& server, const std::string& path,
+                         common::http::Server::Handler handler) {
+  commands_[path] = handler;
+  server.Post(path, std::move(handler));
+}
+
 void GuardedRoutes::Action(common::http::Server& server, const std::string& path,
                            steps::guard::Validate validate, steps::guard::RouteEffect effect) {
-  server.Post(path, http_.Action(std::move(validate), std::move(effect)));
+  Post(server, path, http_.Action(std::move(validate), std::move(effect)));
 }
 
 void GuardedRoutes::PlannedAction(
     common::http::Server& server, const std::string& path, steps::guard::Validate validate,
     std::function<steps::guard::PlannedEffect(const steps::guard::Request&)> plan) {
-  server.Post(path, http_.PlannedAction(std::move(validate), std::move(plan)));
+  Post(server, path, http_.PlannedAction(std::move(validate), std::move(plan)));
 }
 
 void GuardedRoutes::Compensation(common::http::Server& server, const std::string& path,
                                  steps::guard::RouteUndo undo) {
-  server.Post(path, http_.Compensation(std::move(undo)));
+  Post(server, path, http_.Compensation(std::move(undo)));
 }
 
 void GuardedRoutes::GuardedAction(common::http::Server& server, const std::string& path,
                                   steps::guard::Validate validate,
                                   steps::guard::HttpGuard::Run run) {
-  server.Post(path, http_.Guarded("action", std::move(validate), std::move(run)));
+  Post(server, path, http_.Guarded("action", std::move(validate), std::move(run)));
 }
 
 void GuardedRoutes::GuardedCompensation(common::http::Server& server, const std::string& path,
                                         steps::guard::HttpGuard::RunCompensation run) {
-  server.Post(path, http_.GuardedCompensation(std::move(run)));
+  Post(server, path, http_.GuardedCompensation(std::move(run)));
 }
 
 void GuardedRoutes::AdminRoutes(common::http::Server& server) {

@@ -23,6 +23,7 @@
 #include "demo/stack.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
+#include "steps/guard/queue_commands.hpp"
 
 namespace idemsaga::demo {
 
@@ -46,6 +47,9 @@ struct ParticipantOptions {
   // Tenants on several clusters: serve only those placed on this one (null: every tenant).
   // Owned by the caller; outlives the service.
   const common::pg::Placement* placement = nullptr;
+  // Commands from RabbitMQ too (docs/messaging.md): no urls, none. `classify` is set by the
+  // service (PostgreSQL's).
+  steps::guard::QueueCommandsOptions amqp;
 };
 
 // A participant's action effect and compensation (steps/guard/http_guard.hpp); actions run
@@ -89,11 +93,18 @@ class GuardedRoutes {
   // True when the request carries the service token; otherwise answers 401.
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
 
+  // Every guarded route by path: what commands from a queue are served by.
+  const std::map<std::string, common::http::Server::Handler>& commands() const { return commands_; }
+  common::metrics::Registry& metrics() { return metrics_; }
+
   // Only for a participant built with a pool.
   common::pg::Pool& pool() { return *pool_; }
   steps::guard::Guard& guard() { return *guard_; }
 
  private:
+  // A guarded route: on the server, and among commands().
+  void Post(common::http::Server& server, const std::string& path,
+            common::http::Server::Handler handler);
   // Faults (hang, 503, latency, drop after commit) around each guarded request.
   steps::guard::HttpGuardHooks FaultHooks();
 
@@ -107,6 +118,7 @@ class GuardedRoutes {
   std::unique_ptr<steps::guard::Guard> guard_;  // null without a database
   StoreHooks store_;
   steps::guard::HttpGuard http_;
+  std::map<std::string, common::http::Server::Handler> commands_;
 };
 
 }  // namespace idemsaga::demo

@@ -80,6 +80,13 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
         break;
     }
   }
+  if (!options.amqp.urls.empty()) {
+    auto amqp = options.amqp;
+    if (amqp.queue.empty()) amqp.queue = NameOf(kind);
+    amqp.classify = common::pg::Classify;
+    commands_ = std::make_unique<steps::guard::QueueCommands>(std::move(amqp), routes_->commands(),
+                                                              &routes_->metrics());
+  }
   const auto& texts = OpenApiTexts();
   common::http::AddOpenApiRoute(
       server_, common::http::MergeOpenApi(nlohmann::json::parse(texts.at("participant")),
@@ -99,11 +106,13 @@ int ParticipantService::Bind(const std::string& host, int port) {
 
 void ParticipantService::Serve() {
   gc_.Start();
+  if (commands_) commands_->Start();
   server_.Serve();
 }
 
 void ParticipantService::Stop() {
   faults_.Release();
+  if (commands_) commands_->Stop();
   server_.Stop();
   gc_.Stop();
 }

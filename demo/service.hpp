@@ -60,6 +60,7 @@ class ParticipantService {
   std::unique_ptr<GuardedRoutes> routes_;
   common::http::Server server_;
   common::Periodic gc_;
+  std::unique_ptr<steps::guard::QueueCommands> commands_;  // null without amqp urls
 };
 
 }  // namespace idemsaga::demo

@@ -40,7 +40,27 @@ std::map<std::string, ReconcileParticipant> ReconcileParticipants(const Orchestr
   return participants;
 }
 
+std::map<std::string, std::unique_ptr<idemsaga::ParticipantClient>> MakeOtherParticipants(
+    const OrchestratorOptions& o, store::ReplyStore& replies, common::metrics::Registry& metrics) {
+  std::map<std::string, std::unique_ptr<idemsaga::ParticipantClient>> made;
+  for (const auto& [name, make] : o.other_participants) {
+    auto http = o.participants.find(name);
+    if (http != o.participants.end() && !http->second.base_url.empty()) {
+      throw std::invalid_argument("orchestrator: participant " + name +
+                                  " is configured both over HTTP and another way");
+    }
+    made[name] = make(replies, metrics);
+  }
+  return made;
+}
+
 }  // namespace
+
+idemsaga::ParticipantClient& SagaParticipants::Get(const std::string& name) const {
+  auto other = others_.find(name);
+  if (other != others_.end()) return *other->second;
+  return http_.Get(name);
+}
 
 std::string MakeOwnerId() {
   char host[256] = {};
@@ -54,6 +74,7 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
       pool_({.url = options_.database_url, .size = options_.pool_size}),
       store_(pool_, options_.store),
       events_(pool_),
+      replies_(pool_),
       span_pool_({.url = options_.database_url, .size = 2}),
       span_store_(span_pool_),
       exporter_(
@@ -66,10 +87,11 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
           options_.exporter),
       tracer_("orchestrator", &exporter_),
       participants_(MakeParticipants(options_)),
+      saga_participants_(participants_, MakeOtherParticipants(options_, replies_, metrics_)),
       registry_([&] {
         steps::saga::Registry registry;
         for (const auto& make : sagas) {
-          if (auto saga = make(participants_)) registry.Add(std::move(*saga));
+          if (auto saga = make(saga_participants_)) registry.Add(std::move(*saga));
         }
         // No participant configured is a misconfiguration, not an orchestrator serving nothing.
         if (!sagas.empty() && registry.All().empty()) {

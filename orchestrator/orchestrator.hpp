@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "orchestrator/saga_service.hpp"
 #include "orchestrator/start_run.hpp"
 #include "orchestrator/store/parent_store.hpp"
+#include "orchestrator/store/reply_store.hpp"
 #include "orchestrator/store/span_store.hpp"
 #include "orchestrator/tenant_auth.hpp"
 #include "steps/client/participants.hpp"
@@ -48,6 +50,13 @@ struct OrchestratorOptions {
   // and none of them can be served.
   std::map<std::string, steps::client::HttpParticipantClient::Options> participants;
   std::string service_token;
+  // Participants reached another way than HTTP, by name (over a queue:
+  // orchestrator/amqp/step_queue.hpp, linked only by the processes that take that way): each
+  // made once, in the constructor, over this orchestrator's reply store. A name here is not
+  // also an HTTP participant.
+  using ParticipantMaker = std::function<std::unique_ptr<idemsaga::ParticipantClient>(
+      store::ReplyStore&, common::metrics::Registry&)>;
+  std::map<std::string, ParticipantMaker> other_participants;
   // Per call to a participant (the step deadline bounds all of a step's attempts).
   std::chrono::milliseconds participant_timeout{5000};
   // The bulkhead: calls in flight to each participant at most (0: no limit); a step past it
@@ -79,6 +88,22 @@ struct OrchestratorOptions {
   std::string cluster;
 };
 
+// The participants the sagas call: the HTTP ones, and those reached another way.
+class SagaParticipants final : public idemsaga::Participants {
+ public:
+  SagaParticipants(const steps::client::Participants& http,
+                   std::map<std::string, std::unique_ptr<idemsaga::ParticipantClient>> others)
+      : http_(http), others_(std::move(others)) {}
+  idemsaga::ParticipantClient& Get(const std::string& name) const override;
+  bool Has(const std::string& name) const override {
+    return others_.count(name) != 0 || http_.Has(name);
+  }
+
+ private:
+  const steps::client::Participants& http_;
+  std::map<std::string, std::unique_ptr<idemsaga::ParticipantClient>> others_;
+};
+
 class Orchestrator {
  public:
   // Serves the sagas `sagas` make over the configured participants: the product's by default;
@@ -108,6 +133,8 @@ class Orchestrator {
   const EventReceiver& events() const { return receiver_; }
   TenantAuth& auth() { return auth_; }
   store::ParentStore& store() { return store_; }
+  // What saga steps over a queue keep (the replies' consumer stores into it).
+  store::ReplyStore& replies() { return replies_; }
   // One reconciliation of `since` against every configured participant (what the periodic
   // job runs; also counted in the metrics).
   ReconcileReport Reconcile(std::chrono::seconds since) { return reconcile_job_.Run(since); }
@@ -126,6 +153,7 @@ class Orchestrator {
   common::pg::Pool pool_;
   store::ParentStore store_;
   store::EventStore events_;
+  store::ReplyStore replies_;
   // Span batches (up to a few MB of JSON) on their own two connections: libpq never shrinks a
   // connection's buffers, and spread over the order pool they held megabytes on every one.
   common::pg::Pool span_pool_;
@@ -133,6 +161,7 @@ class Orchestrator {
   common::trace::Exporter exporter_;
   common::trace::Tracer tracer_;
   steps::client::Participants participants_;
+  SagaParticipants saga_participants_;
   steps::saga::Registry registry_;
   SagaService sagas_;
   RunStarter runs_;

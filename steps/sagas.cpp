@@ -10,15 +10,17 @@ namespace {
 
 // A saga that ships: served only when a shipping participant is configured.
 SagaFactory NeedsShipping(const char* name,
-                          std::function<saga::Definition(idemsaga::Participants&)> make) {
-  return
-      [name, make = std::move(make)](idemsaga::Participants& p) -> std::optional<saga::Definition> {
-        if (!p.Has("shipping")) {
-          common::Log("saga_not_served", {{"saga", name}, {"needs", "--participant shipping=URL"}});
-          return std::nullopt;
-        }
-        return make(p);
-      };
+                          std::function<saga::Definition(idemsaga::Participants&)> make,
+                          const char* participant = "shipping",
+                          const char* flag = "--participant shipping=URL") {
+  return [name, make = std::move(make), participant,
+          flag](idemsaga::Participants& p) -> std::optional<saga::Definition> {
+    if (!p.Has(participant)) {
+      common::Log("saga_not_served", {{"saga", name}, {"needs", flag}});
+      return std::nullopt;
+    }
+    return make(p);
+  };
 }
 
 // The inputs' schemas, as docs/openapi/orchestrator.json defines them.
@@ -50,6 +52,13 @@ std::vector<SagaFactory> ShippedSagas(const PlaceOrderOptions& place_order) {
                     [](idemsaga::Participants& p) {
                       return MakeShipOrderSaga(p).InputSchema(Ref("ShipOrder"));
                     }),
+      // Shipping through its queue: new runs take version 2 when it is configured.
+      NeedsShipping(
+          "ship_order",
+          [](idemsaga::Participants& p) {
+            return MakeShipOrderSaga(p, 2).InputSchema(Ref("ShipOrder"));
+          },
+          "shipping_queue", "--participant-queue shipping_queue=QUEUE"),
       NeedsShipping("deliver_order", [place_order](idemsaga::Participants& p) {
         return MakeDeliverOrderSaga(p, {.place_order = place_order})
             .InputSchema(kDeliverOrderSchema);

@@ -24,12 +24,13 @@ ShipOrder ParseShipOrder(const nlohmann::json& body) {
 }
 
 // [define-your-own-saga]
-saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants) {
+saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants, int version) {
   auto& inventory = participants.Get("inventory");
   auto& payment = participants.Get("payment");
-  auto& shipping = participants.Get("shipping");
+  // Version 2 ships through the shipping participant's queue: the same step, another way in.
+  auto& shipping = participants.Get(version == 1 ? "shipping" : "shipping_queue");
   using Ctx = saga::StepContext;
-  return saga::Definition("ship_order", /*version=*/1)
+  return saga::Definition("ship_order", version)
       .Input<ShipOrder>(ParseShipOrder)
       .Step(
           "inventory",

@@ -23,6 +23,8 @@ struct ShipOrder {
 // Throws saga::InvalidInput naming the field.
 ShipOrder ParseShipOrder(const nlohmann::json& body);
 
-saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants);
+// Version 1 calls the participant "shipping" over HTTP; version 2 calls "shipping_queue", the
+// same participant reached through its command queue (orchestrator/amqp/step_queue.hpp).
+saga::Definition MakeShipOrderSaga(idemsaga::Participants& participants, int version = 1);
 
 }  // namespace idemsaga::steps

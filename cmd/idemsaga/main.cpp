@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
     app.Participant(p.name, {.url = p.called_by_default ? defaults::LocalUrl(p.port) : "",
                              .business_errors = p.business_errors});
   }
+  // The shipping participant reached through its command queue (--participant-queue
+  // shipping_queue=QUEUE), which ship_order version 2 calls: the same business refusals.
+  app.Participant("shipping_queue",
+                  {.business_errors = demo::StackParticipantNamed("shipping").business_errors});
   // The sagas are built once the flags are read: this option reaches them.
   auto place_order = std::make_shared<idemsaga::steps::PlaceOrderOptions>();
   app.Option("--payment-confirmation-timeout-ms",

@@ -1,6 +1,7 @@
 #include <memory>
 #include <optional>
 
+#include "app/amqp_commands_options.hpp"
 #include "app/commands.hpp"
 #include "app/duplicates_option.hpp"
 #include "app/serve_until_signal.hpp"
@@ -34,6 +35,7 @@ struct ParticipantFlags {
   std::string placement_url;
   std::string cluster;
   demo::FaultSettings faults;
+  app::AmqpCommandFlags amqp;
 };
 
 void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
@@ -94,6 +96,7 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
       ->check(CLI::Range(1, 24 * 365))
       ->capture_default_str();
   app::AddDuplicatesOption(cmd, flags.duplicates);
+  app::AddAmqpCommandOptions(cmd, flags.amqp, "IDEMSAGA_" + upper_name + "_");
   cmd->add_option("--placement-url", flags.placement_url,
                   "tenants on several PostgreSQL clusters: postgresql:// URL of the directory "
                   "database (tenant_placement); serve only the tenants placed on --cluster");
@@ -133,7 +136,12 @@ void AddParticipantCommand(CLI::App& app, ParticipantKind kind, app::Run& run) {
                      .duplicates = *steps::guard::ParseDuplicates(flags.duplicates)},
            .redis_url = redis ? flags.redis_url : "",
            .redis_fsync = flags.redis_fsync,
-           .placement = placement.get()},
+           .placement = placement.get(),
+           .amqp = {.urls = flags.amqp.urls,
+                    .queue = flags.amqp.queue,
+                    .queue_type = *steps::guard::ParseQueueType(flags.amqp.queue_type),
+                    .consumers = flags.amqp.consumers,
+                    .max_wait = std::chrono::milliseconds(flags.amqp.max_wait_ms)}},
           flags.faults);
       int bound = svc.Bind(host, port);
       app::ServeUntilSignal serving(demo::NameOf(kind));

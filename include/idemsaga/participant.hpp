@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 #include <string>
+#include <vector>
 
 namespace idemsaga {
 
@@ -113,6 +114,19 @@ struct ParticipantServiceOptions {
   // A request whose key a concurrent duplicate holds: "wait" (for the duplicate to commit,
   // then replay its answer) or "fail-fast" (409 + Retry-After at once).
   std::string duplicates = "wait";
+  // Commands from RabbitMQ too (docs/messaging.md): amqp://user:password@host:port/vhost, one
+  // per node of a cluster (consumers connect to the first and, when a connection breaks, to
+  // the next). Empty: HTTP only. Each message on `amqp_queue` is a POST to the route its
+  // header `path` names, with the HTTP request's headers and body: it goes through the same
+  // route and guard, and its answer (the same bytes) is published to its reply_to before the
+  // message is acknowledged; refused ones go to `<amqp_queue>.dead`.
+  std::vector<std::string> amqp_urls;
+  std::string amqp_queue;                   // "": the participant's name
+  std::string amqp_queue_type = "classic";  // or "quorum": what a missing queue is declared as
+  int amqp_consumers = 2;                   // connections, each with one message in hand
+  // How long a message whose answer says "come back" (503, 409 in progress) is tried again in
+  // hand before it goes back to the queue.
+  std::chrono::milliseconds amqp_max_wait{std::chrono::minutes(2)};
 };
 
 class Participant {
@@ -141,7 +155,9 @@ class Participant {
   int Start(const std::string& host, int port);
   // A participant binary's main: --listen HOST:PORT, --database-url (IDEMSAGA_DATABASE_URL),
   // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours, --redis-url
-  // (IDEMSAGA_REDIS_URL), --redis-fsync, --duplicates, --placement-url, --cluster; prints
+  // (IDEMSAGA_REDIS_URL), --redis-fsync, --duplicates, --placement-url, --cluster,
+  // --amqp-url (IDEMSAGA_AMQP_URL; repeatable or comma-separated), --amqp-queue,
+  // --amqp-queue-type, --amqp-consumers, --amqp-max-wait-ms; prints
   // "<name> ready on <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
   int Run(int argc, char** argv);
   std::string Url() const;  // http://host:port once started

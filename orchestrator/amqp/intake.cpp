@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <optional>
-#include <random>
 
+#include "common/amqp/connection.hpp"
 #include "common/failure.hpp"
 #include "common/http/problem.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/strings.hpp"
-#include "common/amqp/connection.hpp"
 #include "orchestrator/http/answers.hpp"
 
 namespace idemsaga::orchestrator::amqp {
@@ -17,6 +16,8 @@ namespace {
 
 // Header names match as HTTP's do: in any case.
 using common::IEquals;
+using common::amqp::First;
+using common::amqp::Named;
 using common::http::Answer;
 
 // A message's answer (HTTP's, orchestrator/http/answers.hpp), and what its key said: kNone
@@ -26,36 +27,15 @@ struct Answered {
   KeyOutcome outcome = KeyOutcome::kNone;
 };
 
-bool Named(const Message& m, const char* name) {
-  return std::any_of(m.headers.begin(), m.headers.end(),
-                     [&](const auto& h) { return IEquals(h.first, name); }) ||
-         std::any_of(m.other_headers.begin(), m.other_headers.end(),
-                     [&](const auto& h) { return IEquals(h.first, name); });
-}
-
-// The first string value of the header `name` (in any case), as a route reads a header given
-// twice; "" when there is none.
-std::string First(const Message& m, const char* name) {
-  for (const auto& [n, v] : m.headers) {
-    if (IEquals(n, name)) return v;
-  }
-  return "";
-}
-
 // The one string value of the header `name` (in any case) that names a message's target;
 // nullopt, with the refusal in `refused`, when it is missing, empty, not a string, or given
 // twice.
 std::optional<std::string> TargetHeader(const Message& m, const char* name, Answered& refused) {
-  std::vector<const std::string*> values;
-  for (const auto& [n, v] : m.headers) {
-    if (IEquals(n, name)) values.push_back(&v);
-  }
-  bool other = std::any_of(m.other_headers.begin(), m.other_headers.end(),
-                           [&](const auto& h) { return IEquals(h.first, name); });
-  if (values.size() == 1 && !other && !values[0]->empty()) return *values[0];
+  auto value = common::amqp::OneHeader(m, name);
+  if (value && !value->empty()) return value;
   refused.answer = common::http::ProblemAnswer(
       400, "invalid_request",
-      values.empty() && !other
+      !Named(m, name)
           ? std::string("an event's message names its run in the headers saga, run and event: `") +
                 name + "` is missing"
           : std::string("the header `") + name + "` must be one non-empty string");
@@ -67,14 +47,7 @@ std::optional<std::string> TargetHeader(const Message& m, const char* name, Answ
 // a string (a number, a table) is no key (an sf-string of it would be a guess) and is refused
 // as a bad one; without any, the message id is the key's bytes as they are.
 common::ParsedKey MessageKey(const Message& m) {
-  size_t lines = 0;
-  std::string first;
-  for (const auto& [name, value] : m.headers) {
-    if (IEquals(name, "Idempotency-Key") && lines++ == 0) first = value;
-  }
-  for (const auto& [name, kind] : m.other_headers) {
-    if (IEquals(name, "Idempotency-Key") && lines++ == 0) first = "(" + std::string(1, kind) + ")";
-  }
+  auto [lines, first] = common::amqp::KeyHeader(m);
   if (lines == 0 && !m.message_id.empty()) {
     lines = 1;
     first = common::FormatIdempotencyKey(m.message_id);
@@ -146,41 +119,24 @@ Answered DeliverEvent(const IntakeServices& s, const Message& m) {
   return {http::EventAnswer(outcome), outcome.Key()};
 }
 
-Message Reply(const Message& request, const Answer& answer) {
-  Message reply;
-  reply.correlation_id = request.correlation_id;
-  reply.body = answer.body;
-  reply.content_type = answer.content_type;
-  reply.headers = answer.headers;
-  reply.headers["status"] = std::to_string(answer.status);
-  return reply;
-}
-
-// The message as it came, minus the tenant's credential (a dead-letter queue is read by
-// operators, not tenants), with why it was refused.
-Message DeadLetterMessage(const Message& m, const Answer& answer) {
-  Message dead = m;
-  std::erase_if(dead.headers, [](const auto& h) { return IEquals(h.first, "Authorization"); });
-  auto [code, detail] = common::http::ErrorOf(nlohmann::json::parse(answer.body, nullptr, false));
-  dead.headers["x-idemsaga-status"] = std::to_string(answer.status);
-  dead.headers["x-idemsaga-error"] = code;
-  dead.headers["x-idemsaga-detail"] = detail;
-  return dead;
+common::amqp::ReplyParts Parts(const Answer& answer) {
+  return {answer.status, answer.content_type, answer.headers, answer.body};
 }
 
 }  // namespace
 
 Intake::Intake(IntakeOptions options, IntakeServices services, common::metrics::Registry* metrics)
     : options_(std::move(options)), services_(std::move(services)) {
-  if (options_.urls.empty()) throw std::invalid_argument("--amqp-url names no broker");
-  for (const auto& url : options_.urls) CheckUrl(url);
+  consumers_.emplace(
+      common::amqp::ConsumersOptions{.urls = options_.urls,
+                                     .queue = options_.queue,
+                                     .queue_type = options_.queue_type,
+                                     .consumers = options_.consumers,
+                                     .reconnect_backoff = options_.reconnect_backoff,
+                                     .max_reconnect_backoff = options_.max_reconnect_backoff,
+                                     .log_name = "amqp_intake"},
+      [this](Connection& conn, const Delivery& d) { Handle(conn, d); }, metrics);
   if (metrics == nullptr) return;
-  reconnects_ = &metrics
-                     ->Counter("idemsaga_amqp_reconnects_total",
-                               "Consumers connected, to the same or the next broker node, after a "
-                               "connection that broke or could not be made.",
-                               {"queue"})
-                     .With({options_.queue});
   if (options_.carries == Carries::kOrders) {
     messages_ = &metrics->Counter(
         "idemsaga_amqp_messages_total",
@@ -205,29 +161,16 @@ const char* Intake::Kind() const {
 Intake::~Intake() { Stop(); }
 
 void Intake::Start() {
-  for (int i = 0; i < options_.consumers; ++i) threads_.emplace_back([this, i] { Run(i); });
+  consumers_->Start();
   common::Log("amqp_intake_started", {{"queue", options_.queue},
                                       {"carries", Kind()},
                                       {"consumers", std::to_string(options_.consumers)}});
 }
 
-void Intake::Stop() {
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_.exchange(true)) return;
-  }
-  cv_.notify_all();
-  for (auto& t : threads_) t.join();
-  threads_.clear();
-}
+void Intake::Stop() { consumers_->Stop(); }
 
 void Intake::Count(const char* outcome) {
   if (messages_ != nullptr) messages_->With({outcome}).Inc();
-}
-
-bool Intake::Pause(std::chrono::milliseconds d) {
-  std::unique_lock lock(mutex_);
-  return !cv_.wait_for(lock, d, [this] { return stopping_.load(); });
 }
 
 // One consumer: a connection of its own, one message in hand at a time.
@@ -279,7 +222,8 @@ class Intake::Consumer {
       bool running = !unavailable && (answered->outcome == KeyOutcome::kInProgress ||
                                       (orders && answered->answer.status == 202));
       if (!unavailable && !running) {
-        if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, answered->answer));
+        if (!m.reply_to.empty())
+          conn_.Publish(m.reply_to, common::amqp::Reply(m, Parts(answered->answer)));
         conn_.Ack(d.tag);
         intake_.Count("replied");
         return;
@@ -287,7 +231,8 @@ class Intake::Consumer {
       // Its saga goes on (here after a 202, or in a process that died and whose lease
       // recovery takes over), or the database is away: ask again until the answer is final.
       // A saga that outlives max_wait goes back to the queue and is asked about later.
-      if (intake_.stopping_ || (running && std::chrono::steady_clock::now() + wait > deadline)) {
+      if (intake_.consumers_->stopping() ||
+          (running && std::chrono::steady_clock::now() + wait > deadline)) {
         return Requeue(d);
       }
       conn_.Idle(wait);
@@ -306,8 +251,10 @@ class Intake::Consumer {
     const Message& m = d.message;
     // Mandatory: a dead-letter queue deleted meanwhile fails the publish (the message is
     // then redelivered and the queue declared again), never loses the message.
-    conn_.Publish(intake_.options_.queue + ".dead", DeadLetterMessage(m, answer), true);
-    if (!m.reply_to.empty()) conn_.Publish(m.reply_to, Reply(m, answer));
+    auto [code, detail] = common::http::ErrorOf(nlohmann::json::parse(answer.body, nullptr, false));
+    conn_.Publish(intake_.options_.queue + ".dead",
+                  common::amqp::DeadLetter(m, answer.status, code, detail), true);
+    if (!m.reply_to.empty()) conn_.Publish(m.reply_to, common::amqp::Reply(m, Parts(answer)));
     conn_.Ack(d.tag);
     common::Log(Event("dead_lettered"), {{"queue", intake_.options_.queue},
                                          {"status", std::to_string(answer.status)},
@@ -324,62 +271,6 @@ class Intake::Consumer {
   Connection& conn_;
 };
 
-void Intake::Run(int index) {
-  const size_t nodes = options_.urls.size();
-  size_t node = 0;
-  int failures = 0;  // in a row, since the last connection that consumed
-  std::minstd_rand jitter(std::random_device{}() + index);
-  while (!stopping_) {
-    const std::string& url = options_.urls[node];
-    bool consuming = false;
-    try {
-      Connection conn(url);
-      {
-        // One consumer at a time: RabbitMQ 3.10 answers two first declarations of a quorum
-        // queue at once by closing the loser's connection at basic.consume (541
-        // INTERNAL_ERROR).
-        std::lock_guard lock(declare_mutex_);
-        conn.DeclareQueue(options_.queue, options_.queue_type);
-        conn.DeclareQueue(options_.queue + ".dead", options_.queue_type);
-        conn.Confirm();
-        conn.Prefetch(1);
-        conn.Consume(options_.queue);
-      }
-      consuming = true;
-      if (failures > 0 && reconnects_ != nullptr) reconnects_->Inc();
-      common::Log("amqp_intake_connected", {{"queue", options_.queue},
-                                            {"consumer", std::to_string(index)},
-                                            {"node", Address(url)},
-                                            {"after_failures", std::to_string(failures)}});
-      failures = 0;
-      Consumer consumer(*this, conn);
-      while (!stopping_) {
-        if (auto d = conn.Next(std::chrono::milliseconds(200))) consumer.Handle(*d);
-      }
-      return;
-    } catch (const std::exception& e) {
-      // The node went away, or anything else failed with a message in hand (which goes back
-      // to the queue with the connection): connect again, to the next node, rather than end
-      // the thread, or the process (an exception leaving a std::thread is std::terminate).
-      common::Log("amqp_intake_disconnected", {{"queue", options_.queue},
-                                               {"consumer", std::to_string(index)},
-                                               {"node", Address(url)},
-                                               {"consuming", consuming ? "true" : "false"},
-                                               {"error", e.what()}});
-      ++failures;
-      node = (node + 1) % nodes;
-      // A dead node is passed over at the first backoff, while a cluster that is down as a
-      // whole is asked less and less often: doubled each time round the list.
-      auto backoff = options_.reconnect_backoff;
-      for (int round = (failures - 1) / static_cast<int>(nodes);
-           round > 0 && backoff < options_.max_reconnect_backoff; --round) {
-        backoff *= 2;
-      }
-      backoff = std::min(backoff, options_.max_reconnect_backoff);
-      auto half = backoff / 2;
-      Pause(half + std::chrono::milliseconds(jitter() % (half.count() + 1)));
-    }
-  }
-}
+void Intake::Handle(Connection& conn, const Delivery& d) { Consumer(*this, conn).Handle(d); }
 
 }  // namespace idemsaga::orchestrator::amqp

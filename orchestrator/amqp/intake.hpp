@@ -37,15 +37,13 @@
 //   intake.Start(); ...; intake.Stop();
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/amqp/connection.hpp"
+#include "common/amqp/consumers.hpp"
 #include "common/failure.hpp"
 #include "common/metrics.hpp"
 #include "common/request_input.hpp"
@@ -121,21 +119,14 @@ class Intake {
 
  private:
   class Consumer;
-  void Run(int index);
+  void Handle(Connection& conn, const Delivery& d);
   void Count(const char* outcome);
   const char* Kind() const;  // "order" or "event", in log events
-  // Sleeps up to `d`; false when stopping.
-  bool Pause(std::chrono::milliseconds d);
 
   IntakeOptions options_;
   IntakeServices services_;
   common::metrics::Family<common::metrics::Counter>* messages_ = nullptr;
-  common::metrics::Counter* reconnects_ = nullptr;
-  std::atomic<bool> stopping_{false};
-  std::mutex mutex_;
-  std::mutex declare_mutex_;  // a consumer's declarations and basic.consume
-  std::condition_variable cv_;
-  std::vector<std::thread> threads_;
+  std::optional<common::amqp::Consumers> consumers_;
 };
 
 }  // namespace idemsaga::orchestrator::amqp

@@ -101,6 +101,26 @@ saga::StepResult MapOutcome(const HttpExchange& x, const std::set<std::string>& 
   return StepResult::Blocked(x.status, status_text + (message.empty() ? "" : ": " + message));
 }
 
+saga::StepResult Interpret(const HttpExchange& x, const saga::StepContext& ctx,
+                           const std::set<std::string>& business_errors, const std::string& where) {
+  if (x.transport != HttpExchange::Transport::kAnswered) return MapOutcome(x);
+  auto result = MapOutcome(x, business_errors);
+  if (result.outcome == saga::Outcome::kBlocked) {
+    result.detail = "participant " + where + " answered " + result.detail;
+  }
+  // A compensation for an action that certainly happened, answered "never arrived": the
+  // participant has lost the action's record (expired, restored from backup), so nothing
+  // was undone. Saying "compensated" would leave the customer charged.
+  if (ctx.action_confirmed && result.outcome == saga::Outcome::kSucceeded &&
+      result.output.is_object() &&
+      result.output.value("outcome", "") == ToString(protocol::Outcome::kCancelled)) {
+    return saga::StepResult::Blocked(
+        x.status, "the participant has no record of the applied action " + ctx.action_key +
+                      " (expired?); nothing was undone");
+  }
+  return result;
+}
+
 bool HttpParticipantClient::EnterBulkhead() {
   auto give_up = std::chrono::steady_clock::now() + options_.busy_wait;
   size_t n = in_flight_.load();
@@ -214,22 +234,7 @@ saga::StepResult HttpParticipantClient::Post(const std::string& path, const saga
                     {"traceparent", traceparent}},
                    body.dump()),
            read_timeout);
-  if (x.transport != HttpExchange::Transport::kAnswered) return MapOutcome(x);
-  auto result = MapOutcome(x, options_.business_errors);
-  if (result.outcome == saga::Outcome::kBlocked) {
-    result.detail = "participant " + options_.base_url + path + " answered " + result.detail;
-  }
-  // A compensation for an action that certainly happened, answered "never arrived": the
-  // participant has lost the action's record (expired, restored from backup), so nothing
-  // was undone. Saying "compensated" would leave the customer charged.
-  if (ctx.action_confirmed && result.outcome == saga::Outcome::kSucceeded &&
-      result.output.is_object() &&
-      result.output.value("outcome", "") == ToString(protocol::Outcome::kCancelled)) {
-    return saga::StepResult::Blocked(
-        x.status, "the participant has no record of the applied action " + ctx.action_key +
-                      " (expired?); nothing was undone");
-  }
-  return result;
+  return Interpret(x, ctx, options_.business_errors, options_.base_url + path);
 }
 
 saga::StepResult HttpParticipantClient::Compensate(const std::string& path,

@@ -56,6 +56,13 @@ inline const std::set<std::string> kGuardRefusals = {
 saga::StepResult MapOutcome(const HttpExchange& exchange,
                             const std::set<std::string>& business_errors = {});
 
+// A participant's answer to a step's call, whatever carried it (HTTP, or a reply from a queue):
+// MapOutcome, with `where` (the participant's URL and path, or its queue) in a blocked step's
+// detail, and a compensation of a confirmed action answered "never arrived" blocked (the
+// participant lost the action's record: nothing was undone).
+saga::StepResult Interpret(const HttpExchange& exchange, const saga::StepContext& ctx,
+                           const std::set<std::string>& business_errors, const std::string& where);
+
 class HttpParticipantClient final : public idemsaga::ParticipantClient {
  public:
   struct Options {

@@ -15,12 +15,12 @@
 #include <set>
 #include <thread>
 
+#include "common/amqp/connection.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/log.hpp"
 #include "common/percent_encode.hpp"
 #include "common/pg/cluster.hpp"
 #include "common/process.hpp"
-#include "common/amqp/connection.hpp"
 #include "tests/chaos/chaos_harness.hpp"
 #include "tests/chaos/rabbitmq_broker.hpp"
 #include "tests/support/metrics_text.hpp"
@@ -42,19 +42,8 @@ struct Reply {
   std::map<std::string, std::string> headers;
 };
 
-class AmqpIntake : public ::testing::Test {
+class AmqpIntake : public chaos::BrokerSuite {
  protected:
-  static void SetUpTestSuite() {
-    idemsaga::common::SetLogEnabled(false);
-    broker_dir_ = idemsaga::common::pg::PrivateCluster::MakeTempDir().string();
-    broker_ = new chaos::RabbitBroker(broker_dir_);
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(broker_dir_);
-  }
-
   // A stack whose orchestrator consumes orders_NAME (and answers on HTTP as ever), started
   // with `crash_points` (IDEMSAGA_CRASH_POINTS).
   static std::unique_ptr<Stack> Started(const std::string& name,
@@ -247,13 +236,7 @@ class AmqpIntake : public ::testing::Test {
     EXPECT_EQ(c.DeclareQueue(queue), 0u);
     return server_errors;
   }
-
-  static std::string broker_dir_;
-  static chaos::RabbitBroker* broker_;
 };
-
-std::string AmqpIntake::broker_dir_;
-chaos::RabbitBroker* AmqpIntake::broker_ = nullptr;
 
 // The fault suite's invariants over the four databases, every record's saga ended.
 void ExpectClean(const Stack& stack, const std::vector<KeyRecord>& records,

@@ -9,10 +9,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include "common/idempotency_key.hpp"
-#include "common/net.hpp"
-#include "common/process.hpp"
 #include "common/amqp/connection.hpp"
+#include "common/idempotency_key.hpp"
+#include "common/log.hpp"
+#include "common/net.hpp"
+#include "common/pg/cluster.hpp"
+#include "common/process.hpp"
 
 namespace chaos {
 
@@ -185,7 +187,7 @@ int RabbitCluster::NodeOf(const std::string& pid) const {
 }
 
 idemsaga::common::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
-                                                const std::string& correlation_id) {
+                                          const std::string& correlation_id) {
   idemsaga::common::amqp::Message m;
   m.headers["Idempotency-Key"] = idemsaga::common::FormatIdempotencyKey(r.key);
   m.headers["Authorization"] = "Bearer dev-key-" + r.tenant;
@@ -194,6 +196,18 @@ idemsaga::common::amqp::Message AmqpOrder(const KeyRecord& r, const std::string&
   m.correlation_id = correlation_id;
   m.body = r.body;
   return m;
+}
+
+void BrokerSuite::SetUpTestSuite() {
+  idemsaga::common::SetLogEnabled(false);
+  broker_dir_ = idemsaga::common::pg::PrivateCluster::MakeTempDir().string();
+  broker_ = new RabbitBroker(broker_dir_);
+}
+
+void BrokerSuite::TearDownTestSuite() {
+  delete broker_;
+  broker_ = nullptr;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(broker_dir_);
 }
 
 }  // namespace chaos

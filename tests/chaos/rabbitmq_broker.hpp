@@ -12,6 +12,8 @@
 //   cluster.node(0).Kill(); cluster.node(0).Start();
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,9 +79,19 @@ class RabbitCluster {
   std::vector<std::unique_ptr<RabbitBroker>> nodes_;
 };
 
+// A test suite with one private broker for all of its tests: started before the first, stopped
+// after the last, its directory kept when a test failed; the test process's own log lines off.
+class BrokerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
+  static inline RabbitBroker* broker_ = nullptr;
+  static inline std::string broker_dir_;
+};
+
 // An order message as a client publishes it: the key as an sf-string header, the tenant's API
 // key, a reply queue.
 idemsaga::common::amqp::Message AmqpOrder(const KeyRecord& r, const std::string& reply_to,
-                                                const std::string& correlation_id);
+                                          const std::string& correlation_id);
 
 }  // namespace chaos

@@ -41,7 +41,8 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"steps/saga", {"common", "common/trace", "include/idemsaga"}},
     {"steps/protocol", {"common"}},
     {"steps/guard",
-     {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps/protocol"}},
+     {"common", "common/trace", "common/pg", "common/redis", "common/http", "common/amqp",
+      "steps/protocol"}},
     {"steps/client",
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "include/idemsaga"}},
     {"steps", {"common", "steps/saga", "steps/client", "include/idemsaga"}},
@@ -53,8 +54,11 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
      {"common", "common/trace", "common/http", "steps/saga", "steps/protocol", "orchestrator",
       "orchestrator/store"}},
     // orchestrator/http for its answers only (answers.hpp, no HTTP types): see below.
+    // steps/client for the one mapping of a participant's answer (Interpret), whatever carried
+    // it; orchestrator/store for the replies of saga steps over a queue.
     {"orchestrator/amqp",
-     {"common", "common/amqp", "common/http", "orchestrator", "orchestrator/http"}},
+     {"common", "common/amqp", "common/http", "steps/saga", "steps/client", "orchestrator",
+      "orchestrator/store", "orchestrator/http"}},
     {"demo",
      {"common", "common/trace", "common/pg", "common/redis", "common/http", "steps",
       "steps/protocol", "steps/guard"}},

@@ -18,7 +18,7 @@ namespace {
 // Tables whose rows belong to a tenant (the distribution key of a sharded deployment). The
 // demo inventory's stock is a catalogue shared by tenants (a reference table), and spans
 // belong to a trace (distributed by trace_id): neither is here.
-const std::regex kTenantTable(R"(\b(idempotency_keys|reservations|charges|shipments)\b)");
+const std::regex kTenantTable(R"(\b(idempotency_keys|saga_step_replies|reservations|charges|shipments)\b)");
 // `tenant_id = $n`, or an INSERT whose column list has tenant_id.
 const std::regex kNamesTenant(
     R"(tenant_id\s*=\s*\$\d|INSERT\s+INTO\s+\w+(\s+AS\s+\w+)?\s*\([^)]*\btenant_id\b)");
