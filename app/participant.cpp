@@ -14,6 +14,8 @@
 #include "app/duplicates_option.hpp"
 #include "app/serve_until_signal.hpp"
 #include "app/signals.hpp"
+#include "app/store_option.hpp"
+#include "common/dynamo/client.hpp"
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
 #include "common/net.hpp"
@@ -23,6 +25,7 @@
 #include "common/pg/pool.hpp"
 #include "common/pg/url.hpp"
 #include "common/redis/pool.hpp"
+#include "steps/guard/dynamo_guard.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/http_guard.hpp"
 #include "steps/guard/queue_commands.hpp"
@@ -61,6 +64,12 @@ guard::Guard::ExternalUndo Internal(ExternalUndo undo) {
       };
 }
 
+// Where `o` keeps its keys: `store`, or redis with a Redis URL, else postgres.
+std::string StoreOf(const ParticipantServiceOptions& o) {
+  if (!o.store.empty()) return o.store;
+  return o.redis_url.empty() ? "postgres" : "redis";
+}
+
 }  // namespace
 
 Response Problem(int status, const std::string& code, const std::string& detail) {
@@ -78,8 +87,8 @@ struct Participant::Impl {
   // The routes whose effect is SQL on the guard's transaction: PostgreSQL only.
   std::vector<std::string> sql_routes;
 
-  // The guard on one key store: PostgreSQL (`guard`, which also serves the SQL routes) or
-  // Redis (`redis_guard`); `store` is whichever it is.
+  // The guard on one key store: PostgreSQL (`guard`, which also serves the SQL routes), Redis
+  // (`redis_guard`) or DynamoDB (`dynamo_guard`); `store` is whichever it is.
   struct Serving {
     explicit Serving(const ParticipantServiceOptions& o)
         : guard_options{.retention = o.retention, .duplicates = Duplicates(o)},
@@ -89,19 +98,28 @@ struct Participant::Impl {
                                            .metrics = &metrics,
                                            .service = o.name,
                                            .placement = placement.get()};
-      if (o.redis_url.empty()) {
+      const std::string kind = StoreOf(o);
+      if (kind == "postgres") {
         pool = std::make_unique<common::pg::Pool>(
             common::pg::Pool::Options{.url = o.database_url, .size = o.pool_size});
         guard = std::make_unique<guard::Guard>(*pool, nullptr, guard_options);
         store = guard.get();
         http = std::make_unique<guard::HttpGuard>(*guard, http_options);
-      } else {
+        return;
+      }
+      if (kind == "redis") {
         redis = std::make_unique<common::redis::Pool>(
             common::redis::Pool::Options{.url = o.redis_url, .size = o.pool_size});
         redis_guard = std::make_unique<guard::RedisGuard>(*redis, guard_options);
         store = redis_guard.get();
-        http = std::make_unique<guard::HttpGuard>(*store, http_options);
+      } else {
+        dynamo = std::make_unique<common::dynamo::Client>(
+            common::dynamo::Client::FromEnvironment(o.dynamodb_url));
+        dynamo_guard =
+            std::make_unique<guard::DynamoGuard>(*dynamo, o.dynamodb_table, guard_options);
+        store = dynamo_guard.get();
       }
+      http = std::make_unique<guard::HttpGuard>(*store, http_options);
     }
     static guard::Duplicates Duplicates(const ParticipantServiceOptions& o) {
       return *guard::ParseDuplicates(o.duplicates);  // checked by Start
@@ -114,6 +132,8 @@ struct Participant::Impl {
     std::unique_ptr<guard::Guard> guard;
     std::unique_ptr<common::redis::Pool> redis;
     std::unique_ptr<guard::RedisGuard> redis_guard;
+    std::unique_ptr<common::dynamo::Client> dynamo;
+    std::unique_ptr<guard::DynamoGuard> dynamo_guard;
     guard::KeyStore* store = nullptr;
     std::unique_ptr<guard::HttpGuard> http;
     common::http::Server server;
@@ -132,16 +152,23 @@ struct Participant::Impl {
   };
   std::unique_ptr<Serving> serving;
 
-  // Refuses what a Redis key store cannot keep, naming it, before anything starts.
-  void CheckRedis() const {
+  // Refuses what a Redis or DynamoDB key store cannot keep, naming it, before anything starts.
+  void CheckKeyValueStore(const std::string& kind) const {
     const std::string who = "participant " + options.name + ": ";
-    if (!guard::ParseRedisFsync(options.redis_fsync)) {
+    if (kind == "redis" && options.redis_url.empty()) {
+      throw std::invalid_argument(who + "store redis needs a Redis URL");
+    }
+    if (kind == "dynamodb" && options.dynamodb_url.empty()) {
+      throw std::invalid_argument(who + "store dynamodb needs a DynamoDB URL");
+    }
+    if (kind == "redis" && !guard::ParseRedisFsync(options.redis_fsync)) {
       throw std::invalid_argument(who + "redis_fsync is everysec, always or unchecked, not '" +
                                   options.redis_fsync + "'");
     }
     const std::string why =
-        " is PostgreSQL-only (an effect in SQL on the guard's transaction); with redis_url, use "
-        "ExternalAction and ExternalCompensation";
+        " is PostgreSQL-only (an effect in SQL on the guard's transaction); "
+        "with store " +
+        kind + ", use ExternalAction and ExternalCompensation";
     if (!schema.empty()) throw std::invalid_argument(who + "Schema" + why);
     if (!sql_routes.empty()) throw std::invalid_argument(who + sql_routes.front() + why);
   }
@@ -202,9 +229,14 @@ Participant& Participant::ExternalCompensation(const std::string& path, External
 int Participant::Start(const std::string& host, int port) {
   auto& i = *impl_;
   if (i.serving) throw std::logic_error("participant " + i.options.name + ": started already");
-  const bool on_redis = !i.options.redis_url.empty();
-  if (on_redis) {
-    i.CheckRedis();
+  const std::string kind = StoreOf(i.options);
+  if (kind != "postgres" && kind != "redis" && kind != "dynamodb") {
+    throw std::invalid_argument("participant " + i.options.name +
+                                ": store is postgres, redis or dynamodb, not '" + kind + "'");
+  }
+  const bool on_pg = kind == "postgres";
+  if (!on_pg) {
+    i.CheckKeyValueStore(kind);
   } else if (i.options.database_url.empty()) {
     throw std::invalid_argument("participant " + i.options.name + ": no database URL");
   }
@@ -225,7 +257,7 @@ int Participant::Start(const std::string& host, int port) {
                                 ": amqp_queue_type is classic or quorum, not '" +
                                 i.options.amqp_queue_type + "'");
   }
-  if (!on_redis) {
+  if (on_pg) {
     pqxx::connection conn(common::pg::WithSessionTimeouts(i.options.database_url));
     common::pg::Migrate(conn, "guard");
     for (const auto& sql : i.schema) {
@@ -236,7 +268,8 @@ int Participant::Start(const std::string& host, int port) {
   }
   auto serving = std::make_unique<Impl::Serving>(i.options);
   auto& s = *serving;
-  if (on_redis) s.redis_guard->CheckServer(*guard::ParseRedisFsync(i.options.redis_fsync));
+  if (kind == "redis") s.redis_guard->CheckServer(*guard::ParseRedisFsync(i.options.redis_fsync));
+  if (kind == "dynamodb") s.dynamo_guard->EnsureTable();
   i.serving = std::move(serving);
   for (const auto& add : i.routes) add(i);
   s.server.Get(steps::protocol::kPolicyPath, s.http->Policy());
@@ -307,6 +340,14 @@ int Participant::Run(int argc, char** argv) {
       ->envname("IDEMSAGA_REDIS_URL");
   cli.add_option("--redis-fsync", options.redis_fsync,
                  "the persistence Redis must have: everysec, always or unchecked")
+      ->capture_default_str();
+  app::AddStoreOption(&cli, options.store)->envname("IDEMSAGA_STORE");
+  cli.add_option("--dynamodb-url", options.dynamodb_url,
+                 "http://HOST:PORT of DynamoDB's API, with --store dynamodb (credentials and "
+                 "region: the AWS_* environment variables)")
+      ->envname("IDEMSAGA_DYNAMODB_URL");
+  cli.add_option("--dynamodb-table", options.dynamodb_table,
+                 "the keys' table, with --store dynamodb (created when missing)")
       ->capture_default_str();
   app::AddDuplicatesOption(&cli, options.duplicates);
   app::AmqpCommandFlags amqp{.urls = options.amqp_urls,

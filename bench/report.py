@@ -43,6 +43,9 @@ def num(v, key, default=None):
 
 INVENTORY_PHASES = ["inv_pg_claims", "inv_pg_replays", "inv_redis_claims", "inv_redis_replays",
                     "inv_redis_always", "inv_ff_claims", "inv_ff_replays"]
+# bench/stores.sh: the library's mailer on each key store.
+STORE_PHASES = ["st_pg_claims", "st_pg_replays", "st_redis_claims", "st_redis_replays",
+                "st_dynamo_claims", "st_dynamo_replays"]
 PHASES = ["check", "pgbench_w16", "orders16", "pgbench_w16_after", "pgbench_w64", "orders64",
           "pgbench_w64_after", "replays", "select"] + INVENTORY_PHASES + ["overload", "flood"]
 
@@ -105,24 +108,27 @@ def wrk_result(path):
     return out
 
 
-def inventory(res):
+def inventory(res, phases=INVENTORY_PHASES):
     """reservations/s per store and mode (wrk), or None for a phase that did not run."""
     out = {}
-    for name in INVENTORY_PHASES:
+    for name in phases:
         path = os.path.join(res, name + ".txt")
         out[name] = wrk_result(path) if os.path.exists(path) else None
     return out
+
+
+def wrk_cell(r):
+    if r is None:
+        return "       -"
+    bad = f" ({r['non_2xx']} non-2xx)" if r["non_2xx"] else ""
+    return f"{r['per_second']:8.0f}/s p50 {r['p50_ms']:5.2f} p99 {r['p99_ms']:6.2f} ms{bad}"
 
 
 def inventory_lines(res):
     inv = inventory(res)
 
     def cell(name):
-        r = inv[name]
-        if r is None:
-            return "       -"
-        bad = f" ({r['non_2xx']} non-2xx)" if r["non_2xx"] else ""
-        return f"{r['per_second']:8.0f}/s p50 {r['p50_ms']:5.2f} p99 {r['p99_ms']:6.2f} ms{bad}"
+        return wrk_cell(inv[name])
 
     return [
         "inventory c=16 (wrk)   PostgreSQL                           Redis (appendfsync everysec)",
@@ -132,6 +138,25 @@ def inventory_lines(res):
         f"  PostgreSQL, --duplicates fail-fast: claims/s {cell('inv_ff_claims')}",
         f"                                      replays/s {cell('inv_ff_replays')}",
     ]
+
+
+def store_lines(res):
+    st = inventory(res, STORE_PHASES)
+
+    def cell(name):
+        return wrk_cell(st[name])
+
+    return [
+        "mailer c=16 (wrk, bench/stores.sh: the library's external effect on each key store)",
+        f"  PostgreSQL claims/s {cell('st_pg_claims')}   replays/s {cell('st_pg_replays')}",
+        f"  Redis      claims/s {cell('st_redis_claims')}   replays/s {cell('st_redis_replays')}",
+        f"  dynalite   claims/s {cell('st_dynamo_claims')}   replays/s {cell('st_dynamo_replays')}",
+    ]
+
+
+def cmd_stores(res):
+    for line in store_lines(res):
+        print(line)
 
 
 def cmd_inventory(res):
@@ -294,7 +319,7 @@ def cmd_final(res, results_md):
           f" overload c=1024 {rss['rss1024_before_kb']:.1f} -> {rss['rss1024_peak_kb']:.1f} MiB,"
           f" flood {rss['rss_before_flood_kb']:.1f} -> {rss['rss_flood_peak_kb']:.1f} MiB,"
           f" 3 s after it {rss['rss_after_flood_kb']:.1f} MiB")
-    for line in inventory_lines(res):
+    for line in inventory_lines(res) + store_lines(res):
         print(line)
     print(f"order states at the end: {' '.join(states_end)}")
     if foreign:
@@ -352,9 +377,10 @@ the CPU during a phase that stayed noisy after 3 attempts: its rates are low for
 | inv redis claims/s, inv redis replays/s | the same against `idemsaga inventory --store redis` (Redis with appendonly yes, appendfsync everysec) in the same run |
 | redis always claims/s | claims again with Redis at appendfsync always (every write on disk before the answer) |
 | ff claims/s, ff replays/s | the PostgreSQL inventory again (same database), started with `--duplicates fail-fast`: the advisory lock's cost per request |
+| st pg, st redis, st dynamo claims/s, replays/s | `bench/stores.sh`: a participant built only from the library (`bench/bench_mailer`, one external effect that only answers) with its keys in PostgreSQL (the dev stack's cluster), Redis (appendfsync everysec) and DynamoDB's API on dynalite (in memory; not AWS: our client plus a JavaScript emulator), wrk at 16 connections, unique keys and one key |
 
-| date (UTC) | commit | mode | bound16 | o/s 16 | x bound | p50 | p99 | p99/p50 | bound64 | o/s 64 | x bound | p50 | p99 | p99/p50 | replays/s | select tps | x select | writes/order | lg/wrk | RSS 64 | RSS 1024 | RSS flood | unanswered | met | other CPU % | inv pg claims/s | inv pg replays/s | inv redis claims/s | inv redis replays/s | redis always claims/s | ff claims/s | ff replays/s |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| date (UTC) | commit | mode | bound16 | o/s 16 | x bound | p50 | p99 | p99/p50 | bound64 | o/s 64 | x bound | p50 | p99 | p99/p50 | replays/s | select tps | x select | writes/order | lg/wrk | RSS 64 | RSS 1024 | RSS flood | unanswered | met | other CPU % | inv pg claims/s | inv pg replays/s | inv redis claims/s | inv redis replays/s | redis always claims/s | ff claims/s | ff replays/s | st pg claims/s | st pg replays/s | st redis claims/s | st redis replays/s | st dynamo claims/s | st dynamo replays/s |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 """
     row = [
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
@@ -368,7 +394,8 @@ the CPU during a phase that stayed noisy after 3 attempts: its rates are low for
         f"{rss['rss64_peak_kb']:.1f}", f"{rss['rss1024_peak_kb']:.1f}",
         f"{rss['rss_after_flood_kb']:.1f}", str(unanswered), f"{passed}/{len(targets)}",
         f"{worst:.0f}",
-    ] + [f"{r['per_second']:.0f}" if r else "-" for r in inventory(res).values()]
+    ] + [f"{r['per_second']:.0f}" if r else "-"
+         for r in [*inventory(res).values(), *inventory(res, STORE_PHASES).values()]]
     line = "| " + " | ".join(row) + " |\n"
     if not os.path.exists(results_md):
         with open(results_md, "w") as f:
@@ -398,6 +425,8 @@ def main():
         print(f"{f[0]:.1f}" if f else "0")
     elif cmd == "inventory":
         cmd_inventory(sys.argv[2])
+    elif cmd == "stores":
+        cmd_stores(sys.argv[2])
     elif cmd == "final":
         cmd_final(sys.argv[2], sys.argv[3])
     else:

@@ -15,7 +15,10 @@
 #      keys (claims) and of one key (replays), on the dev stack's PostgreSQL inventory and on
 #      `idemsaga inventory --store redis` over a private redis-server (appendonly yes,
 #      appendfsync everysec; claims once more under appendfsync always), and on a second
-#      PostgreSQL inventory over the same database with --duplicates fail-fast;
+#      PostgreSQL inventory over the same database with --duplicates fail-fast; and
+#      bench/stores.sh: a participant built only from the library (one external effect that
+#      only answers) with its keys in PostgreSQL, Redis and DynamoDB's API on dynalite, claims
+#      and replays at 16 connections each;
 #   6. memory (the dev process: orchestrator and participants): peak RSS at 64 connections, an
 #      overload at 1,024 connections (every request answered: 2xx or 503 + Retry-After), a
 #      flood of 60 KiB malformed bodies, and RSS after it once idle;
@@ -31,6 +34,7 @@
 #   env: PG_PORT O_PORT I_PORT P_PORT (defaults 55432 18080 18081 18082), WRK_THREADS (1),
 #        R_PORT RI_PORT (Redis and the inventory on it; defaults 16379 18083),
 #        FF_PORT (a second PostgreSQL inventory with --duplicates fail-fast; 18084),
+#        SR_PORT SD_PORT SM_PORT (bench/stores.sh's Redis, dynalite and mailers; 16380 18100 18101),
 #        BENCH_PEERS ("restate dbos"), the peers' ports (bench/peers/*/peer.sh; 18090-18094)
 #
 # Exit status: 0 when the run completed, whatever the targets say (it is a measurement);
@@ -49,7 +53,7 @@ for arg in "$@"; do
     --no-restate) PEERS=${PEERS//restate/} ;;
     --no-dbos) PEERS=${PEERS//dbos/} ;;
     -h | --help)
-      sed -n '2,34p' "$0"
+      sed -n '2,38p' "$0"
       exit 0
       ;;
     *)
@@ -85,7 +89,7 @@ fi
 
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=1 # as in scripts/dev
 cmake --preset release >/dev/null
-cmake --build --preset release --target idemsaga loadgen >/dev/null
+cmake --build --preset release --target idemsaga loadgen bench_mailer >/dev/null
 BIN=$ROOT/build/release
 LOADGEN=$BIN/bench/loadgen
 WORK=$(mktemp -d /tmp/idemsaga-bench-XXXXXX)
@@ -479,6 +483,13 @@ redis-cli -p "$R_PORT" config set appendfsync always >/dev/null
 phase inv_redis_always inv_redis_always
 for p in inv_ff_claims inv_ff_replays; do phase $p $p; done
 python3 "$ROOT/bench/report.py" inventory "$RES"
+
+# 5c. The guard on each key store: the library's participant on PostgreSQL, Redis, dynalite.
+sql "CREATE DATABASE bench_mailer"
+checkpoint
+BIN=$BIN STORES_S=$INV_S WRK_THREADS=$WRK_THREADS bash "$ROOT/bench/stores.sh" \
+  "$URL/bench_mailer" "$RES" 9>&-
+sql "DROP DATABASE bench_mailer WITH (FORCE)"
 
 # 6. Overload, then a flood of large malformed bodies; RSS of the dev process throughout.
 wait_quiet

@@ -1,6 +1,8 @@
 #include "common/crypto.hpp"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <sys/random.h>
 
@@ -28,6 +30,21 @@ std::string Sha256Hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
   return ToHex(digest, sizeof digest);
+}
+
+std::string HmacSha256(std::string_view key, std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest,
+           &n) == nullptr) {
+    throw std::runtime_error("HMAC-SHA256 failed");
+  }
+  return std::string(reinterpret_cast<const char*>(digest), n);
+}
+
+std::string Hex(std::string_view bytes) {
+  return ToHex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

@@ -16,12 +16,13 @@
 // third party. A business refusal is a Problem(4xx, code, ...) the effect returns: stored and
 // replayed like a success, so such an effect must change nothing.
 //
-// Keys in Redis instead (ParticipantServiceOptions::redis_url): for a participant whose
-// effects are all outside a database, ExternalAction and ExternalCompensation keep the same
-// promise, and the service answers the same bytes as on PostgreSQL for the same calls, its
-// policy, key listing and /metrics included. Action, Compensation and Schema are
-// PostgreSQL-only (their effect is SQL on the guard's transaction): Start refuses them on
-// Redis (std::invalid_argument naming the route).
+// Keys in Redis or DynamoDB instead (ParticipantServiceOptions::store, redis_url,
+// dynamodb_url): for a participant whose effects are all outside a database, ExternalAction
+// and ExternalCompensation keep the same promise, and the service answers the same bytes as on
+// PostgreSQL for the same calls, its policy, key listing and /metrics included. Action,
+// Compensation and Schema are PostgreSQL-only (their effect is SQL on the guard's
+// transaction): Start refuses them on Redis and DynamoDB (std::invalid_argument naming the
+// route).
 //
 // Add routes, then Start (or Run); Stop once. Handlers run on the server's threads.
 //   idemsaga::Participant hotel({.name = "hotel", .database_url = url, .service_token = t});
@@ -127,6 +128,15 @@ struct ParticipantServiceOptions {
   // How long a message whose answer says "come back" (503, 409 in progress) is tried again in
   // hand before it goes back to the queue.
   std::chrono::milliseconds amqp_max_wait{std::chrono::minutes(2)};
+  // Where the keys are kept: "postgres" (database_url), "redis" (redis_url) or "dynamodb"
+  // (dynamodb_url). Empty: redis when redis_url is set, else postgres.
+  std::string store;
+  // With store "dynamodb": http://host[:port] of DynamoDB's API (plain HTTP: an emulator, or a
+  // local TLS-terminating proxy to AWS; docs/dynamodb.md). The region and credentials come from
+  // AWS_REGION (or AWS_DEFAULT_REGION), AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+  // AWS_SESSION_TOKEN. Start creates `dynamodb_table` when it is missing.
+  std::string dynamodb_url;
+  std::string dynamodb_table = "idempotency_keys";
 };
 
 class Participant {
@@ -149,15 +159,16 @@ class Participant {
   Participant& ExternalCompensation(const std::string& path, ExternalUndo undo);
 
   // Migrates, binds `host:port` (0: any free port) and serves on threads of its own;
-  // returns the port. Throws std::invalid_argument without a database URL (or Redis URL) or
-  // service token, or for a PostgreSQL-only route on Redis; std::runtime_error when the
-  // database (or Redis, or its persistence) or the port cannot be had.
+  // returns the port. Throws std::invalid_argument without its store's URL or a service
+  // token, or for a PostgreSQL-only route on Redis or DynamoDB; std::runtime_error when the
+  // store (or Redis' persistence) or the port cannot be had.
   int Start(const std::string& host, int port);
   // A participant binary's main: --listen HOST:PORT, --database-url (IDEMSAGA_DATABASE_URL),
-  // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours, --redis-url
-  // (IDEMSAGA_REDIS_URL), --redis-fsync, --duplicates, --placement-url, --cluster,
-  // --amqp-url (IDEMSAGA_AMQP_URL; repeatable or comma-separated), --amqp-queue,
-  // --amqp-queue-type, --amqp-consumers, --amqp-max-wait-ms; prints
+  // --service-token (IDEMSAGA_SERVICE_TOKEN), --retention-hours, --store (IDEMSAGA_STORE),
+  // --redis-url (IDEMSAGA_REDIS_URL), --redis-fsync, --dynamodb-url (IDEMSAGA_DYNAMODB_URL),
+  // --dynamodb-table, --duplicates, --placement-url, --cluster, --amqp-url (IDEMSAGA_AMQP_URL;
+  // repeatable or comma-separated), --amqp-queue, --amqp-queue-type, --amqp-consumers,
+  // --amqp-max-wait-ms; prints
   // "<name> ready on <url>", serves until SIGTERM or SIGINT, then stops. Returns the exit code.
   int Run(int argc, char** argv);
   std::string Url() const;  // http://host:port once started

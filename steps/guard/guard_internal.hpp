@@ -117,6 +117,17 @@ struct Found {
 Found FindAction(pqxx::work& tx, const Request& req, const std::string& action_key,
                  bool action_applied, double retention_s, bool cut_off);
 
+// The part of the external lease protocol that the key-value stores (Redis, DynamoDB) share
+// once a key is claimed under `token`: `call` runs with nothing held (NotSent runs `release`,
+// best effort, and is rethrown; any other exception keeps the claim until its lease runs out);
+// a 5xx stores nothing; the answer, stamped applied, goes to `record`, retried while the lease
+// lasts, since otherwise the next request would have to call the third party again.
+Response CallUnderLease(const Request& req, long long token, bool earlier,
+                        std::chrono::seconds lease,
+                        const std::function<Response(const ExternalCall&)>& call,
+                        const std::function<void()>& release,
+                        const std::function<Response(const Response&)>& record);
+
 // A compensation's answer: 200 {"action_key", "outcome", ...detail}.
 Response Undone(const std::string& action_key, protocol::Outcome outcome,
                 const nlohmann::json& detail);

@@ -4,7 +4,6 @@
 #include "steps/guard/redis_guard.hpp"
 
 #include <algorithm>
-#include <thread>
 
 #include "common/http/problem.hpp"
 #include "common/log.hpp"
@@ -321,8 +320,6 @@ Response RedisGuard::External(
     const Request& req, const Reply& claimed,
     const std::function<Response(const ExternalCall&, const Claim&)>& call,
     const std::string& action_key) {
-  using Clock = std::chrono::steady_clock;
-  const auto claimed_at = Clock::now();
   if (Text(claimed, 0) != "claimed") return AnswerOf(claimed);
   Claim claim{Number(claimed, 1), Number(claimed, 2) != 0};
   if (claimed.elements.size() > 3 && Text(claimed, 3) != "undo") {
@@ -335,56 +332,17 @@ Response RedisGuard::External(
                     status == 0 ? nlohmann::json(nullptr)
                                 : nlohmann::json::parse(Text(claimed, 5), nullptr, false)};
   }
-  if (claim.earlier) {
-    common::Log("guard_takeover", {{"tenant", req.tenant_id},
-                                   {"key", req.key},
-                                   {"fencing_token", std::to_string(claim.token)}});
-  }
   // Nothing to undo: answered now, stored under this caller's claim, nothing called out.
   if (claim.nothing) {
     return Record(req, claim.token, detail::Undone(action_key, *claim.nothing, nullptr), "");
   }
-  const auto lease_end = claimed_at + options_.lease;
-  Response res;
-  try {
-    res =
-        call(ExternalCall{req, claim.token, claim.earlier, lease_end - options_.lease / 4}, claim);
-  } catch (const NotSent&) {
-    // Certainly not sent: the next request may take over at once.
-    try {
-      redis_.Eval(kRelease, {RecordKey(req.tenant_id, req.key)}, {std::to_string(claim.token)});
-    } catch (const std::exception&) {
-      // The lease runs out on its own.
-    }
-    throw;
-  }
-  // Any other exception may have reached the third party: the claim stays until its lease
-  // runs out, so a retry cannot overtake it with a second call.
-  if (res.status >= 500) {
-    throw std::runtime_error("the external effect answered " + std::to_string(res.status) +
-                             "; nothing stored");
-  }
-  res.replayed = false;
-  res.outcome = protocol::Outcome::kApplied;
-  // The answer exists now, so a failure to store it is retried while the lease lasts;
-  // otherwise the next request would have to call the third party again.
-  auto wait = std::chrono::milliseconds(50);
-  for (int attempt = 1;; ++attempt) {
-    try {
-      return Record(req, claim.token, res, action_key);
-    } catch (const std::exception& e) {
-      if (attempt >= 8 || Clock::now() + wait >= lease_end) {
-        common::Log("guard_answer_lost", {{"tenant", req.tenant_id},
-                                          {"key", req.key},
-                                          {"fencing_token", std::to_string(claim.token)},
-                                          {"http_status", std::to_string(res.status)},
-                                          {"error", e.what()}});
-        throw;
-      }
-      std::this_thread::sleep_for(wait);
-      wait *= 2;
-    }
-  }
+  return detail::CallUnderLease(
+      req, claim.token, claim.earlier, options_.lease,
+      [&](const ExternalCall& c) { return call(c, claim); },
+      [&] {
+        redis_.Eval(kRelease, {RecordKey(req.tenant_id, req.key)}, {std::to_string(claim.token)});
+      },
+      [&](const Response& res) { return Record(req, claim.token, res, action_key); });
 }
 
 Response RedisGuard::Record(const Request& req, long long token, const Response& res,

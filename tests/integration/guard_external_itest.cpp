@@ -2,7 +2,8 @@
 // HttpGuard::ExternalAction) sends through a provider that is not idempotent (each POST sends
 // one more message), so only the guard's lease, fencing token and "earlier attempt" flag stand
 // between a crash and a second message. The mailer that dies or stalls mid-call is this test
-// binary run again as a child process. Each case runs on every key store (PostgreSQL, Redis):
+// binary run again as a child process. Each case runs on every key store (PostgreSQL, Redis,
+// DynamoDB on dynalite):
 // part of the stores' conformance suite (participant_stores_itest.cpp).
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -15,11 +16,14 @@
 #include <mutex>
 #include <thread>
 
+#include "common/dynamo/client.hpp"
 #include "common/percent_encode.hpp"
 #include "common/redis/pool.hpp"
+#include "steps/guard/dynamo_guard.hpp"
 #include "steps/guard/http_guard.hpp"
 #include "steps/guard/redis_guard.hpp"
 #include "tests/chaos/chaos_harness.hpp"
+#include "tests/support/dynalite_harness.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -105,7 +109,7 @@ Response SendEmail(const std::string& provider_url, const ExternalCall& call,
   return Response{201, sent->body};
 }
 
-// The key store at `url` (postgresql:// or redis://), its lease 1 s.
+// The key store at `url` (postgresql://, redis://, or http:// for DynamoDB's API), its lease 1 s.
 class Store {
  public:
   explicit Store(const std::string& url) {
@@ -114,6 +118,13 @@ class Store {
       redis_ = std::make_unique<idemsaga::common::redis::Pool>(
           idemsaga::common::redis::Pool::Options{.url = url, .size = 4});
       store_ = std::make_unique<idemsaga::steps::guard::RedisGuard>(*redis_, options);
+    } else if (url.rfind("http://", 0) == 0) {
+      dynamo_ = std::make_unique<idemsaga::common::dynamo::Client>(
+          idemsaga::common::dynamo::Client::FromEnvironment(url));
+      auto dynamo_guard =
+          std::make_unique<idemsaga::steps::guard::DynamoGuard>(*dynamo_, "keys", options);
+      dynamo_guard->EnsureTable();
+      store_ = std::move(dynamo_guard);
     } else {
       pool_ = std::make_unique<idemsaga::common::pg::Pool>(
           idemsaga::common::pg::Pool::Options{.url = url, .size = 4});
@@ -125,6 +136,7 @@ class Store {
  private:
   std::unique_ptr<idemsaga::common::pg::Pool> pool_;
   std::unique_ptr<idemsaga::common::redis::Pool> redis_;
+  std::unique_ptr<idemsaga::common::dynamo::Client> dynamo_;
   std::unique_ptr<idemsaga::steps::guard::KeyStore> store_;
 };
 
@@ -177,13 +189,14 @@ TEST(MailerChild, ServesUntilKilledOrStalled) {
   std::this_thread::sleep_for(mode == "hang" ? 60s : 10s);
 }
 
-enum class StoreKind { kPostgres, kRedis };
+enum class StoreKind { kPostgres, kRedis, kDynamo };
 
 class GuardExternal : public ::testing::TestWithParam<StoreKind> {
  protected:
   GuardExternal() : db_("payment") {
     if (GetParam() == StoreKind::kRedis) redis_ = std::make_unique<test_support::RedisServer>();
-    store_url_ = redis_ ? redis_->Url() : db_.url();
+    if (GetParam() == StoreKind::kDynamo) dynalite_ = std::make_unique<test_support::Dynalite>();
+    store_url_ = redis_ ? redis_->Url() : dynalite_ ? dynalite_->Url() : db_.url();
   }
 
   // The stored record of `key` as the reconciler lists it.
@@ -233,6 +246,7 @@ class GuardExternal : public ::testing::TestWithParam<StoreKind> {
 
   test_support::ScratchDatabase db_;  // a participant database: it has the guard's key table
   std::unique_ptr<test_support::RedisServer> redis_;
+  std::unique_ptr<test_support::Dynalite> dynalite_;
   std::string store_url_;
   Provider provider_;
   std::string log_;
@@ -303,9 +317,12 @@ TEST_P(GuardExternal, AStalledHoldersLateAnswerIsRefusedAfterATakeover) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, GuardExternal,
-                         ::testing::Values(StoreKind::kPostgres, StoreKind::kRedis),
+                         ::testing::Values(StoreKind::kPostgres, StoreKind::kRedis,
+                                           StoreKind::kDynamo),
                          [](const auto& info) {
-                           return info.param == StoreKind::kPostgres ? "postgres" : "redis";
+                           return info.param == StoreKind::kPostgres ? "postgres"
+                                  : info.param == StoreKind::kRedis  ? "redis"
+                                                                     : "dynamodb";
                          });
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The key stores' conformance suite. idemsaga::Participant with its keys in PostgreSQL (both
-// duplicate policies) or in Redis (ParticipantServiceOptions::redis_url), over real HTTP
-// against the run's PostgreSQL and a private redis-server (tests/support/redis_harness.hpp):
+// duplicate policies), in Redis (ParticipantServiceOptions::redis_url) or in DynamoDB
+// (store "dynamodb"), over real HTTP against the run's PostgreSQL, a private redis-server
+// (tests/support/redis_harness.hpp) and a private dynalite (dynalite_harness.hpp):
 // one table of cases run on each store (effects counted in the participant's own code, replay
 // bytes compared), 50 concurrent duplicates, generated hostile keys and bodies, and the whole
 // transcript of answers, the key listing and /metrics compared byte for byte between the
@@ -18,10 +19,13 @@
 #include <set>
 #include <thread>
 
+#include "common/dynamo/client.hpp"
 #include "common/idempotency_key.hpp"
 #include "common/redis/pool.hpp"
+#include "steps/guard/dynamo_guard.hpp"
 #include "steps/guard/guard.hpp"
 #include "steps/guard/redis_guard.hpp"
+#include "tests/support/dynalite_harness.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/redis_harness.hpp"
 #include "tests/support/serving.hpp"
@@ -31,8 +35,9 @@ namespace {
 using test_support::Call;
 using test_support::Post;
 
-enum class Store { kPostgres, kPostgresFailFast, kRedis };
-const std::vector<Store> kStores = {Store::kPostgres, Store::kPostgresFailFast, Store::kRedis};
+enum class Store { kPostgres, kPostgresFailFast, kRedis, kDynamo };
+const std::vector<Store> kStores = {Store::kPostgres, Store::kPostgresFailFast, Store::kRedis,
+                                    Store::kDynamo};
 
 std::string NameOf(Store store) {
   switch (store) {
@@ -42,6 +47,8 @@ std::string NameOf(Store store) {
       return "postgres_fail_fast";
     case Store::kRedis:
       return "redis";
+    case Store::kDynamo:
+      return "dynamodb";
   }
   return "";
 }
@@ -69,14 +76,18 @@ class Mail {
  public:
   Mail(Store store, Effects& effects) : effects_(effects) {
     idemsaga::ParticipantServiceOptions options{.name = "mail", .service_token = kToken};
-    if (store != Store::kRedis) {
-      db_ = std::make_unique<test_support::ScratchDatabase>("guard");
-      options.database_url = db_->url();
-      if (store == Store::kPostgresFailFast) options.duplicates = "fail-fast";
-    } else {
+    if (store == Store::kRedis) {
       redis_ = std::make_unique<test_support::RedisServer>();
       options.redis_url = redis_->Url();
       options.redis_fsync = "always";
+    } else if (store == Store::kDynamo) {
+      dynalite_ = std::make_unique<test_support::Dynalite>();
+      options.store = "dynamodb";
+      options.dynamodb_url = dynalite_->Url();
+    } else {
+      db_ = std::make_unique<test_support::ScratchDatabase>("guard");
+      options.database_url = db_->url();
+      if (store == Store::kPostgresFailFast) options.duplicates = "fail-fast";
     }
     participant_ = std::make_unique<idemsaga::Participant>(options);
     participant_
@@ -122,6 +133,7 @@ class Mail {
   Effects& effects_;
   std::unique_ptr<test_support::ScratchDatabase> db_;
   std::unique_ptr<test_support::RedisServer> redis_;
+  std::unique_ptr<test_support::Dynalite> dynalite_;
   std::unique_ptr<idemsaga::Participant> participant_;
   int port_ = 0;
 };
@@ -384,6 +396,13 @@ class KeyStoreExpiry : public ::testing::TestWithParam<Store> {
       redis_ = std::make_unique<idemsaga::common::redis::Pool>(
           idemsaga::common::redis::Pool::Options{.url = redis_server_->Url()});
       store_ = std::make_unique<guard::RedisGuard>(*redis_, options);
+    } else if (GetParam() == Store::kDynamo) {
+      dynalite_ = std::make_unique<test_support::Dynalite>();
+      dynamo_ = std::make_unique<idemsaga::common::dynamo::Client>(
+          idemsaga::common::dynamo::Client::FromEnvironment(dynalite_->Url()));
+      auto dynamo_guard = std::make_unique<guard::DynamoGuard>(*dynamo_, "keys", options);
+      dynamo_guard->EnsureTable();
+      store_ = std::move(dynamo_guard);
     } else {
       db_ = std::make_unique<test_support::ScratchDatabase>("guard");
       pool_ = std::make_unique<idemsaga::common::pg::Pool>(
@@ -415,11 +434,15 @@ class KeyStoreExpiry : public ::testing::TestWithParam<Store> {
   std::unique_ptr<idemsaga::common::pg::Pool> pool_;
   std::unique_ptr<test_support::RedisServer> redis_server_;
   std::unique_ptr<idemsaga::common::redis::Pool> redis_;
+  std::unique_ptr<test_support::Dynalite> dynalite_;
+  std::unique_ptr<idemsaga::common::dynamo::Client> dynamo_;
   std::unique_ptr<idemsaga::steps::guard::KeyStore> store_;
 };
 
 // Expiry counts from a key's last write (a compensation restarts its clock), and collection
 // (DeleteExpired, or Redis' own TTL) removes only keys past it: a live key keeps its answer.
+// (DynamoDB's TTL is lazy and dynalite runs none: its store's reads ignore an expired item and
+// DeleteExpired deletes it.)
 TEST_P(KeyStoreExpiry, ExpiryCountsFromTheLastWriteAndCollectionLeavesLiveKeys) {
   using namespace std::chrono_literals;
   const auto t0 = std::chrono::steady_clock::now();
@@ -472,7 +495,7 @@ TEST(ParticipantStores, AnswerTheSameBytesOnEveryStore) {
   Effects pg_effects;
   Mail on_pg(Store::kPostgres, pg_effects);
   auto pg = RunCases(on_pg, pg_effects);
-  for (Store store : {Store::kPostgresFailFast, Store::kRedis}) {
+  for (Store store : {Store::kPostgresFailFast, Store::kRedis, Store::kDynamo}) {
     Effects effects;
     Mail other(store, effects);
     auto seen = RunCases(other, effects);
@@ -549,6 +572,34 @@ TEST(ParticipantStores, RefusesAnActionInSqlOnRedisAtStartNamingTheRoute) {
       {.name = "hotel", .service_token = kToken, .redis_url = "redis://127.0.0.1:1"});
   with_schema.Schema("CREATE TABLE IF NOT EXISTS bookings (id text)");
   EXPECT_THROW(with_schema.Start("127.0.0.1", 0), std::invalid_argument);
+}
+
+// On DynamoDB as on Redis: SQL routes, a store with no URL, and an unknown store are refused
+// before anything starts, naming what to change.
+TEST(ParticipantStores, RefusesWhatDynamoDbCannotServeAtStart) {
+  auto start_error = [](idemsaga::ParticipantServiceOptions options,
+                        bool with_action) -> std::string {
+    options.name = "hotel";
+    options.service_token = kToken;
+    idemsaga::Participant p(options);
+    if (with_action) {
+      p.Action("/v1/bookings", nullptr,
+               [](pqxx::work&, const idemsaga::Request&) { return idemsaga::Response{}; });
+    }
+    try {
+      p.Start("127.0.0.1", 0);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "started";
+  };
+  EXPECT_NE(start_error({.store = "dynamodb", .dynamodb_url = "http://127.0.0.1:1"}, true)
+                .find("Action /v1/bookings is PostgreSQL-only"),
+            std::string::npos);
+  EXPECT_NE(start_error({.store = "dynamodb"}, false).find("needs a DynamoDB URL"),
+            std::string::npos);
+  EXPECT_NE(start_error({.store = "mongo"}, false).find("postgres, redis or dynamodb"),
+            std::string::npos);
 }
 
 TEST(ParticipantStores, RefusesARedisThatWouldForgetKeys) {
