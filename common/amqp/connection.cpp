@@ -221,6 +221,11 @@ void Connection::Consume(const std::string& queue) {
 }
 
 std::optional<Delivery> Connection::Next(std::chrono::milliseconds wait) {
+  if (!pending_.empty()) {
+    Delivery d = std::move(pending_.front());
+    pending_.pop_front();
+    return d;
+  }
   amqp_maybe_release_buffers(S(state_));
   amqp_envelope_t envelope;
   timeval tv = TimeVal(wait);
@@ -261,6 +266,17 @@ void Connection::OutOfTurn(const void* f) {
     }
     case AMQP_BASIC_CANCEL_METHOD:
       throw Broken("the broker cancelled the consumer (its queue was deleted?)");
+    case AMQP_BASIC_DELIVER_METHOD: {  // its content frames follow: read them now
+      const auto* m = static_cast<amqp_basic_deliver_t*>(frame.payload.method.decoded);
+      Delivery d{m->delivery_tag, m->redelivered != 0, {}};
+      amqp_message_t message;
+      auto r = amqp_read_message(S(state_), frame.channel, &message, 0);
+      if (r.reply_type != AMQP_RESPONSE_NORMAL) throw Broken("basic.deliver: " + Describe(r));
+      d.message = FromProperties(message.properties, message.body);
+      amqp_destroy_message(&message);
+      pending_.push_back(std::move(d));
+      return;
+    }
     default:
       return;  // basic.ack of a confirm nobody waits for, and the like
   }

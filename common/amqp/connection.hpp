@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -92,7 +93,8 @@ class Connection {
 
  private:
   void Check(const char* what);  // throws unless the last RPC succeeded
-  // Handles a frame that arrived out of turn: throws on a channel or connection close.
+  // Handles a frame that arrived out of turn: throws on a channel or connection close; keeps a
+  // delivery (its content read) for Next.
   void OutOfTurn(const void* frame);
   // False when the message came back unroutable (mandatory) before its confirm.
   bool WaitForConfirm();
@@ -105,6 +107,9 @@ class Connection {
   bool confirms_ = false;
   bool broken_ = false;
   uint64_t published_ = 0;  // publish sequence number, for confirms
+  // Deliveries that arrived while a confirm was awaited (prefetch above 1, or a consumer that
+  // publishes after its ack): Next hands them out first, in order.
+  std::deque<Delivery> pending_;
   std::chrono::milliseconds timeout_;
 };
 
