@@ -1,7 +1,6 @@
 #include "tests/support/dynalite_harness.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 
 #include "common/dynamo/client.hpp"
 #include "common/net.hpp"
+#include "tests/support/spawn.hpp"
 
 namespace test_support {
 namespace {
@@ -59,25 +59,8 @@ Dynalite::Dynalite() {
                                    "0",
                                    "--updateTableMs",
                                    "0"};
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    // Dies with the test, whatever ends it (the script execs node: same PID).
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    FILE* log = std::fopen(log_.c_str(), "w");
-    if (log != nullptr) {
-      dup2(fileno(log), STDOUT_FILENO);
-      dup2(fileno(log), STDERR_FILENO);
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp("bash", argv.data());
-    _exit(127);
-  }
-  pid_ = pid;
+  // The script execs node: the same PID.
+  pid_ = test_support::SpawnTiedChild(std::move(args), log_);
   // The first run installs its packages (scripts/dynalite.sh): allow for it.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {

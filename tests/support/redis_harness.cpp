@@ -2,7 +2,6 @@
 
 #include <hiredis/hiredis.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "common/net.hpp"
+#include "tests/support/spawn.hpp"
 
 namespace test_support {
 namespace {
@@ -84,20 +84,7 @@ void RedisServer::Start() {
                                    "no",
                                    "--protected-mode",
                                    "yes"};
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    // Dies with the test, whatever ends it.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp("redis-server", argv.data());
-    _exit(127);
-  }
-  pid_ = pid;
+  pid_ = test_support::SpawnTiedChild(std::move(args));
   Wait();
 }
 
