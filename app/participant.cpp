@@ -19,6 +19,7 @@
 #include "common/http/server.hpp"
 #include "common/metrics.hpp"
 #include "common/net.hpp"
+#include "common/periodic.hpp"
 #include "common/pg/errors.hpp"
 #include "common/pg/migrate.hpp"
 #include "common/pg/placement.hpp"
@@ -143,6 +144,7 @@ struct Participant::Impl {
     // Every guarded route by path, for the commands from a queue; null without amqp_urls.
     guard::QueueCommands::Routes command_routes;
     std::unique_ptr<guard::QueueCommands> commands;
+    std::unique_ptr<common::Periodic> gc;  // PostgreSQL only
 
     // A guarded route: served over HTTP, and from the queue when there is one.
     void Post(const std::string& path, common::http::Server::Handler handler) {
@@ -296,6 +298,13 @@ int Participant::Start(const std::string& host, int port) {
         s.command_routes, &s.metrics);
     s.commands->Start();
   }
+  if (s.guard) {
+    s.gc = std::make_unique<common::Periodic>("participant_gc", i.options.gc_interval, [&s] {
+      while (s.guard->DeleteExpired(1000) == 1000) {
+      }
+    });
+    s.gc->Start();
+  }
   s.thread = std::thread([&s] { s.server.Serve(); });
   return s.port;
 }
@@ -308,6 +317,7 @@ std::string Participant::Url() const {
 void Participant::Stop() {
   if (!impl_ || !impl_->serving || !impl_->serving->thread.joinable()) return;
   if (impl_->serving->commands) impl_->serving->commands->Stop();
+  if (impl_->serving->gc) impl_->serving->gc->Stop();
   impl_->serving->server.Stop();
   impl_->serving->thread.join();
 }

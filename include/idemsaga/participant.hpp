@@ -137,6 +137,10 @@ struct ParticipantServiceOptions {
   // AWS_SESSION_TOKEN. Start creates `dynamodb_table` when it is missing.
   std::string dynamodb_url;
   std::string dynamodb_table = "idempotency_keys";
+  // How often keys past their retention are deleted from PostgreSQL, in batches, from Start
+  // on. Redis expires its keys itself; on DynamoDB the table's TTL deletes them, and reads
+  // never see an expired one meanwhile.
+  std::chrono::milliseconds gc_interval{std::chrono::minutes(1)};
 };
 
 class Participant {

@@ -555,6 +555,29 @@ TEST(ParticipantStores, TheDocsExampleSendsOnceAndRecallsOnce) {
   EXPECT_EQ(emails_recalled, 1);
 }
 
+// A library participant on PostgreSQL deletes its expired keys on a schedule, as the stock
+// ones do; a live key stays. (Redis and DynamoDB expire theirs: KeyStoreExpiry.)
+TEST(ParticipantStores, APostgresParticipantCollectsExpiredKeysAndKeepsLiveOnes) {
+  test_support::ScratchDatabase db("guard");
+  idemsaga::Participant mail({.name = "mail",
+                              .database_url = db.url(),
+                              .service_token = kToken,
+                              .gc_interval = std::chrono::milliseconds(200)});
+  mail.ExternalAction("/v1/emails", ValidateEmail, SendEmail);
+  httplib::Client c("127.0.0.1", mail.Start("127.0.0.1", 0));
+  for (const char* key : {"old-1", "old-2", "live"}) {
+    ASSERT_EQ(Post(c, "/v1/emails", {.key = key, .body = Email("ann@example.com")})->status, 201);
+  }
+  db.Exec(
+      "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' "
+      "WHERE idempotency_key LIKE 'old-%'");
+  for (int i = 0; i < 100 && db.Count("SELECT count(*) FROM idempotency_keys") > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(db.Count("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'live'"), 1);
+  EXPECT_EQ(db.Count("SELECT count(*) FROM idempotency_keys"), 1);
+}
+
 TEST(ParticipantStores, RefusesAnActionInSqlOnRedisAtStartNamingTheRoute) {
   idemsaga::Participant p(
       {.name = "hotel", .service_token = kToken, .redis_url = "redis://127.0.0.1:1"});
