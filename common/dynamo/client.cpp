@@ -99,17 +99,27 @@ Client::Client(Options options) : options_(std::move(options)) {
 struct Client::Connection {
   explicit Connection(const std::string& url) : http(url) {}
   httplib::Client http;
+  std::chrono::steady_clock::time_point idle_since;
 };
+
+namespace {
+
+// A kept-alive connection idle longer than this is closed rather than used: the server may
+// have closed it meanwhile (Node's HTTP server, dynalite's, after 5 s), and a request sent on
+// it then fails after it may have been sent, which a conditional write cannot simply retry.
+constexpr auto kMaxIdle = std::chrono::seconds(2);
+
+}  // namespace
 
 Client::~Client() = default;
 
 std::unique_ptr<Client::Connection> Client::Borrow() {
   {
     std::lock_guard lock(mutex_);
-    if (!idle_.empty()) {
+    while (!idle_.empty()) {
       auto c = std::move(idle_.back());
       idle_.pop_back();
-      return c;
+      if (std::chrono::steady_clock::now() - c->idle_since < kMaxIdle) return c;
     }
   }
   auto c = std::make_unique<Connection>("http://" + host_);
@@ -124,6 +134,7 @@ std::unique_ptr<Client::Connection> Client::Borrow() {
 }
 
 void Client::Return(std::unique_ptr<Connection> connection) {
+  connection->idle_since = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
   idle_.push_back(std::move(connection));
 }
