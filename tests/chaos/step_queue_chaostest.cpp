@@ -315,7 +315,9 @@ TEST_F(StepQueue, NoReplyBeforeTheDeadlineCompensatesOverTheQueue) {
         << records[i].key << " " << records[i].final_body;
     auto compensation = records[i].key + "-shipping-compensate";
     EXPECT_EQ(seen.count(compensation), lost ? 1U : 0U) << compensation;
-    if (lost) EXPECT_EQ(seen[compensation].path, "/v1/shipments/cancel");
+    if (lost) {
+      EXPECT_EQ(seen[compensation].path, "/v1/shipments/cancel");
+    }
   }
   EXPECT_EQ(Count(stack->DatabaseUrl("shipping"),
                   "SELECT count(*) FROM shipments WHERE status = 'cancelled'"),
