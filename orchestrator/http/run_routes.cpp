@@ -57,11 +57,17 @@ void StartRun(const RunRoutes& d, const httplib::Request& req, httplib::Response
   SetAnswer(res, RunAnswer(outcome, saga, key.key));
 }
 
+// The saga /v1/runs/{saga} names (its latest version); nullptr for none served.
+const steps::saga::Definition* RunsPathSaga(const RunRoutes& d, std::string_view path) {
+  constexpr std::string_view kRuns = "/v1/runs/";
+  if (path.substr(0, kRuns.size()) != kRuns) return nullptr;
+  return d.registry.Latest(path.substr(kRuns.size()));
+}
+
 // Starts the saga the path names (POST /v1/orders: place_order; POST /v1/runs/{saga}: its
 // latest version), or refuses: who asks first, which sagas are served next.
 void StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res,
                 const common::http::EarlyAnswer& early) {
-  constexpr std::string_view kRuns = "/v1/runs/";
   if (req.path == "/v1/orders" && d.registry.Latest(kOrderSaga) != nullptr) {
     return StartRun(d, req, res, early, kOrderSaga, true);
   }
@@ -70,10 +76,7 @@ void StartRunAt(const RunRoutes& d, const httplib::Request& req, httplib::Respon
     SetAnswer(res, UnauthorizedRunAnswer());
     return;
   }
-  const steps::saga::Definition* definition = nullptr;
-  if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
-    definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
-  }
+  const steps::saga::Definition* definition = RunsPathSaga(d, req.path);
   if (definition == nullptr) {
     RunOutcome unknown;
     unknown.kind = RunOutcome::Kind::kUnknownSaga;
@@ -207,14 +210,9 @@ void View(const store::SagaRow& row, const std::string& saga, httplib::Response&
 // StartRun reads and renders them. Anything else (a refusal, a key not cached, a first request)
 // returns false and goes to StartRunAt on a worker, which answers it.
 bool ReplayAt(const RunRoutes& d, const httplib::Request& req, httplib::Response& res) {
-  constexpr std::string_view kRuns = "/v1/runs/";
   const bool as_order = req.path == "/v1/orders";
-  const steps::saga::Definition* definition = nullptr;
-  if (as_order) {
-    definition = d.registry.Latest(kOrderSaga);
-  } else if (std::string_view(req.path).substr(0, kRuns.size()) == kRuns) {
-    definition = d.registry.Latest(std::string_view(req.path).substr(kRuns.size()));
-  }
+  const steps::saga::Definition* definition =
+      as_order ? d.registry.Latest(kOrderSaga) : RunsPathSaga(d, req.path);
   if (definition == nullptr) return false;
   auto tenant = d.auth.Cached(common::http::BearerToken(req));
   if (!tenant) return false;

@@ -84,12 +84,6 @@ Dynalite::~Dynalite() {
 
 std::string Dynalite::Url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
-void Dynalite::Kill() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
-  int status = 0;
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
-}
+void Dynalite::Kill() { KillTiedChild(pid_); }
 
 }  // namespace test_support

@@ -119,13 +119,7 @@ void RedisServer::Stop() {
   Kill();
 }
 
-void RedisServer::Kill() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
-  int status = 0;
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
-}
+void RedisServer::Kill() { KillTiedChild(pid_); }
 
 void RedisServer::Restart() {
   Stop();

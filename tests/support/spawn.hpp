@@ -5,6 +5,7 @@
 
 #include <sys/prctl.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -38,6 +39,16 @@ inline pid_t SpawnTiedChild(std::vector<std::string> args, const std::string& lo
     _exit(127);
   }
   return pid;
+}
+
+// Kills a child SpawnTiedChild started (SIGKILL), reaps it, and sets `pid` to -1; nothing
+// when `pid` is not positive.
+inline void KillTiedChild(pid_t& pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  pid = -1;
 }
 
 }  // namespace test_support
