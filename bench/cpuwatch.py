@@ -3,8 +3,11 @@
 another engineer's test during a phase makes its figures meaningless. Every second it reads
 /proc/*/stat and writes one line: the time and the CPU seconds spent in that second by
 processes that are not the benchmark's (not descendants of ROOT_PID, of the cluster's
-postmaster, or of a PID listed in a PID_FILE), with the busiest such command. `report.py` sums
-the lines of each phase.
+postmaster, or of a PID listed in a PID_FILE), with the busiest such command; then the CPU
+seconds of the servers measured (descendants of the postmaster, of the PID_FILEs' PIDs and of
+$CPUWATCH_SERVER_PID: the dev stack, the peers) and of the rest of the benchmark (its clients:
+loadgen, wrk, pgbench), and, as a second instrument, the machine's busy CPU seconds and
+context switches from /proc/stat. `report.py` sums the lines of each phase.
 
   cpuwatch.py ROOT_PID POSTMASTER_PID_FILE OUT [PID_FILE...]   (runs until ROOT_PID exits)
 
@@ -44,6 +47,41 @@ def snapshot():
     return procs
 
 
+def machine():
+    """Busy CPU ticks (all but idle and iowait) and context switches since boot."""
+    busy = ctxt = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu "):
+                t = [int(x) for x in line.split()[1:]]
+                busy = sum(t[:8]) - t[3] - t[4]  # user..steal, without idle and iowait
+            elif line.startswith("ctxt "):
+                ctxt = int(line.split()[1])
+    return busy, ctxt
+
+
+def used(prev, cur, group, skip=()):
+    """CPU ticks the processes of `group` used between two snapshots: the living ones' deltas
+    (all of a new one's), less what children that were counted before and are now reaped
+    into a group member's cutime had used by the last snapshot."""
+    d = 0
+    for pid, (ppid, _, own, children) in prev.items():
+        if pid in cur:
+            continue
+        while ppid not in cur and ppid in prev:
+            ppid = prev[ppid][0]
+        if ppid in group:  # a descendant then too: counted up to the last snapshot
+            d -= own + children
+    for pid, (_, comm, own, children) in cur.items():
+        if pid not in group or pid in skip:
+            continue
+        if pid in prev and prev[pid][1] == comm:
+            d += (own - prev[pid][2]) + (children - prev[pid][3])
+        elif pid not in prev:
+            d += own + children
+    return max(d, 0)
+
+
 def ours(procs, roots):
     mine = set(r for r in roots if r)
     changed = True
@@ -59,7 +97,9 @@ def ours(procs, roots):
 def main():
     root, pm_file, out, pid_files = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
     me = os.getpid()
+    server_root = int(os.environ.get("CPUWATCH_SERVER_PID", "0") or 0)
     prev = snapshot()
+    prev_busy, prev_ctxt = machine()
     with open(out, "a", buffering=1) as f:
         while os.path.exists(f"/proc/{root}"):
             time.sleep(1)
@@ -78,6 +118,8 @@ def main():
                 except OSError:
                     pass
             mine = ours(cur, [root, postmaster, me] + listed)
+            servers = ours(cur, [postmaster, server_root] + listed)
+            busy, ctxt = machine()
             foreign, busiest = 0, {}
             # Gone since the last sample: the nearest living ancestor (through others that are
             # gone too) now holds all of their time in its cutime, of which what they had used
@@ -99,8 +141,11 @@ def main():
                 busiest[comm] = busiest.get(comm, 0) + d
             foreign = max(foreign, 0)
             top = max(busiest, key=busiest.get) if foreign > 0 else "-"
-            f.write(f"{time.time():.3f} {foreign / TICK:.2f} {top}\n")
-            prev = cur
+            server = used(prev, cur, servers)
+            client = used(prev, cur, mine - servers, skip=(me,))
+            f.write(f"{time.time():.3f} {foreign / TICK:.2f} {top} {server / TICK:.2f}"
+                    f" {client / TICK:.2f} {(busy - prev_busy) / TICK:.2f} {ctxt - prev_ctxt}\n")
+            prev, prev_busy, prev_ctxt = cur, busy, ctxt
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@
 #      right before and right after the orders phase at as many connections, and averaged;
 #   2. the instrument check: guarded charges straight to the payment participant at 16
 #      connections, loadgen vs wrk (they must agree within 10%);
-#   3. orders (unique keys) at 16 and 64 connections: orders/s, p50, p99, statuses, and that
-#      every order ended `completed`;
+#   3. orders (unique keys) at 1, 16 and 64 connections: orders/s, p50, p99, statuses, that
+#      every order ended `completed`, and the CPU (every process: PostgreSQL, the stack, the
+#      clients) and context switches per order;
 #   4. write commits per order during the 16-connection phase: cluster-wide write transactions
-#      (xid delta), per database from the WAL, and pg_stat_database xact_commit deltas;
+#      (xid delta), per database from the WAL, and pg_stat_database xact_commit deltas; WAL
+#      flushes (pg_stat_wal) and WAL bytes per order beside them;
 #   5. replays of one key at 16 connections vs pgbench -S (primary-key select) at 16 clients;
 #      and the inventory's guard on each store, wrk at 16 connections: reservations with unique
 #      keys (claims) and of one key (replays), on the dev stack's PostgreSQL inventory and on
@@ -25,6 +27,11 @@
 #   7. the peers (bench/peers/, installed from the npm registry): the same order saga on
 #      Restate and on DBOS Transact against the same participants, at 16 and 64 connections,
 #      and a count of their effects at the participants;
+#   8. cost as the work grows: GROWTH_KEYS (10 million; --quick 200,000) finished keys more in
+#      the orchestrator's table and in each participant's, then orders at 16 connections again;
+#   9. garbage collection under load: the keys that twice that order rate makes expire in a
+#      minute, expired, in each table; orders at 16 connections for 65 s (every collector
+#      passes) while the backlogs are sampled;
 # then prints a summary of targets (PASS/FAIL) and appends one row to bench/RESULTS.md (and
 # one to its peers' table).
 #
@@ -35,7 +42,8 @@
 #        R_PORT RI_PORT (Redis and the inventory on it; defaults 16379 18083),
 #        FF_PORT (a second PostgreSQL inventory with --duplicates fail-fast; 18084),
 #        SR_PORT SD_PORT SM_PORT (bench/stores.sh's Redis, dynalite and mailers; 16380 18100 18101),
-#        BENCH_PEERS ("restate dbos"), the peers' ports (bench/peers/*/peer.sh; 18090-18094)
+#        BENCH_PEERS ("restate dbos"), the peers' ports (bench/peers/*/peer.sh; 18090-18094),
+#        GROWTH_KEYS (keys added per table in phase 8; it needs ~6 GB free per million)
 #
 # Exit status: 0 when the run completed, whatever the targets say (it is a measurement);
 # non-zero only when the run itself broke. The measured part runs under
@@ -53,7 +61,7 @@ for arg in "$@"; do
     --no-restate) PEERS=${PEERS//restate/} ;;
     --no-dbos) PEERS=${PEERS//dbos/} ;;
     -h | --help)
-      sed -n '2,38p' "$0"
+      sed -n '2,50p' "$0"
       exit 0
       ;;
     *)
@@ -64,9 +72,12 @@ for arg in "$@"; do
 done
 if ((QUICK)); then
   PGB_S=3 CHECK_S=1 ORDER_S=4 REPLAY_S=3 OVERLOAD_S=4 FLOOD_N=1500 INV_S=3
+  GROWTH_KEYS=${GROWTH_KEYS:-200000}
 else
   PGB_S=10 CHECK_S=3 ORDER_S=10 REPLAY_S=10 OVERLOAD_S=10 FLOOD_N=6000 INV_S=10
+  GROWTH_KEYS=${GROWTH_KEYS:-10000000}
 fi
+GC_S=65 # the services collect expired keys once a minute
 R_PORT=${R_PORT:-16379} RI_PORT=${RI_PORT:-18083} FF_PORT=${FF_PORT:-18084}
 PG_PORT=${PG_PORT:-55432} O_PORT=${O_PORT:-18080} I_PORT=${I_PORT:-18081} P_PORT=${P_PORT:-18082}
 WRK_THREADS=${WRK_THREADS:-1}
@@ -98,7 +109,13 @@ mkdir -p "$RES"
 VALUES=$RES/values.env # key=value lines for the report
 : >"$VALUES"
 put() { echo "$1=$2" >>"$VALUES"; }
-mark() { put "t_$1" "$(date +%s.%N)"; } # phase boundaries: NAME_start, NAME_end
+# Phase boundaries (NAME_start, NAME_end): the time, and the machine's busy CPU ticks and context
+# switches then (/proc/stat), for the CPU and context switches per order of a phase.
+mark() {
+  put "t_$1" "$(date +%s.%N)"
+  put "proc_$1" "$(awk '$1 == "cpu" {b = $2 + $3 + $4 + $7 + $8 + $9} $1 == "ctxt" {c = $2}
+    END {print b ":" c}' /proc/stat)"
+}
 # Before a phase: waits (up to 2 min) for 3 s in which other processes took < 5% of the CPU, so
 # a compile or someone's test that is running now does not land in the figures. The report
 # still says how much other CPU each phase saw.
@@ -158,7 +175,7 @@ grep -q "dev ready" "$WORK/dev.log" || {
 # CPU that other processes take during each phase (a shared machine): see bench/cpuwatch.py.
 PG_DIR=$(sed -n 's|^starting PostgreSQL in \(.*\)$|\1|p' "$WORK/dev.log")
 : >"$RES/cpuwatch.txt"
-python3 "$ROOT/bench/cpuwatch.py" $$ "$PG_DIR/data/postmaster.pid" "$RES/cpuwatch.txt" \
+CPUWATCH_SERVER_PID=$DEV python3 "$ROOT/bench/cpuwatch.py" $$ "$PG_DIR/data/postmaster.pid" "$RES/cpuwatch.txt" \
   "$WORK"/peer-{restate,dbos}/pids 9>&- &
 WATCH=$!
 
@@ -187,6 +204,7 @@ quiesce() {
 stat_commits() {
   sleep 11
   sql "SELECT string_agg(datname || '=' || xact_commit, ' ' ORDER BY datname)
+              || (SELECT ' wal_sync=' || wal_sync || ' wal_write=' || wal_write FROM pg_stat_wal)
        FROM pg_stat_database WHERE datname LIKE 'idemsaga_%'"
 }
 orders_rows() { sql "SELECT count(*) FROM idempotency_keys" idemsaga_orchestrator; }
@@ -358,12 +376,13 @@ orders16() {
   sql "WITH r AS (
          SELECT xid, resource_manager AS rm, record_type AS rt,
                 substring(block_ref FROM 'rel [0-9]+/([0-9]+)/')::oid AS db,
-                substring(block_ref FROM 'rel [0-9]+/[0-9]+/([0-9]+)')::oid AS rel
+                substring(block_ref FROM 'rel [0-9]+/[0-9]+/([0-9]+)')::oid AS rel,
+                record_length AS len
          FROM pg_get_wal_records_info('$lsn0', '$lsn1') WHERE xid <> 0),
        x AS (
          SELECT xid, bool_or(rm = 'Transaction' AND rt LIKE 'COMMIT%') AS committed,
                 bool_or(rm = 'Transaction' AND rt LIKE 'ABORT%') AS aborted, max(db) AS db,
-                bool_or(db = $orch_oid AND rel = $spans_rel) AS spans
+                bool_or(db = $orch_oid AND rel = $spans_rel) AS spans, sum(len) AS bytes
          FROM r GROUP BY xid)
        SELECT 'wal_' || coalesce(replace(d.datname, 'idemsaga_', ''), 'other') || '_commits='
                 || count(*) FILTER (WHERE committed)
@@ -371,6 +390,8 @@ orders16() {
                 || count(*) FILTER (WHERE aborted)
               || ' wal_' || coalesce(replace(d.datname, 'idemsaga_', ''), 'other') || '_xids='
                 || count(*)
+              || ' walbytes_' || coalesce(replace(d.datname, 'idemsaga_', ''), 'other') || '='
+                || sum(bytes)
               || CASE WHEN d.datname = 'idemsaga_orchestrator'
                       THEN ' wal_span_commits=' || count(*) FILTER (WHERE committed AND spans)
                       ELSE '' END
@@ -379,16 +400,30 @@ orders16() {
   sql "SELECT pg_drop_replication_slot('idemsaga_bench')" >/dev/null
   commits_after=$(stat_commits)
   put xids "$((x1 - x0))"
+  put wal_bytes_window "$(sql "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')")"
   put orders_in_window "$((rows1 - rows0))"
   local kv
   for kv in $commits_before; do put "stat_before_${kv%%=*}" "${kv#*=}"; done
   for kv in $commits_after; do put "stat_after_${kv%%=*}" "${kv#*=}"; done
 }
+# Orders one at a time: one saga's own path, nothing queued before it.
+orders1() {
+  ATTEMPT=$((ATTEMPT + 1))
+  checkpoint
+  wait_quiet
+  mark orders1_start
+  lg orders1 "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c 1 --prefix "o1-$$-$ATTEMPT"
+  mark orders1_end
+}
+phase orders1 orders1
+show orders1 "orders    c=1"
+python3 "$ROOT/bench/report.py" per-order "$RES" orders1
 bound 16 before
 phase orders16 orders16
 show orders16 "orders    c=16"
 bound 16 after
 python3 "$ROOT/bench/report.py" commits "$RES"
+python3 "$ROOT/bench/report.py" per-order "$RES" orders16
 
 # Orders at 64 connections; the peak RSS they cause.
 orders64() {
@@ -405,6 +440,7 @@ orders64() {
 bound 64 before
 phase orders64 orders64
 show orders64 "orders    c=64"
+python3 "$ROOT/bench/report.py" per-order "$RES" orders64
 bound 64 after
 quiesce
 sql "SELECT string_agg(status || '=' || n, ' ' ORDER BY status)
@@ -521,6 +557,91 @@ sql "SELECT string_agg(status || '=' || n, ' ' ORDER BY status)
 # 7. The peers, each on its own tenant at the same participants.
 for peer in $PEERS; do run_peer "$peer"; done
 sql "DROP DATABASE bench_pgbench WITH (FORCE)"
+
+# 8. Cost as the work grows: GROWTH_KEYS more finished keys in the orchestrator's table and in
+# each participant's (copies of one real order's rows, bench/grow_keys.sql), then orders at 16
+# connections again, against the empty-table figures of phase 3.
+SERVICES=(orchestrator inventory payment)
+grow() { # PREFIX N EXPIRES: N keys more in each service's table, loaded side by side
+  local db key pids=()
+  for db in "${SERVICES[@]}"; do
+    key=growth-tpl-$$
+    [ "$db" = orchestrator ] || key=$key-$db
+    "${PSQL[@]}" -v tpl="$key" -v n="$2" -v exp="$3" -v pfx="$1-$$" "$URL/idemsaga_$db" \
+      -f "$ROOT/bench/grow_keys.sql" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
+growth_free_gb=$(df -P --block-size=1G "$PG_DIR" | awk 'NR == 2 {print $4}')
+# An order's three rows take about 2.7 KB with their indexes, and the load writes as much WAL.
+growth_need_gb=$((GROWTH_KEYS * 6 / 1000000 + 2))
+if ((growth_free_gb < growth_need_gb)); then
+  echo "run.sh: growth phases skipped: $GROWTH_KEYS keys need ~${growth_need_gb} GB free" \
+    "next to the cluster, ${growth_free_gb} GB are" >&2
+else
+  lg growth_template "${ORDER_ARGS[@]}" -n 1 -c 1 --same-key "growth-tpl-$$"
+  mark growth_load_start
+  grow g "$GROWTH_KEYS" '30 days'
+  vacuums=()
+  for db in "${SERVICES[@]}"; do
+    sql "VACUUM (ANALYZE) idempotency_keys" "idemsaga_$db" &
+    vacuums+=($!)
+  done
+  wait "${vacuums[@]}"
+  mark growth_load_end
+  put growth_keys "$GROWTH_KEYS"
+  printf 'growth    %d keys more in each service'"'"'s table, loaded and vacuumed in %.0f s\n' \
+    "$GROWTH_KEYS" "$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" \
+      "$(grep '^t_growth_load_start=' "$VALUES" | cut -d= -f2)" \
+      "$(grep '^t_growth_load_end=' "$VALUES" | cut -d= -f2)")"
+  growth16() {
+    ATTEMPT=$((ATTEMPT + 1))
+    checkpoint
+    wait_quiet
+    mark growth16_start
+    lg growth16 "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c 16 --prefix "g16-$$-$ATTEMPT"
+    mark growth16_end
+  }
+  phase growth16 growth16
+  show growth16 "orders+grown c=16"
+  python3 "$ROOT/bench/report.py" per-order "$RES" growth16
+
+  # 9. Garbage collection under load: each service's table gets the keys that twice this
+  # rate of orders makes expire in one collection interval (a minute), already expired; then
+  # orders at 16 connections for GC_S s, long enough for every service's collector to pass,
+  # while a sampler counts each table's expired keys twice a second.
+  backlog=$(python3 -c "import json, sys; print(int(2 * 60 * json.load(open(sys.argv[1]))['per_second']) + 1)" \
+    "$RES/growth16.json")
+  put gc_backlog "$backlog"
+  grow x "$backlog" '-1 minute'
+  gc_sample() {
+    local db line
+    while :; do
+      line=$(date +%s.%N)
+      for db in "${SERVICES[@]}"; do
+        line+=" $(sql "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()" "idemsaga_$db")"
+      done
+      echo "$line" >>"$RES/gc_backlog.txt"
+      sleep 0.5
+    done
+  }
+  gc_phase() {
+    ATTEMPT=$((ATTEMPT + 1))
+    checkpoint
+    : >"$RES/gc_backlog.txt"
+    gc_sample 9>&- &
+    local sampler=$!
+    mark gc_start
+    lg gc "${ORDER_ARGS[@]}" --duration "$GC_S" -c 16 --prefix "gc-$$-$ATTEMPT"
+    mark gc_end
+    kill $sampler 2>/dev/null
+    wait $sampler 2>/dev/null || true
+  }
+  gc_phase # not again when others took the CPU: the backlog is gone after the first
+  show gc "orders+GC  c=16"
+  python3 "$ROOT/bench/report.py" growth "$RES"
+fi
 
 # The build measured; RESULTS.md itself (this run's row) does not make the tree dirty.
 dirty=$(git diff --quiet HEAD -- . ':(exclude)bench/RESULTS.md' || echo -dirty)

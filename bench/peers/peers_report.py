@@ -9,11 +9,10 @@ appended as one row to the peers' table of bench/RESULTS.md.
 import datetime
 import json
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from report import foreign_cpu, load, values  # noqa: E402  (bench/report.py)
+from report import append_row, foreign_cpu, load, values  # noqa: E402  (bench/report.py)
 
 PEERS = {"restate": ("Restate 1.7.12", 4.0), "dbos": ("DBOS Transact 5.3.0", 6.0)}
 TABLE_TITLE = "## The peers"
@@ -108,7 +107,8 @@ def cmd_summary(res, results_md):
         row += cell("restate", c) + cell("dbos", c)
     row += ["yes" if all(checks) else "NO",
             f"{max((f[0] for f in foreign.values()), default=0):.0f}"]
-    append_row(results_md, "| " + " | ".join(row) + " |\n")
+    append_row(results_md, TABLE_TITLE, HEADER, "| " + " | ".join(row) + " |\n")
+    print(f"added a row to the peers' table of {results_md}")
 
 
 HEADER = f"""
@@ -125,28 +125,6 @@ same date and commit.
 | date (UTC) | commit | mode | idemsaga o/s 16 | p50 | p99 | Restate o/s 16 | p50 | p99 | x | DBOS o/s 16 | p50 | p99 | x | idemsaga o/s 64 | p50 | p99 | Restate o/s 64 | p50 | p99 | x | DBOS o/s 64 | p50 | p99 | x | effects ok | other CPU % |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 """
-
-
-def append_row(results_md, line):
-    with open(results_md) as f:
-        text = f.read()
-    if TABLE_TITLE not in text:
-        text = text.rstrip("\n") + "\n" + HEADER + line
-    else:
-        # After the last row of the peers' table.
-        lines = text.splitlines(keepends=True)
-        start = next(i for i, l in enumerate(lines) if l.startswith(TABLE_TITLE))
-        at = start + 1
-        for i in range(start + 1, len(lines)):
-            if re.match(r"\|[ -]", lines[i]):
-                at = i + 1
-            elif at > start + 1 and not lines[i].strip():
-                break
-        lines.insert(at, line)
-        text = "".join(lines)
-    with open(results_md, "w") as f:
-        f.write(text)
-    print(f"added a row to the peers' table of {results_md}")
 
 
 COMMANDS = {"effects": cmd_effects, "summary": cmd_summary}
