@@ -300,8 +300,7 @@ int Participant::Start(const std::string& host, int port) {
   }
   if (s.guard) {
     s.gc = std::make_unique<common::Periodic>("participant_gc", i.options.gc_interval, [&s] {
-      while (s.guard->DeleteExpired(1000) == 1000) {
-      }
+      s.gc->Drain([&s] { return s.guard->DeleteExpired(1000); }, 1000);
     });
     s.gc->Start();
   }

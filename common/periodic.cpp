@@ -25,6 +25,7 @@ void Periodic::Stop() {
     stopped_ = true;
     running = std::move(thread_);
   }
+  stopping_.notify_all();  // a Drain resting between batches
   if (!running.joinable()) return;
   // Join outside the lock: a Start() racing with us must not wait for a run of fn_ to end.
   boost::asio::post(io_, [this] {
@@ -32,6 +33,26 @@ void Periodic::Stop() {
     io_.stop();
   });
   running.join();
+}
+
+long long Periodic::Drain(const std::function<long long()>& batch, long long size, double rest) {
+  long long total = 0;
+  for (;;) {
+    auto began = std::chrono::steady_clock::now();
+    long long n = batch();
+    total += n;
+    if (n < size) return total;
+    auto took = std::chrono::steady_clock::now() - began;
+    auto pause = std::min<std::chrono::steady_clock::duration>(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * rest),
+        std::chrono::seconds(1));
+    if (!Rest(pause)) return total;
+  }
+}
+
+bool Periodic::Rest(std::chrono::steady_clock::duration d) {
+  std::unique_lock lock(mutex_);
+  return !stopping_.wait_for(lock, d, [this] { return stopped_; });
 }
 
 void Periodic::Arm() {

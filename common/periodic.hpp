@@ -7,11 +7,14 @@
 // it got to serve never leaves a timer thread running.
 //   common::Periodic gc("gc", std::chrono::seconds(60), [&] { store.DeleteExpired(1000); });
 //   gc.Start();
+// A run that works through a backlog in batches paces itself with Drain (below), so a burst of
+// expired keys costs the requests beside it a share of the machine, not all of it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -26,7 +29,17 @@ class Periodic {
   void Start();
   void Stop();
 
+  // For the function: runs `batch` (which does up to `size` items and returns how many it
+  // did) until it does fewer, resting after each full batch `rest` times as long as that batch
+  // took (at most a second), so the drain takes at most 1 / (1 + rest) of its connection's
+  // and its database's time however large the backlog; stops early when Stop() comes.
+  // Returns the items done.
+  long long Drain(const std::function<long long()>& batch, long long size, double rest = 3.0);
+
  private:
+  // Waits `d` unless Stop() comes first; false when stopping.
+  bool Rest(std::chrono::steady_clock::duration d);
+
   void Arm();
 
   std::string name_;
@@ -35,6 +48,7 @@ class Periodic {
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
   std::mutex mutex_;  // guards thread_ and stopped_
+  std::condition_variable stopping_;
   std::thread thread_;
   bool stopped_ = false;
 };

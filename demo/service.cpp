@@ -34,8 +34,7 @@ ParticipantService::ParticipantService(ParticipantKind kind, const std::string& 
       gc_("participant_gc", std::chrono::minutes(1), [this] {
         // Redis expires its keys itself (and its scripts trim the key index).
         if (!pool_) return;
-        while (routes_->guard().DeleteExpired(1000) == 1000) {
-        }
+        gc_.Drain([this] { return routes_->guard().DeleteExpired(1000); }, 1000);
       }) {
   const common::trace::Tracer* tracer = exporter_ ? &tracer_ : nullptr;
   if (!options.redis_url.empty()) {

@@ -57,21 +57,18 @@ void Recovery::Drain() {
 }
 
 void Recovery::CollectGarbage() {
-  long long total = 0;
   long long spans = 0;
-  for (long long n = options_.gc_batch; n == options_.gc_batch;) {
-    auto gone = store_.DeleteExpired(options_.gc_batch);
-    n = gone.keys;
-    total += n;
-    spans += spans_.DeleteForTraces(gone.trace_ids);
-  }
+  long long total = collector_.Drain(
+      [&] {
+        auto gone = store_.DeleteExpired(options_.gc_batch);
+        spans += spans_.DeleteForTraces(gone.trace_ids);
+        return gone.keys;
+      },
+      options_.gc_batch);
   const auto retention =
       std::chrono::duration_cast<std::chrono::seconds>(store_.options().retention);
-  long long unowned = 0;
-  for (long long n = options_.gc_batch; n == options_.gc_batch;) {
-    n = spans_.DeleteUnowned(retention, options_.gc_batch);
-    unowned += n;
-  }
+  long long unowned = collector_.Drain(
+      [&] { return spans_.DeleteUnowned(retention, options_.gc_batch); }, options_.gc_batch);
   if (total > 0 || spans > 0 || unowned > 0) {
     common::Log("gc", {{"deleted_keys", std::to_string(total)},
                        {"deleted_key_spans", std::to_string(spans)},

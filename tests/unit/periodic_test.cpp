@@ -8,6 +8,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "common/deadline_watch.hpp"
 
@@ -126,3 +127,56 @@ TEST(DeadlineWatch, AFirstDeadlineWakesTheSleepingThread) {
 }
 
 }  // namespace
+
+// Drain: batches until one comes back short, resting between full ones in proportion to
+// how long each took, so a backlog never takes the database's whole time.
+TEST(Periodic, DrainRestsBetweenFullBatchesAndEndsAtAShortOne) {
+  std::vector<std::chrono::steady_clock::time_point> starts, ends;
+  Runs done;
+  long long total = 0;
+  Periodic* self = nullptr;
+  Periodic p("drain", milliseconds(1), [&] {
+    if (!starts.empty()) return;
+    total = self->Drain(
+        [&] {
+          starts.push_back(std::chrono::steady_clock::now());
+          std::this_thread::sleep_for(milliseconds(20));
+          ends.push_back(std::chrono::steady_clock::now());
+          return starts.size() < 3 ? 100LL : 7LL;
+        },
+        100, 3.0);
+    done.Add();
+  });
+  self = &p;
+  p.Start();
+  ASSERT_TRUE(done.WaitFor(1));
+  p.Stop();
+  EXPECT_EQ(total, 207);
+  ASSERT_EQ(starts.size(), 3u);
+  for (size_t i = 1; i < starts.size(); ++i) {
+    // Rested about three times the 20 ms the batch took; a lower bound only.
+    EXPECT_GE(starts[i] - ends[i - 1], milliseconds(50)) << "batch " << i;
+  }
+}
+
+// An endless backlog does not hold up Stop(): it ends the drain while it rests.
+TEST(Periodic, StopEndsADrainThatWouldNeverFinish) {
+  Runs batches;
+  Periodic* self = nullptr;
+  Periodic p("endless", milliseconds(1), [&] {
+    self->Drain(
+        [&] {
+          batches.Add();
+          std::this_thread::sleep_for(milliseconds(50));
+          return 10LL;
+        },
+        10, 100.0);
+  });
+  self = &p;
+  p.Start();
+  ASSERT_TRUE(batches.WaitFor(1));
+  p.Stop();  // would never return if the drain went on
+  int after_stop = batches.Count();
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(batches.Count(), after_stop);
+}
