@@ -18,6 +18,11 @@ cleanup() {
     kill -INT "$DEV_PID"
     wait "$DEV_PID" || true
   fi
+  # As root the cluster lives under /var/lib/idemsaga when `postgres` cannot enter $WORK
+  # (mktemp makes it 0700); `idemsaga dev` says where, and keeps it for the next run.
+  local pg_dir
+  pg_dir=$(sed -n 's|^starting PostgreSQL in \(/var/lib/idemsaga/[0-9a-f]*\)$|\1|p' "$WORK/log" 2>/dev/null) || true
+  [[ -z $pg_dir ]] || rm -rf "$pg_dir"
   rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -155,7 +155,9 @@ void PrivateCluster::WriteSettings() {
 
 void PrivateCluster::StartServer() {
   // A server left running on this folder (its owner was killed) holds the port and data.
-  if (PgCtl({"status"}) == 0) PgCtl({"stop", "-m", "fast", "-w"});
+  if (PgCtl({"status"}) == 0 && PgCtl({"stop", "-m", "fast", "-w"}) != 0) {
+    PgCtl({"stop", "-m", "immediate", "-w"});
+  }
   for (int attempt = 0; attempt < 3; ++attempt) {
     port_ = options_.port != 0 ? options_.port : common::FreeLoopbackPort();
     WriteSettings();
@@ -172,7 +174,10 @@ void PrivateCluster::StartServer() {
 
 void PrivateCluster::Stop() {
   if (running_) {
-    PgCtl({"stop", "-m", "fast", "-w"});
+    // A fast stop waits for the shutdown checkpoint, which can outlast pg_ctl's minute after
+    // gigabytes of writes; the server must not outlive us (nor a folder removed under it, its
+    // files still held open), and what it committed is in the WAL, so then it stops at once.
+    if (PgCtl({"stop", "-m", "fast", "-w"}) != 0) PgCtl({"stop", "-m", "immediate", "-w"});
     running_ = false;
   }
   if (options_.temporary && fs::exists(options_.dir)) fs::remove_all(options_.dir);
