@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <set>
@@ -89,6 +90,35 @@ TEST_F(ParentStoreTest, TheFirstRequestClaimsTheKeyWithALease) {
   EXPECT_EQ(c.row.status, idemsaga::orchestrator::store::SagaStatus::kStarted);
   EXPECT_TRUE(c.row.lease_live);
   EXPECT_EQ(c.row.order_id.rfind("ord_", 0), 0u);
+}
+
+// An order id is "ord_", the claim's milliseconds since the epoch in 12 hex digits, then 20
+// random ones: new orders' index entries land beside each other, however many rows the table
+// holds, and ids sort by the millisecond they were claimed in.
+TEST_F(ParentStoreTest, OrderIdsBeginWithTheClaimsMillisecond) {
+  auto ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  std::set<std::string> tails;
+  std::string last;
+  for (int i = 0; i < 20; ++i) {
+    long long before = ms();
+    auto id = store_.ClaimKey(Req("ids-" + std::to_string(i))).row.order_id;
+    long long after = ms();
+    ASSERT_EQ(id.size(), 36u) << id;
+    ASSERT_EQ(id.rfind("ord_", 0), 0u) << id;
+    ASSERT_EQ(id.find_first_not_of("0123456789abcdef", 4), std::string::npos) << id;
+    long long at = std::stoll(id.substr(4, 12), nullptr, 16);
+    // The database's clock and ours: the same machine; a few ms of slack for the round trip.
+    EXPECT_GE(at, before - 5) << id;
+    EXPECT_LE(at, after + 5) << id;
+    EXPECT_GE(id.substr(4, 12), last);  // claimed one after another: their milliseconds sorted
+    last = id.substr(4, 12);
+    tails.insert(id.substr(16));
+  }
+  EXPECT_EQ(tails.size(), 20u);  // the random part differs
 }
 
 TEST_F(ParentStoreTest, ARetryWhileTheLeaseIsLiveIsInProgress) {

@@ -1,6 +1,7 @@
 // W3C traceparent, OTLP JSON, the exporter's bounded queue and the terminal waterfall.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
@@ -61,6 +62,27 @@ TEST(Traceparent, NewIdsAreValidAndDistinct) {
   EXPECT_TRUE(IsHexId(NewTraceId(), 32));
   EXPECT_TRUE(IsHexId(NewSpanId(), 16));
   EXPECT_NE(NewTraceId(), NewTraceId());
+}
+
+// A new trace id begins with the second it was made in (8 hex digits, as X-Ray's do), so that
+// indexes of trace ids take new ones side by side; the other 24 digits are random.
+TEST(Traceparent, NewTraceIdsBeginWithTheCurrentSecond) {
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  std::set<std::string> tails;
+  for (int i = 0; i < 1000; ++i) {
+    long long before = now();
+    std::string id = NewTraceId();
+    long long after = now();
+    long long at = std::stoll(id.substr(0, 8), nullptr, 16);
+    ASSERT_GE(at, before) << id;
+    ASSERT_LE(at, after) << id;
+    tails.insert(id.substr(8));
+  }
+  EXPECT_EQ(tails.size(), 1000u);
 }
 
 // Ids come from a generator per thread: threads must not repeat each other's sequences, and
