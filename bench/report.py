@@ -289,6 +289,9 @@ def gc_stats(res, v):
             st["began_s"] = rows[drop - 1][0] - t0
             st["drained_s"] = rows[gone][0] - rows[drop - 1][0]
             st["rows_per_s"] = start / st["drained_s"]
+        elif drop is not None and drop > 0:  # not gone by the end: the rate it went at
+            st["began_s"] = rows[drop - 1][0] - t0
+            st["rows_per_s"] = (start - rows[-1][i]) / (rows[-1][0] - rows[drop - 1][0])
         out[name] = st
     return out
 
@@ -326,7 +329,9 @@ def growth_lines(g):
             "; ".join(f"{name} {st['backlog']} expired, " + (
                 f"pass at +{st['began_s']:.1f} s, gone in <= {st['drained_s']:.1f} s"
                 f" (>= {st['rows_per_s']:.0f} rows/s)" if "drained_s" in st
-                else f"{st['left']} left at the end")
+                else f"{st['left']} left at the end" + (
+                    f" (pass at +{st['began_s']:.1f} s, {st['rows_per_s']:.0f} rows/s)"
+                    if "rows_per_s" in st else ""))
                 for name, st in g["gc_services"].items()))
     return lines
 

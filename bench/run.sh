@@ -406,15 +406,18 @@ orders16() {
   for kv in $commits_before; do put "stat_before_${kv%%=*}" "${kv#*=}"; done
   for kv in $commits_after; do put "stat_after_${kv%%=*}" "${kv#*=}"; done
 }
-# Orders one at a time: one saga's own path, nothing queued before it.
-orders1() {
+# An order phase: ORDER_S s of orders (unique keys) at C connections, from a checkpoint on a
+# quiet machine.
+order_phase() { # NAME C
   ATTEMPT=$((ATTEMPT + 1))
   checkpoint
   wait_quiet
-  mark orders1_start
-  lg orders1 "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c 1 --prefix "o1-$$-$ATTEMPT"
-  mark orders1_end
+  mark "$1_start"
+  lg "$1" "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c "$2" --prefix "$1-$$-$ATTEMPT"
+  mark "$1_end"
 }
+# Orders one at a time: one saga's own path, nothing queued before it.
+orders1() { order_phase orders1 1; }
 phase orders1 orders1
 show orders1 "orders    c=1"
 python3 "$ROOT/bench/report.py" per-order "$RES" orders1
@@ -596,14 +599,7 @@ else
     "$GROWTH_KEYS" "$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" \
       "$(grep '^t_growth_load_start=' "$VALUES" | cut -d= -f2)" \
       "$(grep '^t_growth_load_end=' "$VALUES" | cut -d= -f2)")"
-  growth16() {
-    ATTEMPT=$((ATTEMPT + 1))
-    checkpoint
-    wait_quiet
-    mark growth16_start
-    lg growth16 "${ORDER_ARGS[@]}" --duration "$ORDER_S" -c 16 --prefix "g16-$$-$ATTEMPT"
-    mark growth16_end
-  }
+  growth16() { order_phase growth16 16; }
   phase growth16 growth16
   show growth16 "orders+grown c=16"
   python3 "$ROOT/bench/report.py" per-order "$RES" growth16
