@@ -7,8 +7,11 @@ SELECT format('INSERT INTO idempotency_keys (%s) SELECT %s FROM idempotency_keys
   string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
   string_agg(CASE
     WHEN a.attname = 'expires_at' THEN format('now() + interval %L', :'exp')
-    -- as real keys have them: traces of their own, creation times spread over a day
-    WHEN a.attname = 'trace_id' THEN format('md5(%L || g)', :'pfx')
+    -- as real keys have them: traces of their own (beginning with their second, as the
+    -- orchestrator makes them), creation times spread over a day
+    WHEN a.attname = 'trace_id' THEN format(
+      'lpad(to_hex(extract(epoch FROM t.created_at - g * interval ''10 ms'')::bigint), 8, ''0'')'
+      ' || left(md5(%L || g), 24)', :'pfx')
     WHEN a.attname = 'created_at' THEN 't.created_at - g * interval ''10 ms'''
     WHEN a.attname <> 'tenant_id' AND EXISTS (
            SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
