@@ -31,8 +31,9 @@ class Periodic {
 
   // For the function: runs `batch` (which does up to `size` items and returns how many it
   // did) until it does fewer, resting after each full batch `rest` times as long as that batch
-  // took (at most a second), so the drain takes at most 1 / (1 + rest) of its connection's
-  // and its database's time however large the backlog; stops early when Stop() comes.
+  // took (at most a second), so however large the backlog the drain is busy at most
+  // 1 / (1 + rest) of the time, and the work beside it keeps its share; stops early when
+  // Stop() comes.
   // Returns the items done.
   long long Drain(const std::function<long long()>& batch, long long size, double rest = 3.0);
 
