@@ -619,12 +619,15 @@ else
   backlog=$(python3 -c "import json, sys; print(int(2 * 60 * json.load(open(sys.argv[1]))['per_second']) + 1)" \
     "$RES/growth16.json")
   put gc_backlog "$backlog"
-  grow x "$backlog" '-1 minute'
   # The backlog left: the keys loaded less the rows deleted since (pg_stat_user_tables; the
   # orders delete none). A count(*) of the expired keys twice a second was itself a load: each
   # read every backlog row's heap tuple, none of them all-visible yet.
   deleted() { sql "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'" "idemsaga_$1"; }
+  # Counted from before the load: a collector that passes between the load and the phase
+  # deletes backlog too.
   declare -A deleted0
+  for db in "${SERVICES[@]}"; do deleted0[$db]=$(deleted "$db"); done
+  grow x "$backlog" '-1 minute'
   gc_sample() {
     local db line
     while :; do
@@ -641,7 +644,6 @@ else
     checkpoint
     : >"$RES/gc_backlog.txt"
     local db
-    for db in "${SERVICES[@]}"; do deleted0[$db]=$(deleted "$db"); done
     gc_sample 9>&- &
     local sampler=$!
     mark gc_start
