@@ -628,14 +628,15 @@ else
   declare -A deleted0
   for db in "${SERVICES[@]}"; do deleted0[$db]=$(deleted "$db"); done
   grow x "$backlog" '-1 minute'
-  gc_sample() {
+  backlog_sample() { # the time, and each table's backlog left
     local db line
+    line=$(date +%s.%N)
+    for db in "${SERVICES[@]}"; do line+=" $((backlog - ($(deleted "$db") - deleted0[$db])))"; done
+    echo "$line" >>"$RES/gc_backlog.txt"
+  }
+  gc_sample() {
     while :; do
-      line=$(date +%s.%N)
-      for db in "${SERVICES[@]}"; do
-        line+=" $((backlog - ($(deleted "$db") - deleted0[$db])))"
-      done
-      echo "$line" >>"$RES/gc_backlog.txt"
+      backlog_sample
       sleep 0.5
     done
   }
@@ -643,7 +644,6 @@ else
     ATTEMPT=$((ATTEMPT + 1))
     checkpoint
     : >"$RES/gc_backlog.txt"
-    local db
     gc_sample 9>&- &
     local sampler=$!
     mark gc_start
@@ -654,9 +654,7 @@ else
     # A backend publishes its counters within a second of a commit, or 10 s after going idle
     # (the collector rests between batches): one more sample once all are published.
     sleep 11
-    line=$(date +%s.%N)
-    for db in "${SERVICES[@]}"; do line+=" $((backlog - ($(deleted "$db") - deleted0[$db])))"; done
-    echo "$line" >>"$RES/gc_backlog.txt"
+    backlog_sample
   }
   gc_phase # not again when others took the CPU: the backlog is gone after the first
   show gc "orders+GC  c=16"
