@@ -72,11 +72,12 @@ Orchestrator::Orchestrator(OrchestratorOptions options,
                            const std::vector<steps::SagaFactory>& sagas)
     : options_(std::move(options)),
       pool_({.url = options_.database_url, .size = options_.pool_size}),
-      store_(pool_, options_.store),
+      span_rides_({}),
+      store_(pool_, options_.store, &span_rides_),
       events_(pool_),
       replies_(pool_),
       span_pool_({.url = options_.database_url, .size = 2}),
-      span_store_(span_pool_),
+      span_store_(span_pool_, &span_rides_),
       exporter_(
           options_.otlp_endpoint.empty()
               ? common::trace::Exporter::Sink([this](const auto& spans) {
@@ -171,6 +172,12 @@ void Orchestrator::AddMetrics() {
                 [this] { return static_cast<double>(exporter_.dropped()); });
   m.CounterFrom("idemsaga_spans_exported_total", "Spans the exporter delivered.",
                 [this] { return static_cast<double>(exporter_.exported()); });
+  m.CounterFrom("idemsaga_span_rows_carried_total",
+                "Span rows (a trace's spans of one batch) stored by a saga's finish statement.",
+                [this] { return static_cast<double>(span_rides_.carried()); });
+  m.CounterFrom("idemsaga_span_rows_alone_total",
+                "Span rows stored by a statement of their own (no finish took them).",
+                [this] { return static_cast<double>(span_rides_.alone()); });
 }
 
 Orchestrator::~Orchestrator() { Stop(); }

@@ -151,6 +151,7 @@ class Orchestrator {
   OrchestratorOptions options_;
   common::metrics::Registry metrics_;  // first: every other member may count into it
   common::pg::Pool pool_;
+  store::SpanRides span_rides_;  // spans riding on store_'s finishes, from span_store_
   store::ParentStore store_;
   store::EventStore events_;
   store::ReplyStore replies_;

@@ -116,7 +116,10 @@ const common::pg::Statement kReleaseLeases{R"sql(
   UPDATE idempotency_keys SET lease_expires_at = now(), updated_at = now()
   WHERE lease_owner = $1 AND status IN ('started', 'compensating') AND waiting_for IS NULL)sql"};
 
+// $11: span rows riding on the finish (span_rides.hpp), "{}" for none. They are written
+// whether or not the lease still holds: they are not the saga's.
 const common::pg::Statement kFinish{R"sql(
+  WITH spans AS (INSERT INTO trace_spans (trace_id, spans) SELECT key, value FROM json_each($11::json))
   UPDATE idempotency_keys
   SET status = $5, response_status = $6, response_body = $7,
       response_headers = $10::jsonb, steps = $8::jsonb,
@@ -387,14 +390,32 @@ long long ParentStore::ReleaseLeases(const std::string& owner) {
 bool ParentStore::Finish(const Lease& l, bool completed, int response_status,
                          const std::string& response_body, const nlohmann::json& steps,
                          const std::map<std::string, std::string>& response_headers) {
-  auto n = OneStatement([&](pqxx::nontransaction& tx) {
-    auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
-                  std::string(ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)),
-                  response_status, response_body, steps.dump(),
-                  Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
-                  nlohmann::json(response_headers).dump());
-    return r.affected_rows();
-  });
+  auto run = [&](const std::string& spans) {
+    return OneStatement([&](pqxx::nontransaction& tx) {
+      auto r = Exec(tx, kFinish, l.tenant_id, l.key, l.owner, l.epoch,
+                    std::string(ToString(completed ? SagaStatus::kCompleted : SagaStatus::kFailed)),
+                    response_status, response_body, steps.dump(),
+                    Seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.retention)),
+                    nlohmann::json(response_headers).dump(), spans);
+      return r.affected_rows();
+    });
+  };
+  if (rides_ == nullptr) return !Fenced(l, "finish", run("{}") == 1);
+  SpanRides::Load load = rides_->Take();
+  size_t n = 0;
+  try {
+    n = run(load.doc);
+  } catch (const pqxx::sql_error&) {
+    // Refused by the server: nothing of it was committed. The saga's finish must not fail
+    // for its passengers, so it runs again alone, and their owners write them.
+    if (load.parts.empty()) throw;
+    rides_->Done(load, false);
+    return !Fenced(l, "finish", run("{}") == 1);
+  } catch (...) {
+    rides_->Done(load, false);
+    throw;
+  }
+  rides_->Done(load, true);
   return !Fenced(l, "finish", n == 1);
 }
 

@@ -20,6 +20,7 @@
 
 #include "common/pg/pool.hpp"
 #include "orchestrator/store/saga_status.hpp"
+#include "orchestrator/store/span_rides.hpp"
 #include "steps/saga/runner.hpp"
 
 namespace idemsaga::orchestrator::store {
@@ -143,7 +144,9 @@ struct StoreOptions {
 
 class ParentStore {
  public:
-  ParentStore(common::pg::Pool& pool, StoreOptions options) : pool_(pool), options_(options) {}
+  // With `rides`, each finish also stores the span rows waiting there (span_rides.hpp).
+  ParentStore(common::pg::Pool& pool, StoreOptions options, SpanRides* rides = nullptr)
+      : pool_(pool), options_(options), rides_(rides) {}
   virtual ~ParentStore() = default;
 
   Claim ClaimKey(const ClaimRequest& req);
@@ -252,6 +255,7 @@ class ParentStore {
 
   common::pg::Pool& pool_;
   StoreOptions options_;
+  SpanRides* rides_;
   std::atomic<long long> fenced_writes_{0};
 };
 

@@ -85,17 +85,24 @@ void SpanStore::Insert(const std::vector<SpanData>& spans) {
     common::trace::AppendAttributesJson(list, s.attributes);
     list.push_back('}');
   }
-  std::string doc = "{";
-  for (const auto& [trace_id, list] : by_trace) {
-    if (doc.size() > 1) doc.push_back(',');
-    common::json::AppendString(doc, trace_id);
-    doc.append(":[").append(list).append("]");
+  std::vector<std::string> members;  // "trace id":[spans], a row each
+  members.reserve(by_trace.size());
+  for (auto& [trace_id, list] : by_trace) {
+    std::string member;
+    member.reserve(trace_id.size() + list.size() + 6);
+    common::json::AppendString(member, trace_id);
+    member.append(":[").append(list).append("]");
+    std::string().swap(list);
+    members.push_back(std::move(member));
   }
-  doc.push_back('}');
-  pool_.With([&](pqxx::connection& conn) {
-    pqxx::nontransaction tx(conn);
-    Exec(tx, kInsert, doc);
-  });
+  auto write = [&](const std::string& doc) {
+    pool_.With([&](pqxx::connection& conn) {
+      pqxx::nontransaction tx(conn);
+      Exec(tx, kInsert, doc);
+    });
+  };
+  if (rides_ != nullptr) return rides_->Carry(std::move(members), write);
+  write(SpanRides::Doc(members));
 }
 
 std::vector<SpanData> SpanStore::ForTrace(const std::string& tenant_id,

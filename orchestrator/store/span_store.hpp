@@ -1,6 +1,7 @@
-// Stored spans: written in batches (one statement, one commit per batch, never on an order's
-// request path), read by trace, and deleted with the keys that own their traces (garbage
-// collection, run by orchestrator/recovery.cpp). Thread-safe.
+// Stored spans: written in batches (one statement per batch, never on an order's request path;
+// with SpanRides, inside the statements of sagas' finishes while there are any), read by trace,
+// and deleted with the keys that own their traces (garbage collection, run by
+// orchestrator/recovery.cpp). Thread-safe.
 //   store.Insert(batch); auto spans = store.ForTrace(tenant_id, trace_id);
 #pragma once
 
@@ -10,13 +11,17 @@
 
 #include "common/pg/pool.hpp"
 #include "common/trace/span.hpp"
+#include "orchestrator/store/span_rides.hpp"
 
 namespace idemsaga::orchestrator::store {
 
 class SpanStore {
  public:
-  explicit SpanStore(common::pg::Pool& pool) : pool_(pool) {}
+  // With `rides`, Insert hands its rows to the finishes that take them (span_rides.hpp).
+  explicit SpanStore(common::pg::Pool& pool, SpanRides* rides = nullptr)
+      : pool_(pool), rides_(rides) {}
 
+  // Returns once the spans are durable.
   void Insert(const std::vector<common::trace::SpanData>& spans);
   // The tenant's spans of a trace, by start time.
   std::vector<common::trace::SpanData> ForTrace(const std::string& tenant_id,
@@ -32,6 +37,7 @@ class SpanStore {
 
  private:
   common::pg::Pool& pool_;
+  SpanRides* rides_;
 };
 
 }  // namespace idemsaga::orchestrator::store
