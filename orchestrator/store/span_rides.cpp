@@ -33,7 +33,14 @@ void SpanRides::Carry(std::vector<std::string> members,
     }
     for (auto& m : members) {
       mine.push_back(std::make_shared<Part>(Part{std::move(m)}));
-      waiting_.push_back(mine.back());
+      // A row larger than a finish's load goes alone (its trace's spans of one batch, say a
+      // storm of replays joining one trace): libpq never shrinks a connection's buffers, and
+      // the order pool's connections are to stay small.
+      if (mine.back()->member.size() > options_.max_bytes) {
+        mine.back()->state = Part::kAlone;
+      } else {
+        waiting_.push_back(mine.back());
+      }
     }
     auto deadline = now + options_.wait;
     for (;;) {

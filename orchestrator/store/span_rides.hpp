@@ -32,7 +32,7 @@ class SpanRides {
     std::chrono::milliseconds wait{100};
     // No finish for this long: no load to ride on, parts are written alone at once.
     std::chrono::milliseconds idle{50};
-    // Bytes of span rows one finish carries at most (a larger part rides alone on one).
+    // Bytes of span rows one finish carries at most; a larger row is written alone.
     size_t max_bytes = 32 * 1024;
   };
 

@@ -132,6 +132,16 @@ TEST_F(SpanRidesTest, WithNoFinishRunningSpansAreWrittenAloneAtOnce) {
             0);
 }
 
+TEST_F(SpanRidesTest, ARowLargerThanAFinishCarriesIsWrittenAloneEvenUnderLoad) {
+  ClaimAndFinish(0);  // load to ride on, and no finish after: a ride would wait a minute
+  std::vector<SpanData> batch;
+  for (int n = 0; n < 200; ++n) batch.push_back(Span(7, n));  // one trace, ~40 KiB
+  spans_.Insert(batch);
+  EXPECT_EQ(rides_.alone(), 1);
+  EXPECT_EQ(rides_.carried(), 0);
+  EXPECT_EQ(spans_.ForTrace("demo", Trace(7)).size(), 200u);
+}
+
 TEST_F(SpanRidesTest, AFinishItsPassengersBreakStillFinishesAndTheirOwnerWritesThem) {
   ClaimAndFinish(0);
   // A row the table refuses (its trace id is not 32 hex digits): the finish carrying it fails.
