@@ -15,7 +15,6 @@ namespace idemsaga::orchestrator::store {
 namespace {
 
 using common::pg::Exec;
-using common::pg::ExecOne;
 using detail::kColumns;
 using detail::Seconds;
 using detail::ToRow;

@@ -85,6 +85,7 @@ TEST_F(SpanRidesTest, UnderLoadEverySpanRowIsWrittenByAFinishAndCostsNoCommitOfI
   constexpr int kWriters = 2, kBatches = 15, kTraces = 4, kSpans = 3;
   std::atomic<int> writing{kWriters};
   std::vector<std::thread> writers;
+  writers.reserve(kWriters);
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
       for (int b = 0; b < kBatches; ++b) {
@@ -135,6 +136,7 @@ TEST_F(SpanRidesTest, WithNoFinishRunningSpansAreWrittenAloneAtOnce) {
 TEST_F(SpanRidesTest, ARowLargerThanAFinishCarriesIsWrittenAloneEvenUnderLoad) {
   ClaimAndFinish(0);  // load to ride on, and no finish after: a ride would wait a minute
   std::vector<SpanData> batch;
+  batch.reserve(200);
   for (int n = 0; n < 200; ++n) batch.push_back(Span(7, n));  // one trace, ~40 KiB
   spans_.Insert(batch);
   EXPECT_EQ(rides_.alone(), 1);
