@@ -3,10 +3,11 @@
 // exported batch used to commit alone: about 0.025 commits per order over its four).
 //
 // The span store's side (Carry) blocks until every part it brought is durable. A part is
-// written by its owner alone instead when no finish has run lately (an idle orchestrator, a
-// trace read flushing its spans: at once), when none takes it within `wait`, or when the finish
-// that took it failed (its statement was not committed, or may not have been: a part written
-// twice is read once, by span id). The finish's side (Take, then Done) never waits.
+// written by its owner alone instead when it is larger than one finish carries, when no finish
+// has run lately (an idle orchestrator, a trace read flushing its spans: at once), when none
+// takes it within `wait`, or when the finish that took it failed (its statement was not
+// committed, or may not have been: a part written twice is read once, by span id). The
+// finish's side (Take, then Done) never waits.
 //
 // Thread-safe.
 //   SpanRides rides({});
