@@ -5,18 +5,28 @@ namespace idemsaga::orchestrator::store {
 struct SpanRides::Part {
   std::string member;
   // kWaiting in the queue; kTaken by a finish in flight; kLanded stored by it; kAlone for its
-  // owner to write (not taken in time, or its finish failed).
+  // owner to write (too large, not taken in time, or its finish failed).
   enum State { kWaiting, kTaken, kLanded, kAlone } state = kWaiting;
 };
 
-std::string SpanRides::Doc(const std::vector<std::string>& members) {
+namespace {
+
+// A JSON object of `members`, each `"key":value`.
+template <typename Range, typename Member>
+std::string Object(const Range& members, Member member) {
   std::string doc = "{";
   for (const auto& m : members) {
     if (doc.size() > 1) doc.push_back(',');
-    doc.append(m);
+    doc.append(member(m));
   }
   doc.push_back('}');
   return doc;
+}
+
+}  // namespace
+
+std::string SpanRides::Doc(const std::vector<std::string>& members) {
+  return Object(members, [](const std::string& m) -> const std::string& { return m; });
 }
 
 void SpanRides::Carry(std::vector<std::string> members,
@@ -74,7 +84,6 @@ void SpanRides::Carry(std::vector<std::string> members,
 
 SpanRides::Load SpanRides::Take() {
   Load load;
-  std::vector<std::string> members;
   {
     std::lock_guard lock(mutex_);
     last_finish_ = std::chrono::steady_clock::now();
@@ -88,13 +97,14 @@ SpanRides::Load SpanRides::Take() {
       if (!load.parts.empty() && bytes + p->member.size() > options_.max_bytes) break;
       p->state = Part::kTaken;
       bytes += p->member.size();
-      // Copied, not moved: the owner writes it if this finish fails.
-      members.push_back(p->member);
       load.parts.push_back(std::move(p));
       waiting_.pop_front();
     }
   }
-  if (!members.empty()) load.doc = Doc(members);
+  if (load.parts.empty()) return load;
+  // Read, not moved, outside the lock: no one touches a taken part's row until Done, and its
+  // owner writes it if this finish fails.
+  load.doc = Object(load.parts, [](const auto& p) -> const std::string& { return p->member; });
   return load;
 }
 
