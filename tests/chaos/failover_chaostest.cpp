@@ -7,8 +7,9 @@
 // (a failover delays an order, it never refuses one). The faults: kill -9 of the primary's
 // postmaster three times in a row; a planned switchover; SIGSTOP of the primary's postgres
 // processes for 20 s (the old primary must acknowledge no write once it wakes); the loss of
-// etcd's quorum for 15 s. Each prints the orders that failed or were delayed, and the seconds
-// from the fault to the first 201 of an order sent after it (docs/testing.md keeps them).
+// etcd's quorum for 15 s. After a kill Patroni may restart the primary in place instead of
+// failing over (see the scenario). Each prints the orders that failed or were delayed, and the
+// seconds from the fault to the first 201 of an order sent after it (docs/testing.md keeps them).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -206,6 +207,27 @@ class Failover : public ::testing::Test {
     return promoted ? Seconds(Clock::now() - fault_at) : -1;
   }
 
+  struct Recovery {
+    double seconds = -1;    // from the fault to a primary seen through HAProxy; -1 if none
+    bool in_place = false;  // the victim itself, back after crash recovery
+  };
+  // Waits for a primary through HAProxy until `deadline`: another member promoted, or the
+  // victim restarted as primary by its Patroni (a postmaster other than the `killed` one).
+  static Recovery Recovered(const std::string& victim, pid_t killed, Clock::time_point fault_at,
+                            Clock::time_point deadline) {
+    Recovery r;
+    bool back = test_support::WaitFor(
+        [&] {
+          auto now = ha_->CurrentPrimary().data_dir;
+          r.in_place = now == victim;
+          return !now.empty() && (!r.in_place || HaCluster::PostmasterOf(victim) != killed);
+        },
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+        std::chrono::milliseconds(100));
+    if (back) r.seconds = Seconds(Clock::now() - fault_at);
+    return r;
+  }
+
   // Pauses the primary's PostgreSQL (its postmaster and every process it forked) for kPause
   // and with `patroni` its Patroni too (a frozen machine).
   static void PauseThePrimary(const std::string& scenario, bool patroni) {
@@ -336,12 +358,20 @@ TEST_F(Failover, KillingThePrimaryThreeTimesUnderLoadLosesNoOrderAndDoublesNoEff
     ASSERT_GT(postmaster, 0);
     auto fault_at = Clock::now();
     ASSERT_EQ(kill(postmaster, SIGKILL), 0);
-    double promoted = Promoted(victim.data_dir, fault_at, fault_at + kPromoted);
-    ASSERT_GE(promoted, 0) << "Patroni promoted no standby after fault " << fault;
+    // Patroni fails over only to the standby its /sync key names. Its loop may read
+    // pg_stat_replication on its own backend, still alive, after the dying postmaster's WAL
+    // senders have gone, and drop that privilege ("Updating synchronous privilege temporarily
+    // from ['pg1'] to []"); it then finds no standby it may promote and restarts the crashed
+    // primary in place, as primary_start_timeout 0 allows ("if possible"). Both are recoveries
+    // the services must ride out: the line says which one came.
+    auto recovery = Recovered(victim.data_dir, postmaster, fault_at, fault_at + kPromoted);
+    ASSERT_GE(recovery.seconds, 0) << "no primary came back after fault " << fault;
     double first = load.FirstCreatedAfter(fault_at);
     ASSERT_GE(first, 0) << "no order was created after fault " << fault;
     std::string tag = "fault" + std::to_string(fault);
-    figures += Figure(tag + "_promoted_s", promoted) + Figure(tag + "_first_201_s", first);
+    figures += Figure(tag + (recovery.in_place ? "_restarted_in_place_s" : "_promoted_s"),
+                      recovery.seconds) +
+               Figure(tag + "_first_201_s", first);
     ASSERT_TRUE(test_support::WaitFor([] { return ha_->Healthy(); }, kHealthy))
         << "the cluster did not heal after fault " << fault;
   }
