@@ -49,16 +49,21 @@ const common::pg::Statement kInsertReservation{R"sql(
 // One SKU (most orders), planned (Guard::RunPlanned): a free slot taken, the reservation
 // recorded and the key stored in one statement. No row from `taken`: no single free slot had
 // the units, nothing is taken or recorded, and Reserve decides.
+// The slot is a CTE the UPDATE joins, not a scalar subquery in its WHERE: under contention
+// that form sometimes locked a slot and then updated no row, which committed a transaction of
+// row locks alone and sent the reservation to Reserve's second transaction.
 constexpr const char* kTakeFreeSlotOnce = R"sql(
+  free AS (
+    SELECT sku, slot FROM stock_slots
+    WHERE sku = $4::text AND available >= $5::bigint AND EXISTS (SELECT 1 FROM claimed)
+    ORDER BY (slot + 16 - $6::int) % 16
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED),
   taken AS (
-    UPDATE stock_slots SET available = available - $5::bigint, reserved = reserved + $5::bigint
-    WHERE (sku, slot) = (SELECT sku, slot FROM stock_slots
-                         WHERE sku = $4::text AND available >= $5::bigint
-                           AND EXISTS (SELECT 1 FROM claimed)
-                         ORDER BY (slot + 16 - $6::int) % 16
-                         LIMIT 1
-                         FOR UPDATE SKIP LOCKED)
-    RETURNING slot))sql";
+    UPDATE stock_slots s
+    SET available = s.available - $5::bigint, reserved = s.reserved + $5::bigint
+    FROM free WHERE (s.sku, s.slot) = (free.sku, free.slot)
+    RETURNING s.slot))sql";
 constexpr const char* kRecordTaken = R"sql(
   INSERT INTO reservations (reservation_id, tenant_id, idempotency_key, items, status, slots)
   SELECT $1, $2, $3,
