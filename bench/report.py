@@ -49,7 +49,8 @@ INVENTORY_PHASES = ["inv_pg_claims", "inv_pg_replays", "inv_redis_claims", "inv_
 STORE_PHASES = ["st_pg_claims", "st_pg_replays", "st_redis_claims", "st_redis_replays",
                 "st_dynamo_claims", "st_dynamo_replays"]
 PHASES = ["check", "orders1", "pgbench_w16", "orders16", "pgbench_w16_after", "pgbench_w64", "orders64",
-          "pgbench_w64_after", "replays", "select"] + INVENTORY_PHASES + ["overload", "flood", "growth16", "gc"]
+          "pgbench_w64_after", "replays", "select"] + INVENTORY_PHASES + [
+              "overload", "flood", "pgbench_w16g", "growth16", "pgbench_w16g_after", "gc"]
 
 
 def foreign_cpu(res, v, phases=None):
@@ -305,6 +306,12 @@ def growth(res, v):
          "g16": load(os.path.join(res, "growth16.json"))}
     g["x_rate"] = g["g16"]["per_second"] / g["o16"]["per_second"]
     g["x_p99"] = g["g16"]["p99_ms"] / g["o16"]["p99_ms"]
+    # The same ratio against the pgbench bound measured beside each phase: what is left of
+    # it once the machine's drift between the two phases is taken out.
+    b16, bg = num(v, "pgbench_w16_tps"), num(v, "pgbench_w16g_tps")
+    if b16 and bg:
+        g["bound_drift"] = bg / b16
+        g["x_rate_bound"] = g["x_rate"] / g["bound_drift"]
     if os.path.exists(os.path.join(res, "gc.json")):
         g["gc"] = load(os.path.join(res, "gc.json"))
         g["gc_x_p99"] = g["gc"]["p99_ms"] / g["g16"]["p99_ms"]
@@ -322,6 +329,9 @@ def growth_lines(g):
         return ["growth    not measured (skipped: see the run's output)"]
     lines = [f"growth    {g['keys']} keys more per table: orders/s x{g['x_rate']:.2f}, "
              f"p99 x{g['x_p99']:.2f} of the empty tables' (c=16)"]
+    if "x_rate_bound" in g:
+        lines.append(f"          the pgbench bound beside it x{g['bound_drift']:.2f} of phase 3's: "
+                     f"orders/s x{g['x_rate_bound']:.2f} as shares of their bounds")
     if "gc" in g:
         lines.append(
             f"gc        under orders at {g['gc']['per_second']:.0f}/s (p99 x{g['gc_x_p99']:.2f}"
@@ -423,7 +433,9 @@ def cmd_final(res, results_md):
         ("write commits/order <= 4.00", wal_total <= 4.0,
          f"{wal_total:.3f} committed write transactions/order (WAL; xid delta {wpo:.3f})"),
         ("grown tables: orders/s >= 0.9 x", g is not None and g["x_rate"] >= 0.9,
-         f"x{g['x_rate']:.2f} with {g['keys']} keys more" if g else "not measured"),
+         f"x{g['x_rate']:.2f} with {g['keys']} keys more" + (
+             f" (x{g['x_rate_bound']:.2f} as shares of the bound beside each)"
+             if g and "x_rate_bound" in g else "") if g else "not measured"),
         ("grown tables: p99 <= 1.2 x", g is not None and g["x_p99"] <= 1.2,
          f"x{g['x_p99']:.2f}" if g else "not measured"),
         ("GC keeps up with 2 x the order rate", bool(g and g.get("gc_kept_up")),

@@ -28,7 +28,8 @@
 #      Restate and on DBOS Transact against the same participants, at 16 and 64 connections,
 #      and a count of their effects at the participants;
 #   8. cost as the work grows: GROWTH_KEYS (10 million; --quick 200,000) finished keys more in
-#      the orchestrator's table and in each participant's, then orders at 16 connections again;
+#      the orchestrator's table and in each participant's, then orders at 16 connections again,
+#      between two more pgbench bounds (the ratio also read against the machine's speed then);
 #   9. garbage collection under load: the keys that twice that order rate makes expire in a
 #      minute, expired, in each table; orders at 16 connections for 65 s (every collector
 #      passes) while the backlogs are sampled;
@@ -295,9 +296,10 @@ pgbench_write() {
   timed "$PHASE" pgbench -n -M prepared -c "$C" -j 2 -T "$PGB_S" -f "$WORK/participant.sql" \
     "$URL/bench_pgbench" >"$RES/$PHASE.txt" 2>&1
 }
-bound() { # C before|after
-  C=$1 PHASE=pgbench_w$1
-  [ "$2" = after ] && PHASE=pgbench_w$1_after
+bound() { # C before|after [SUFFIX: another pair's, e.g. g beside the grown tables' orders]
+  local s=${3:-}
+  C=$1 PHASE=pgbench_w$1$s
+  [ "$2" = after ] && PHASE=pgbench_w$1${s}_after
   phase "$PHASE" pgbench_write
   local tps
   tps=$(pgb_tps "$RES/$PHASE.txt")
@@ -310,10 +312,10 @@ bound() { # C before|after
     "$tps" "$(python3 -c "print($tps/4)")"
   if [ "$2" = after ]; then
     tps=$(python3 -c "import sys; print((float(sys.argv[1]) + float(sys.argv[2])) / 2)" \
-      "$(grep "^pgbench_w$1_before_tps=" "$VALUES" | tail -1 | cut -d= -f2)" "$tps")
-    put "pgbench_w$1_tps" "$tps"
+      "$(grep "^pgbench_w$1${s}_before_tps=" "$VALUES" | tail -1 | cut -d= -f2)" "$tps")
+    put "pgbench_w$1${s}_tps" "$tps"
   else
-    put "pgbench_w$1_before_tps" "$tps"
+    put "pgbench_w$1${s}_before_tps" "$tps"
   fi
 }
 
@@ -611,7 +613,11 @@ else
       "$(grep '^t_growth_load_start=' "$VALUES" | cut -d= -f2)" \
       "$(grep '^t_growth_load_end=' "$VALUES" | cut -d= -f2)")"
   growth16() { order_phase growth16 16; }
+  # Phase 3 ran 20 minutes or more before: the bound again, beside these orders, so that the
+  # ratio can be read against the machine's speed now as well (report.py growth).
+  bound 16 before g
   phase growth16 growth16
+  bound 16 after g
   show growth16 "orders+grown c=16"
   python3 "$ROOT/bench/report.py" per-order "$RES" growth16
 
