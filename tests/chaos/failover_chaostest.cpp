@@ -36,9 +36,9 @@ using chaos::KeyRecord;
 using chaos::Stack;
 using Clock = std::chrono::steady_clock;
 
-// A promotion after a crash takes a few seconds (primary_start_timeout 0, loop_wait 1), after
-// a pause up to the leader key's ttl (10 s); the old primary's return as a standby (pg_rewind,
-// recovery) some more.
+// A promotion after a crash takes a few seconds (primary_start_timeout 0, loop_wait 1), as
+// does a restart in place (crash recovery); after a pause up to the leader key's ttl (10 s);
+// the old primary's return as a standby (pg_rewind, recovery) some more.
 constexpr auto kPromoted = std::chrono::seconds(60);
 constexpr auto kHealthy = std::chrono::seconds(90);
 constexpr auto kSettle = std::chrono::seconds(120);
@@ -356,6 +356,7 @@ TEST_F(Failover, KillingThePrimaryThreeTimesUnderLoadLosesNoOrderAndDoublesNoEff
     ASSERT_FALSE(victim.data_dir.empty()) << "no primary before fault " << fault;
     pid_t postmaster = HaCluster::PostmasterOf(victim.data_dir);
     ASSERT_GT(postmaster, 0);
+    const size_t logged = ha_->MemberLog(victim.name).size();
     auto fault_at = Clock::now();
     ASSERT_EQ(kill(postmaster, SIGKILL), 0);
     // Patroni fails over only to the standby its /sync key names. Its loop may read
@@ -366,6 +367,18 @@ TEST_F(Failover, KillingThePrimaryThreeTimesUnderLoadLosesNoOrderAndDoublesNoEff
     // the services must ride out: the line says which one came.
     auto recovery = Recovered(victim.data_dir, postmaster, fault_at, fault_at + kPromoted);
     ASSERT_GE(recovery.seconds, 0) << "no primary came back after fault " << fault;
+    if (recovery.in_place) {
+      // Only where Patroni's check for a standby to fail over to ran and found none (the
+      // reasons it logs, ha.py's is_failover_possible), not a restart that never looked.
+      std::string since = ha_->MemberLog(victim.name).substr(logged);
+      bool explained = false;
+      for (const char* reason :
+           {"members list is empty", "INFO: Member pg", "is behind the cluster timeline"}) {
+        explained = explained || since.find(reason) != std::string::npos;
+      }
+      EXPECT_TRUE(explained) << "fault " << fault << ": Patroni restarted " << victim.name
+                             << " in place without looking for a standby to fail over to";
+    }
     double first = load.FirstCreatedAfter(fault_at);
     ASSERT_GE(first, 0) << "no order was created after fault " << fault;
     std::string tag = "fault" + std::to_string(fault);

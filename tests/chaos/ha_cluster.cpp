@@ -150,6 +150,10 @@ std::string HaCluster::Switchover(const std::string& leader) const {
   return r ? std::to_string(r->status) + " " + r->body : "";
 }
 
+std::string HaCluster::MemberLog(const std::string& name) const {
+  return test_support::SlurpFile(dir_ / "logs" / (name + ".log"));
+}
+
 pid_t HaCluster::PostmasterOf(const std::string& data_dir) {
   std::ifstream in(fs::path(data_dir) / "postmaster.pid");
   pid_t pid = 0;

@@ -61,6 +61,9 @@ class HaCluster {
   // The etcd member `n` (1..3) of this cluster, by its data folder; -1 if none runs.
   pid_t EtcdPid(int n) const;
 
+  // What member `name` (pg1..pg3) logged so far: its Patroni's and its PostgreSQL's lines.
+  std::string MemberLog(const std::string& name) const;
+
   // Set when a scenario failed: the destructor then keeps the folder and its logs.
   void KeepLogs() { keep_ = true; }
 
