@@ -23,14 +23,17 @@ constexpr int kSlots = 16;  // sql/inventory/V002__stock_slots.sql
 
 // The first slot, from `$3` on, that has the units and that no other reservation holds right
 // now: concurrent reservations of one SKU take different slots and never wait for each other.
+// The slot is a CTE the UPDATE joins (see kTakeFreeSlotOnce).
 const common::pg::Statement kTakeFromFreeSlot{R"sql(
-  UPDATE stock_slots SET available = available - $2, reserved = reserved + $2
-  WHERE (sku, slot) = (SELECT sku, slot FROM stock_slots
-                       WHERE sku = $1 AND available >= $2
-                       ORDER BY (slot + 16 - $3) % 16
-                       LIMIT 1
-                       FOR UPDATE SKIP LOCKED)
-  RETURNING slot)sql"};
+  WITH free AS (
+    SELECT sku, slot FROM stock_slots
+    WHERE sku = $1 AND available >= $2
+    ORDER BY (slot + 16 - $3) % 16
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+  UPDATE stock_slots s SET available = s.available - $2, reserved = s.reserved + $2
+  FROM free WHERE (s.sku, s.slot) = (free.sku, free.slot)
+  RETURNING s.slot)sql"};
 // No single free slot had them: wait for every slot of the SKU (in slot order, as everyone
 // who locks several does) and count them all.
 const common::pg::Statement kLockAllSlots{R"sql(
