@@ -1,8 +1,7 @@
 // Stored spans: written in batches (one statement per batch, off the request path; with
 // SpanRides, inside the statements of sagas' finishes while there are any, at most 32 KiB a
-// finish), read by trace,
-// and deleted with the keys that own their traces (garbage collection, run by
-// orchestrator/recovery.cpp). Thread-safe.
+// finish), read by trace, and deleted with the keys that own their traces (garbage
+// collection, run by orchestrator/recovery.cpp). Thread-safe.
 //   store.Insert(batch); auto spans = store.ForTrace(tenant_id, trace_id);
 #pragma once
 

@@ -193,26 +193,13 @@ class Failover : public ::testing::Test {
     if (HasFailure() && ha_) ha_->KeepLogs();
   }
 
-  // Waits for Patroni to promote a member other than `victim` (seen through HAProxy) until
-  // `deadline`; the seconds from `fault_at`, -1 if none.
-  static double Promoted(const std::string& victim, Clock::time_point fault_at,
-                         Clock::time_point deadline) {
-    bool promoted = test_support::WaitFor(
-        [&] {
-          auto now = ha_->CurrentPrimary().data_dir;
-          return !now.empty() && now != victim;
-        },
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-        std::chrono::milliseconds(100));
-    return promoted ? Seconds(Clock::now() - fault_at) : -1;
-  }
-
   struct Recovery {
     double seconds = -1;    // from the fault to a primary seen through HAProxy; -1 if none
     bool in_place = false;  // the victim itself, back after crash recovery
   };
-  // Waits for a primary through HAProxy until `deadline`: another member promoted, or the
-  // victim restarted as primary by its Patroni (a postmaster other than the `killed` one).
+  // Waits for a primary through HAProxy until `deadline`: a member other than `victim`
+  // promoted, or with `killed` (the victim's crashed postmaster) also the victim restarted as
+  // primary by its Patroni under another postmaster.
   static Recovery Recovered(const std::string& victim, pid_t killed, Clock::time_point fault_at,
                             Clock::time_point deadline) {
     Recovery r;
@@ -220,12 +207,20 @@ class Failover : public ::testing::Test {
         [&] {
           auto now = ha_->CurrentPrimary().data_dir;
           r.in_place = now == victim;
-          return !now.empty() && (!r.in_place || HaCluster::PostmasterOf(victim) != killed);
+          return !now.empty() &&
+                 (!r.in_place || (killed > 0 && HaCluster::PostmasterOf(victim) != killed));
         },
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
         std::chrono::milliseconds(100));
     if (back) r.seconds = Seconds(Clock::now() - fault_at);
     return r;
+  }
+
+  // The seconds from `fault_at` until Patroni promoted a member other than `victim`, -1 if
+  // none did by `deadline`.
+  static double Promoted(const std::string& victim, Clock::time_point fault_at,
+                         Clock::time_point deadline) {
+    return Recovered(victim, 0, fault_at, deadline).seconds;
   }
 
   // Pauses the primary's PostgreSQL (its postmaster and every process it forked) for kPause
