@@ -221,11 +221,10 @@ int SagaService::FreeCapacity() const {
 
 std::optional<store::FinishedAnswer> SagaService::CachedAnswer(const std::string& tenant_id,
                                                                const std::string& key,
-                                                               const std::string& request_hash) {
+                                                               const std::string& request_hash,
+                                                               store::ReplaySample& sample) {
   if (stopping_) return std::nullopt;
-  auto done = finished_.Get(tenant_id, key);
-  if (!done || done->request_hash != request_hash) return std::nullopt;
-  return done;
+  return finished_.Replay(tenant_id, key, request_hash, sample);
 }
 
 RunOutcome SagaService::Submit(const Submission& s) {

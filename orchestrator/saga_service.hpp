@@ -146,10 +146,12 @@ class SagaService {
 
   RunOutcome Submit(const Submission& submission);
   // The stored answer of a finished key whose request matches `request_hash`, from memory
-  // only (the finished-answer cache); nullopt otherwise. Never blocks.
+  // only (the finished-answer cache); nullopt otherwise. Never blocks. `sample` says whether
+  // this replay is the one of its key's retry storm to trace (store::ReplaySample).
   std::optional<store::FinishedAnswer> CachedAnswer(const std::string& tenant_id,
                                                     const std::string& key,
-                                                    const std::string& request_hash);
+                                                    const std::string& request_hash,
+                                                    store::ReplaySample& sample);
 
   enum class CancelResult {
     kRequested,            // recorded; the saga stops at its next step boundary

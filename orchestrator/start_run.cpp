@@ -70,6 +70,27 @@ RunOutcome Ended(common::trace::Span& span, RunOutcome o) {
 
 RunOutcome RunStarter::Start(const RunRequest& r) const { return *Run(r, false); }
 
+// A replay of a retry storm between two traced ones: answered and counted as the traced ones
+// are, with no span or log line of its own (the next traced replay counts it). Its traceparent
+// names the run's root span, where a traced replay's own span would have joined.
+std::optional<RunOutcome> RunStarter::Untraced(const steps::saga::Definition& definition,
+                                               const RunRequest& r, std::string request_hash,
+                                               store::FinishedAnswer answer) const {
+  std::shared_ptr<const std::any> input;
+  try {
+    input = definition.ParseInput(r.input);
+  } catch (const steps::saga::InvalidInput&) {
+    return std::nullopt;  // Start refuses it, traced
+  }
+  store::ClaimRequest request{
+      .tenant_id = r.tenant_id, .key = r.key, .request_hash = std::move(request_hash)};
+  Submission s{&definition, std::move(input), std::move(request)};
+  s.replay = std::move(answer);
+  RunOutcome outcome = sagas_.Submit(s);
+  outcome.traceparent = common::trace::FormatTraceparent(outcome.trace_id, outcome.root_span_id);
+  return outcome;
+}
+
 std::optional<RunOutcome> RunStarter::Replay(const RunRequest& r) const { return Run(r, true); }
 
 std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only) const {
@@ -89,10 +110,12 @@ std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only)
   }
   std::string request_hash = common::RequestFingerprint("POST", route, r.input);
   std::optional<store::FinishedAnswer> replay;
+  store::ReplaySample sample;
   if (replay_only) {
     // Decided before the span starts: a request handed on to Start leaves no trace here.
-    replay = sagas_.CachedAnswer(r.tenant_id, r.key, request_hash);
+    replay = sagas_.CachedAnswer(r.tenant_id, r.key, request_hash, sample);
     if (!replay) return std::nullopt;
+    if (!sample.trace) return Untraced(*definition, r, std::move(request_hash), std::move(*replay));
   }
   // A caller's trace is continued; otherwise this request starts the saga's trace.
   auto caller = common::trace::ParseTraceparent(r.traceparent);
@@ -137,6 +160,7 @@ std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only)
   }
   span.Set("idempotency.outcome", std::string(ToString(outcome.outcome)))
       .Set("replayed", outcome.outcome == KeyOutcome::kReplayed);
+  if (sample.untraced_before > 0) span.Set("replays.untraced_before", sample.untraced_before);
   // Deferred: its span records what it would be at the latest, the saga's own span what it
   // became.
   if (outcome.deferred) return Ended(span, std::move(outcome));
@@ -150,6 +174,7 @@ std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only)
          {"saga", definition->name()},
          {"outcome", ToString(outcome.outcome)},
          {"http_status", outcome.Final() ? std::to_string(outcome.answer.status) : ""},
+         {"untraced_replays_before", std::to_string(sample.untraced_before)},
          {"trace_id", outcome.trace_id.empty() ? span.context().trace_id : outcome.trace_id}});
   }
   // A retry that did not start the saga joins the saga's trace (unless the caller has a

@@ -56,7 +56,9 @@ class RunStarter {
   RunOutcome Start(const RunRequest& request) const;
   // Start, for a request that replays a finished key whose answer is in memory: the same
   // outcome, span and log line, with no database and no wait (an adapter may call it on an
-  // event loop). nullopt when it is anything else: the adapter then calls Start.
+  // event loop). A key's replays in a retry storm are traced and logged one a second, each
+  // counting the ones answered since (store::ReplaySample). nullopt when it is anything else:
+  // the adapter then calls Start.
   std::optional<RunOutcome> Replay(const RunRequest& request) const;
   // Whether a saga of this name is served (Start answers kUnknownSaga otherwise): for an
   // adapter that tells which sagas are served only to a caller it knows.
@@ -64,6 +66,9 @@ class RunStarter {
 
  private:
   std::optional<RunOutcome> Run(const RunRequest& request, bool replay_only) const;
+  std::optional<RunOutcome> Untraced(const steps::saga::Definition& definition,
+                                     const RunRequest& request, std::string request_hash,
+                                     store::FinishedAnswer answer) const;
 
   SagaService& sagas_;
   const steps::saga::Registry& registry_;

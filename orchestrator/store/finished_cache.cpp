@@ -1,6 +1,7 @@
 #include "orchestrator/store/finished_cache.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace idemsaga::orchestrator::store {
 
@@ -30,24 +31,51 @@ void FinishedCache::Put(const std::string& tenant_id, const std::string& key, Fi
   if (bytes > options_.max_bytes / 4) return;  // a few huge answers must not evict the rest
   std::lock_guard lock(mutex_);
   if (auto found = index_.find(id); found != index_.end()) EraseLocked(found->second);
-  lru_.push_front({id, std::move(answer), Clock::now() + life, bytes});
+  const auto now = Clock::now();
+  lru_.push_front({id, std::move(answer), now + life, bytes, now});
   index_.emplace(std::move(id), lru_.begin());
   bytes_ += bytes;
   while (bytes_ > options_.max_bytes) EraseLocked(std::prev(lru_.end()));
 }
 
-std::optional<FinishedAnswer> FinishedCache::Get(const std::string& tenant_id,
-                                                 const std::string& key) {
-  std::lock_guard lock(mutex_);
+FinishedCache::Entry* FinishedCache::FindLocked(const std::string& tenant_id,
+                                                const std::string& key) {
   auto found = index_.find(Id(tenant_id, key));
-  if (found == index_.end()) return std::nullopt;
+  if (found == index_.end()) return nullptr;
   auto it = found->second;
   if (Clock::now() >= it->expires) {
     EraseLocked(it);
-    return std::nullopt;
+    return nullptr;
   }
   lru_.splice(lru_.begin(), lru_, it);
-  return it->answer;
+  return &*it;
+}
+
+std::optional<FinishedAnswer> FinishedCache::Get(const std::string& tenant_id,
+                                                 const std::string& key) {
+  std::lock_guard lock(mutex_);
+  Entry* e = FindLocked(tenant_id, key);
+  if (e == nullptr) return std::nullopt;
+  return e->answer;
+}
+
+std::optional<FinishedAnswer> FinishedCache::Replay(const std::string& tenant_id,
+                                                    const std::string& key,
+                                                    const std::string& request_hash,
+                                                    ReplaySample& sample) {
+  std::lock_guard lock(mutex_);
+  Entry* e = FindLocked(tenant_id, key);
+  if (e == nullptr || e->answer.request_hash != request_hash) return std::nullopt;
+  const auto now = Clock::now();
+  sample.trace = now - e->traced >= options_.trace_replays_every;
+  if (sample.trace) {
+    sample.untraced_before = std::exchange(e->untraced, 0);
+    e->traced = now;
+  } else {
+    sample.untraced_before = 0;
+    ++e->untraced;
+  }
+  return e->answer;
 }
 
 size_t FinishedCache::bytes() const {

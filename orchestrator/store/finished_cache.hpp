@@ -1,5 +1,9 @@
 // Finished answers kept in memory, so that a retry storm of finished keys is answered without
 // a database round trip. Filled by replays, not by finishing: most keys are never sent again.
+// A storm is traced by sample, not in full: Replay says which replay of a key is its traced one
+// (ReplaySample), at most one a `trace_replays_every`, so a client resending one key cannot
+// make the service write a span row and a log line for every copy. (The untraced tail of an
+// entry that leaves the cache is counted in the metrics only.)
 //
 // A finished parent row never changes again (Finish only moves a running saga), so a cached
 // copy is the stored answer, on every replica. An entry lives at most `ttl`, and never past the
@@ -31,11 +35,20 @@ struct FinishedAnswer {
   std::map<std::string, std::string> headers;  // stored with the answer (Location, ...)
 };
 
+// Whether a replay answered from the cache is its key's traced one, and how many of the key's
+// replays were answered untraced since the one traced before it.
+struct ReplaySample {
+  bool trace = true;
+  long long untraced_before = 0;
+};
+
 class FinishedCache {
  public:
   struct Options {
     size_t max_bytes = size_t{4} << 20;  // ~6,000 answers; 0: off
     std::chrono::seconds ttl{60};
+    // A key's replays traced at most once in this long (the replay that filled the entry was).
+    std::chrono::milliseconds trace_replays_every{1000};
   };
 
   explicit FinishedCache(Options options) : options_(options) {}
@@ -44,6 +57,10 @@ class FinishedCache {
   void Put(const std::string& tenant_id, const std::string& key, FinishedAnswer answer,
            std::chrono::milliseconds row_expires_in);
   std::optional<FinishedAnswer> Get(const std::string& tenant_id, const std::string& key);
+  // Get for a replay about to be answered, when its request matches `request_hash`; `sample`
+  // says whether to trace it.
+  std::optional<FinishedAnswer> Replay(const std::string& tenant_id, const std::string& key,
+                                       const std::string& request_hash, ReplaySample& sample);
 
   size_t bytes() const;
 
@@ -54,9 +71,12 @@ class FinishedCache {
     FinishedAnswer answer;
     Clock::time_point expires;
     size_t bytes;
+    Clock::time_point traced;  // the last traced replay of the key
+    long long untraced = 0;    // replays answered since, untraced
   };
   static std::string Id(const std::string& tenant_id, const std::string& key);
   void EraseLocked(std::list<Entry>::iterator it);
+  Entry* FindLocked(const std::string& tenant_id, const std::string& key);
 
   const Options options_;
   mutable std::mutex mutex_;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "common/crypto.hpp"
 #include "common/process.hpp"
@@ -17,6 +18,7 @@
 #include "demo/stack.hpp"
 #include "orchestrator/orchestrator.hpp"
 #include "tests/support/demo_options.hpp"
+#include "tests/support/metrics_text.hpp"
 #include "tests/support/pg_harness.hpp"
 #include "tests/support/serving.hpp"
 #include "tests/support/wait.hpp"
@@ -245,6 +247,55 @@ TEST_F(TracesTest, AReplayedRequestShowsInItsOwnRequestSpan) {
   }
   EXPECT_EQ(replays, 1);
   EXPECT_EQ(Named(trace, "saga place_order").size(), 1u);  // nothing ran again
+}
+
+// A client resending one finished key as fast as it can gets every answer, byte for byte, and
+// every replay is counted; but only one replay a second is traced and logged, each counting
+// the replays answered since: the storm writes a span row a second, not one a request.
+TEST_F(TracesTest, AKeysRetryStormIsTracedOnceASecondAndEveryReplayIsCounted) {
+  auto first = Post(*client_, "/v1/orders", Order("t-storm"));
+  ASSERT_EQ(first->status, 201);
+  const std::string trace_id = nlohmann::json::parse(first->body)["trace_id"];
+  auto replayed = [&] {
+    return test_support::Sample(client_->Get("/metrics")->body,
+                                R"(idemsaga_idempotency_requests_total{outcome="replayed"})");
+  };
+  const double replayed_before = replayed();
+  constexpr int kStorm = 200;
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < kStorm; ++i) {
+    auto r = Post(*client_, "/v1/orders", Order("t-storm"));
+    ASSERT_EQ(r->status, 201) << i;
+    ASSERT_EQ(r->body, first->body) << i;
+    ASSERT_EQ(r->get_header_value("Idempotent-Replayed"), "true") << i;
+    ASSERT_EQ(r->get_header_value("traceparent").substr(3, 32), trace_id) << i;
+  }
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started);
+  // One more after a quiet second: traced, it counts the storm's untraced rest.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("t-storm"))->body, first->body);
+  EXPECT_EQ(replayed() - replayed_before, kStorm + 1);
+
+  int traced = 0;
+  long long untraced = 0;
+  ASSERT_TRUE(test_support::WaitFor(
+      [&] {
+        traced = 0;
+        untraced = 0;
+        auto trace = Trace("t-storm");
+        if (trace.is_null()) return false;
+        for (const auto& r : Named(trace, "POST /v1/orders")) {
+          if (!r["attributes"].value("replayed", false)) continue;
+          ++traced;
+          untraced += r["attributes"].value("replays.untraced_before", 0LL);
+        }
+        return traced + untraced == kStorm + 1;
+      },
+      std::chrono::seconds(10)))
+      << traced << " traced + " << untraced << " untraced";
+  // The first replay is traced (it filled the cache), then one a second, and the last.
+  EXPECT_GE(traced, 2);
+  EXPECT_LE(traced, 3 + static_cast<int>(seconds.count()));
 }
 
 TEST_F(TracesTest, AnotherTenantCannotReadTheTrace) {

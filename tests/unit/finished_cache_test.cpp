@@ -9,6 +9,7 @@ namespace {
 using namespace std::chrono_literals;
 using idemsaga::orchestrator::store::FinishedAnswer;
 using idemsaga::orchestrator::store::FinishedCache;
+using idemsaga::orchestrator::store::ReplaySample;
 
 FinishedAnswer Answer(std::string body) {
   return {std::string(64, 'a'), 201, std::move(body), std::string(32, 'b'), std::string(16, 'c')};
@@ -66,6 +67,42 @@ TEST(FinishedCache, OffWhenItHasNoBytes) {
   cache.Put("demo", "A", Answer("x"), 1h);
   EXPECT_FALSE(cache.Get("demo", "A"));
   EXPECT_EQ(cache.bytes(), 0u);
+}
+
+TEST(FinishedCache, TracesAKeysRetryStormOnceAWindowCountingTheRest) {
+  FinishedCache cache({.trace_replays_every = 200ms});
+  const std::string hash(64, 'a');
+  cache.Put("demo", "A", Answer("x"), 1h);  // by a replay that was traced
+  cache.Put("demo", "B", Answer("y"), 1h);
+  ReplaySample s;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(cache.Replay("demo", "A", hash, s));
+    EXPECT_FALSE(s.trace) << i;
+  }
+  // Each key is sampled apart: B's storm is not A's.
+  ASSERT_TRUE(cache.Replay("demo", "B", hash, s));
+  EXPECT_FALSE(s.trace);
+  std::this_thread::sleep_for(250ms);
+  ASSERT_TRUE(cache.Replay("demo", "A", hash, s));
+  EXPECT_TRUE(s.trace);
+  EXPECT_EQ(s.untraced_before, 50);
+  ASSERT_TRUE(cache.Replay("demo", "A", hash, s));
+  EXPECT_FALSE(s.trace);
+  ASSERT_TRUE(cache.Replay("demo", "B", hash, s));
+  EXPECT_TRUE(s.trace);
+  EXPECT_EQ(s.untraced_before, 1);
+}
+
+TEST(FinishedCache, AReplayOfAnotherRequestIsNoHitAndSpendsNoSample) {
+  FinishedCache cache({.trace_replays_every = 200ms});
+  cache.Put("demo", "A", Answer("x"), 1h);
+  std::this_thread::sleep_for(250ms);
+  ReplaySample s;
+  EXPECT_FALSE(cache.Replay("demo", "A", std::string(64, 'z'), s));  // another body: a reuse
+  EXPECT_FALSE(cache.Replay("acme", "A", std::string(64, 'a'), s));  // another tenant
+  ASSERT_TRUE(cache.Replay("demo", "A", std::string(64, 'a'), s));
+  EXPECT_TRUE(s.trace);
+  EXPECT_EQ(s.untraced_before, 0);
 }
 
 }  // namespace
