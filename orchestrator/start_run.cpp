@@ -72,22 +72,21 @@ RunOutcome RunStarter::Start(const RunRequest& r) const { return *Run(r, false);
 
 // A replay of a retry storm between two traced ones: answered and counted as the traced ones
 // are, with no span or log line of its own (the next traced replay counts it). Its traceparent
-// names the run's root span, where a traced replay's own span would have joined.
-std::optional<RunOutcome> RunStarter::Untraced(const steps::saga::Definition& definition,
-                                               const RunRequest& r, std::string request_hash,
-                                               store::FinishedAnswer answer) const {
-  std::shared_ptr<const std::any> input;
-  try {
-    input = definition.ParseInput(r.input);
-  } catch (const steps::saga::InvalidInput&) {
-    return std::nullopt;  // Start refuses it, traced
+// names the caller's trace when it sent one, as a traced replay's would, else the run's root
+// span, where a traced replay's own span would have joined.
+RunOutcome RunStarter::Untraced(const steps::saga::Definition& definition, const RunRequest& r,
+                                std::shared_ptr<const std::any> input, std::string request_hash,
+                                store::FinishedAnswer answer) const {
+  common::trace::SpanContext names{answer.trace_id, answer.root_span_id};
+  if (auto caller = common::trace::ParseTraceparent(r.traceparent)) {
+    names = {caller->trace_id, caller->parent_id};
   }
   store::ClaimRequest request{
       .tenant_id = r.tenant_id, .key = r.key, .request_hash = std::move(request_hash)};
   Submission s{&definition, std::move(input), std::move(request)};
   s.replay = std::move(answer);
   RunOutcome outcome = sagas_.Submit(s);
-  outcome.traceparent = common::trace::FormatTraceparent(outcome.trace_id, outcome.root_span_id);
+  outcome.traceparent = common::trace::FormatTraceparent(names.trace_id, names.span_id);
   return outcome;
 }
 
@@ -111,11 +110,22 @@ std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only)
   std::string request_hash = common::RequestFingerprint("POST", route, r.input);
   std::optional<store::FinishedAnswer> replay;
   store::ReplaySample sample;
+  std::shared_ptr<const std::any> input;
   if (replay_only) {
-    // Decided before the span starts: a request handed on to Start leaves no trace here.
+    // Decided before the span starts: a request handed on to Start leaves no trace here. Its
+    // input is parsed before the cache is asked, so one that Start refuses spends no sample.
+    try {
+      input = definition->ParseInput(r.input);
+    } catch (const steps::saga::InvalidInput&) {
+      return std::nullopt;
+    }
     replay = sagas_.CachedAnswer(r.tenant_id, r.key, request_hash, sample);
     if (!replay) return std::nullopt;
-    if (!sample.trace) return Untraced(*definition, r, std::move(request_hash), std::move(*replay));
+    // A row stored without a root span (before V002) is traced as it always was.
+    if (!sample.trace && !replay->trace_id.empty() && !replay->root_span_id.empty()) {
+      return Untraced(*definition, r, std::move(input), std::move(request_hash),
+                      std::move(*replay));
+    }
   }
   // A caller's trace is continued; otherwise this request starts the saga's trace.
   auto caller = common::trace::ParseTraceparent(r.traceparent);
@@ -126,9 +136,8 @@ std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only)
   span.Set("tenant", r.tenant_id).Set("idempotency_key", r.key);
   const std::string traceparent =
       common::trace::FormatTraceparent(span.context().trace_id, span.context().span_id);
-  std::shared_ptr<const std::any> input;
   try {
-    input = definition->ParseInput(r.input);
+    if (!input) input = definition->ParseInput(r.input);
   } catch (const steps::saga::InvalidInput& e) {
     return Ended(span, Refused(RunOutcome::Kind::kInvalid, e.what()));
   }

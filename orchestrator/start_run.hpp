@@ -66,9 +66,9 @@ class RunStarter {
 
  private:
   std::optional<RunOutcome> Run(const RunRequest& request, bool replay_only) const;
-  std::optional<RunOutcome> Untraced(const steps::saga::Definition& definition,
-                                     const RunRequest& request, std::string request_hash,
-                                     store::FinishedAnswer answer) const;
+  RunOutcome Untraced(const steps::saga::Definition& definition, const RunRequest& request,
+                      std::shared_ptr<const std::any> input, std::string request_hash,
+                      store::FinishedAnswer answer) const;
 
   SagaService& sagas_;
   const steps::saga::Registry& registry_;

@@ -298,6 +298,21 @@ TEST_F(TracesTest, AKeysRetryStormIsTracedOnceASecondAndEveryReplayIsCounted) {
   EXPECT_LE(traced, 3 + static_cast<int>(seconds.count()));
 }
 
+// A caller that sends its own traceparent gets its own trace back on every replay of a storm,
+// sampled or not, as a traced replay answers it.
+TEST_F(TracesTest, AStormWithTheCallersTraceAnswersTheCallersTraceEveryTime) {
+  ASSERT_EQ(Post(*client_, "/v1/orders", Order("t-storm-caller"))->status, 201);
+  const std::string caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  auto call = Order("t-storm-caller");
+  call.extra.emplace("traceparent", "00-" + caller_trace + "-00f067aa0ba902b7-01");
+  for (int i = 0; i < 30; ++i) {
+    auto r = Post(*client_, "/v1/orders", call);
+    ASSERT_EQ(r->status, 201) << i;
+    ASSERT_EQ(r->get_header_value("Idempotent-Replayed"), "true") << i;
+    ASSERT_EQ(r->get_header_value("traceparent").substr(3, 32), caller_trace) << i;
+  }
+}
+
 TEST_F(TracesTest, AnotherTenantCannotReadTheTrace) {
   Post(*client_, "/v1/orders", Order("t-6"));
   EXPECT_TRUE(Trace("t-6", "dev-key-acme").is_null());
