@@ -112,19 +112,22 @@ std::optional<RunOutcome> RunStarter::Run(const RunRequest& r, bool replay_only)
   store::ReplaySample sample;
   std::shared_ptr<const std::any> input;
   if (replay_only) {
-    // Decided before the span starts: a request handed on to Start leaves no trace here. Its
-    // input is parsed before the cache is asked, so one that Start refuses spends no sample.
-    try {
-      input = definition->ParseInput(r.input);
-    } catch (const steps::saga::InvalidInput&) {
-      return std::nullopt;
-    }
+    // Decided before the span starts: a request handed on to Start leaves no trace here (and
+    // its input is parsed there, once: every first request passes through here).
     replay = sagas_.CachedAnswer(r.tenant_id, r.key, request_hash, sample);
     if (!replay) return std::nullopt;
-    // A row stored without a root span (before V002) is traced as it always was.
+    // A row stored without a root span (before V002) is traced as it always was; an input the
+    // saga refuses is refused below, traced.
     if (!sample.trace && !replay->trace_id.empty() && !replay->root_span_id.empty()) {
-      return Untraced(*definition, r, std::move(input), std::move(request_hash),
-                      std::move(*replay));
+      try {
+        input = definition->ParseInput(r.input);
+      } catch (const steps::saga::InvalidInput&) {
+        input = nullptr;  // refused below
+      }
+      if (input) {
+        return Untraced(*definition, r, std::move(input), std::move(request_hash),
+                        std::move(*replay));
+      }
     }
   }
   // A caller's trace is continued; otherwise this request starts the saga's trace.

@@ -31,7 +31,8 @@ void FinishedCache::Put(const std::string& tenant_id, const std::string& key, Fi
   if (bytes > options_.max_bytes / 4) return;  // a few huge answers must not evict the rest
   std::lock_guard lock(mutex_);
   // Concurrent first replays each fill the entry: the storm's sample goes on across them.
-  Clock::time_point traced = Clock::now();
+  const auto now = Clock::now();
+  Clock::time_point traced = now;
   long long untraced = 0;
   if (auto found = index_.find(id); found != index_.end()) {
     if (found->second->answer.request_hash == answer.request_hash) {
@@ -40,7 +41,7 @@ void FinishedCache::Put(const std::string& tenant_id, const std::string& key, Fi
     }
     EraseLocked(found->second);
   }
-  lru_.push_front({id, std::move(answer), Clock::now() + life, bytes, traced, untraced});
+  lru_.push_front({id, std::move(answer), now + life, bytes, traced, untraced});
   index_.emplace(std::move(id), lru_.begin());
   bytes_ += bytes;
   while (bytes_ > options_.max_bytes) EraseLocked(std::prev(lru_.end()));
