@@ -191,7 +191,7 @@ void AddReconcileCommand(CLI::App& app, Run& run, const idemsaga::App::Impl& set
                                              {.since = *orchestrator::ParseDuration(flags.since)})
                         .Run();
       std::cout << (flags.format == "json" ? report.ToJson().dump(2) + "\n" : report.ToText());
-      SetExitCode(!report.errors.empty() ? 2 : report.discrepancies.empty() ? 0 : 1);
+      SetExitCode(!report.errors.empty() ? 2 : report.discrepancies_found == 0 ? 0 : 1);
     };
   });
 }

@@ -16,6 +16,8 @@ using steps::protocol::KeyStatus;
 
 constexpr int kPage = 500;
 
+bool Stopping(const ReconcileOptions& o) { return o.stopping && o.stopping(); }
+
 struct Found {
   std::string participant;
   steps::protocol::KeyRecord record;
@@ -23,15 +25,22 @@ struct Found {
 
 // Reads every key `tenant` wrote in the window from one participant, page by page, with the
 // step client (the service token, its timeouts) on the participant's key-listing route.
+// Throws when the tenant's keys pass options.max_keys (or the run is stopped): a partial
+// set would make every key beyond it look missing.
 void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std::string& tenant,
-              std::chrono::seconds since, std::chrono::milliseconds timeout,
-              std::map<std::string, Found>& keys) {
+              const ReconcileOptions& options, std::map<std::string, Found>& keys) {
   steps::client::HttpParticipantClient client({.base_url = p.base_url,
                                                .service_token = p.service_token,
-                                               .connect_timeout = timeout,
-                                               .read_timeout = timeout});
+                                               .connect_timeout = options.timeout,
+                                               .read_timeout = options.timeout});
+  const auto since = options.since;
   std::string after;
   for (;;) {
+    if (Stopping(options)) throw std::runtime_error(name + ": stopped");
+    if (static_cast<long long>(keys.size()) > options.max_keys) {
+      throw std::runtime_error(name + ": more than " + std::to_string(options.max_keys) +
+                               " keys in the window; reconcile a shorter one");
+    }
     std::string path =
         std::string(steps::protocol::kKeysPath) + "?tenant=" + common::PercentEncode(tenant) +
         "&since_seconds=" + std::to_string(since.count()) + "&limit=" + std::to_string(kPage);
@@ -104,7 +113,7 @@ void JudgeSteps(const std::string& tenant, const store::SagaRow& row, const std:
       d.problem = "action_still_applied";
       d.detail = "the saga failed, yet the participant's action stands (never undone)";
     }
-    if (!d.problem.empty()) report.discrepancies.push_back(std::move(d));
+    if (!d.problem.empty()) report.Add(std::move(d));
   }
 }
 
@@ -122,12 +131,18 @@ nlohmann::json Discrepancy::ToJson() const {
           {"detail", detail}};
 }
 
+void ReconcileReport::Add(Discrepancy d) {
+  ++discrepancies_found;
+  if (discrepancies.size() < max_listed) discrepancies.push_back(std::move(d));
+}
+
 nlohmann::json ReconcileReport::ToJson() const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& d : discrepancies) list.push_back(d.ToJson());
   return {{"since_seconds", since.count()},
           {"sagas_checked", sagas_checked},
           {"keys_read", keys_read},
+          {"discrepancies_found", discrepancies_found},
           {"discrepancies", list},
           {"errors", errors},
           {"clean", clean()}};
@@ -136,9 +151,13 @@ nlohmann::json ReconcileReport::ToJson() const {
 std::string ReconcileReport::ToText() const {
   std::ostringstream out;
   out << "reconcile: the last " << since.count() << " s, " << sagas_checked << " sagas, "
-      << keys_read << " participant keys: " << discrepancies.size() << " discrepanc"
-      << (discrepancies.size() == 1 ? "y" : "ies") << ", " << errors.size() << " error"
-      << (errors.size() == 1 ? "" : "s") << "\n";
+      << keys_read << " participant keys: " << discrepancies_found << " discrepanc"
+      << (discrepancies_found == 1 ? "y" : "ies") << ", " << errors.size() << " error"
+      << (errors.size() == 1 ? "" : "s");
+  if (static_cast<long long>(discrepancies.size()) < discrepancies_found) {
+    out << " (the first " << discrepancies.size() << " listed)";
+  }
+  out << "\n";
   for (const auto& d : discrepancies) {
     out << "  " << d.problem << "  tenant=" << d.tenant_id << " key=" << d.key;
     if (!d.parent_key.empty()) {
@@ -155,14 +174,21 @@ std::string ReconcileReport::ToText() const {
 Reconciler::Reconciler(store::ParentStore& store,
                        std::map<std::string, ReconcileParticipant> participants,
                        ReconcileOptions options)
-    : store_(store), participants_(std::move(participants)), options_(options) {
+    : store_(store), participants_(std::move(participants)), options_(std::move(options)) {
   options_.since = std::min(options_.since, store_.options().retention);
 }
 
 ReconcileReport Reconciler::Run() {
   ReconcileReport report;
   report.since = options_.since;
-  for (const auto& tenant : store_.TenantIds()) Tenant(tenant, report);
+  report.max_listed = options_.max_listed;
+  for (const auto& tenant : store_.TenantIds()) {
+    if (Stopping(options_)) {
+      report.errors.emplace_back("stopped before tenant " + tenant);
+      break;
+    }
+    Tenant(tenant, report);
+  }
   return report;
 }
 
@@ -170,9 +196,13 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
   std::map<std::string, Found> keys;
   for (const auto& [name, p] : participants_) {
     try {
-      ReadKeys(name, p, tenant, options_.since, options_.timeout, keys);
+      ReadKeys(name, p, tenant, options_, keys);
     } catch (const std::exception& e) {
       report.errors.push_back("tenant " + tenant + ": participant " + e.what());
+      if (static_cast<long long>(keys.size()) > options_.max_keys || Stopping(options_)) {
+        report.keys_read += static_cast<long long>(keys.size());
+        return;  // judged against part of its keys, every saga past them would look wrong
+      }
     }
   }
   report.keys_read += static_cast<long long>(keys.size());
@@ -180,6 +210,16 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
   std::set<std::string> derived;  // every key a saga in the window derived
   std::string after;
   for (;;) {
+    if (Stopping(options_)) {
+      report.errors.push_back("tenant " + tenant + ": stopped");
+      return;
+    }
+    if (static_cast<long long>(derived.size()) > 4 * options_.max_keys) {
+      report.errors.push_back("tenant " + tenant + ": its sagas derive more than " +
+                              std::to_string(4 * options_.max_keys) +
+                              " keys in the window; reconcile a shorter one");
+      return;
+    }
     auto rows = store_.CreatedSince(tenant, options_.since, after, kPage);
     for (const auto& row : rows) {
       bool finished =
@@ -195,6 +235,10 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
   // parent under each prefix it could have been derived from ("<parent>-<step>[-compensate]").
   std::map<std::string, bool> parent_exists;
   for (const auto& [key, found] : keys) {
+    if (Stopping(options_)) {
+      report.errors.push_back("tenant " + tenant + ": stopped");
+      return;
+    }
     if (derived.count(key) ||
         found.record.age_seconds < static_cast<double>(options_.settle.count()))
       continue;
@@ -208,10 +252,9 @@ void Reconciler::Tenant(const std::string& tenant, ReconcileReport& report) {
       has_parent = it->second;
     }
     if (has_parent) continue;
-    report.discrepancies.push_back({tenant, "", "", "", "", key, found.participant,
-                                    "key_without_parent",
-                                    "no saga derived this key (answered HTTP " +
-                                        std::to_string(found.record.response_status) + ")"});
+    report.Add({tenant, "", "", "", "", key, found.participant, "key_without_parent",
+                "no saga derived this key (answered HTTP " +
+                    std::to_string(found.record.response_status) + ")"});
   }
 }
 

@@ -7,6 +7,9 @@
 //   - a participant key that no saga derived (no parent under that key and step).
 // Running sagas are skipped (their keys are in flight), and so are keys younger than
 // `settle`. Read-only: it writes nothing anywhere.
+// Bounded whatever the window holds: the report lists the first `max_listed` discrepancies
+// and counts the rest, and a tenant with more than `max_keys` participant keys in the window
+// is reported as an error (reconcile a shorter window) rather than read into memory.
 //
 // Not thread-safe; run one at a time (the CLI, or the orchestrator's periodic job).
 //   orchestrator::Reconciler r(store, {{"inventory", {url, token}}}, {.since = 1h});
@@ -14,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -41,9 +45,12 @@ struct ReconcileReport {
   std::chrono::seconds since{0};
   long long sagas_checked = 0;
   long long keys_read = 0;
+  long long discrepancies_found = 0;  // all of them; `discrepancies` lists the first ones
   std::vector<Discrepancy> discrepancies;
   std::vector<std::string> errors;  // participants or tenants that could not be read
-  bool clean() const { return discrepancies.empty() && errors.empty(); }
+  size_t max_listed = 1000;
+  bool clean() const { return discrepancies_found == 0 && errors.empty(); }
+  void Add(Discrepancy d);
   nlohmann::json ToJson() const;
   std::string ToText() const;
 };
@@ -60,6 +67,9 @@ struct ReconcileOptions {
   // A participant key this young may belong to a saga still being written: not judged.
   std::chrono::seconds settle{60};
   std::chrono::milliseconds timeout{10000};  // per participant request
+  size_t max_listed = 1000;                  // discrepancies listed; the rest are counted
+  long long max_keys = 500000;     // participant keys (and sagas' derived keys) per tenant held
+  std::function<bool()> stopping;  // checked between pages: true ends the run
 };
 
 class Reconciler {

@@ -25,19 +25,21 @@ ReconcileJob::ReconcileJob(store::ParentStore& store,
                   auto report = Run(options_.since);
                   if (!report.clean()) {
                     common::Log("reconcile_discrepancies",
-                                {{"discrepancies", std::to_string(report.discrepancies.size())},
+                                {{"discrepancies", std::to_string(report.discrepancies_found)},
                                  {"errors", std::to_string(report.errors.size())},
                                  {"report", report.ToJson().dump()}});
                   }
                 }) {}
 
 ReconcileReport ReconcileJob::Run(std::chrono::seconds since) {
-  auto report = Reconciler(store_, participants_, {.since = since}).Run();
-  discrepancies_.Set(static_cast<double>(report.discrepancies.size()));
+  auto report = Reconciler(store_, participants_,
+                           {.since = since, .stopping = [this] { return stopping_.load(); }})
+                    .Run();
+  discrepancies_.Set(static_cast<double>(report.discrepancies_found));
   runs_
-      .With({!report.errors.empty()         ? "error"
-             : report.discrepancies.empty() ? "clean"
-                                            : "discrepancies"})
+      .With({!report.errors.empty()            ? "error"
+             : report.discrepancies_found == 0 ? "clean"
+                                               : "discrepancies"})
       .Inc();
   return report;
 }

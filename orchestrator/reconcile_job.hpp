@@ -9,6 +9,7 @@
 //   job.Start(); ...; job.Stop();
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <string>
@@ -33,7 +34,11 @@ class ReconcileJob {
   // One reconciliation of `since`, counted in the metrics (what each scheduled run does).
   ReconcileReport Run(std::chrono::seconds since);
   void Start();
-  void Stop() { periodic_.Stop(); }
+  // Ends a run under way at its next page: a large window must not hold up a shutdown.
+  void Stop() {
+    stopping_ = true;
+    periodic_.Stop();
+  }
 
  private:
   store::ParentStore& store_;
@@ -41,6 +46,7 @@ class ReconcileJob {
   ReconcileJobOptions options_;
   common::metrics::Gauge& discrepancies_;
   common::metrics::Family<common::metrics::Counter>& runs_;
+  std::atomic<bool> stopping_{false};
   common::Periodic periodic_;  // last: stopped before what it uses goes
 };
 

@@ -547,7 +547,8 @@ void Reconcile(const Stack& stack, Report& rep) {
     return;
   }
   rep.reconcile_discrepancies =
-      static_cast<long long>(j["discrepancies"].size() + j["errors"].size());
+      j.value("discrepancies_found", static_cast<long long>(j["discrepancies"].size())) +
+      static_cast<long long>(j["errors"].size());
   rep.reconcile_sagas = j.value("sagas_checked", 0LL);
 }
 

@@ -2,6 +2,7 @@
 // its own real PostgreSQL database. Invariants are counted in the participants' tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <map>
@@ -584,6 +585,65 @@ TEST_F(OrdersTest, ReconcileAgreesWithTheParticipantsThenFindsEveryPlantedDiscre
   EXPECT_EQ(test_support::Sample(page, "idemsaga_reconcile_discrepancies"), 3);
   EXPECT_EQ(test_support::Sample(page, R"(idemsaga_reconcile_runs_total{result="discrepancies"})"),
             1);
+}
+
+// A window holding far more discrepancies than a report should carry (a participant restored
+// from an old backup, a table loaded by hand): the report lists the first max_listed and counts
+// every one, so the periodic job's log line and memory stay bounded; and a tenant with more
+// keys than max_keys is an error to shorten the window, not a map of all of them in memory.
+TEST_F(OrdersTest, ReconcileCountsAStormOfDiscrepanciesAndListsOnlyTheFirst) {
+  ASSERT_EQ(Submit(Order("storm-tpl"))->status, 201);
+  constexpr int kStray = 2500;
+  inv_db_.Exec(
+      "DO $$ DECLARE r idempotency_keys; BEGIN "
+      "SELECT * INTO r FROM idempotency_keys WHERE idempotency_key = 'storm-tpl-inventory'; "
+      "FOR g IN 1.." +
+      std::to_string(kStray) +
+      " LOOP r.idempotency_key := 'stray-' || g || '-inventory'; "
+      "INSERT INTO idempotency_keys SELECT (r).*; END LOOP; END $$");
+  auto reconcile = [&](size_t max_listed, long long max_keys) {
+    return idemsaga::orchestrator::Reconciler(
+               orch_->service.store(),
+               {{"inventory", {inventory_.Url(), idemsaga::demo::kServiceToken}},
+                {"payment", {payment_.Url(), idemsaga::demo::kServiceToken}}},
+               {.since = std::chrono::hours(1),
+                .settle = std::chrono::seconds(0),
+                .max_listed = max_listed,
+                .max_keys = max_keys})
+        .Run();
+  };
+  auto report = reconcile(100, 500000);
+  EXPECT_TRUE(report.errors.empty()) << report.ToText();
+  EXPECT_EQ(report.discrepancies_found, kStray);
+  ASSERT_EQ(report.discrepancies.size(), 100U);
+  for (const auto& d : report.discrepancies) EXPECT_EQ(d.problem, "key_without_parent");
+  EXPECT_FALSE(report.clean());
+  auto text = report.ToText();
+  EXPECT_NE(text.find("2500 discrepancies, 0 errors (the first 100 listed)"), std::string::npos)
+      << text.substr(0, 300);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 101);
+  auto json = report.ToJson();
+  EXPECT_EQ(json["discrepancies_found"], kStray);
+  EXPECT_EQ(json["discrepancies"].size(), 100U);
+
+  // More keys than the run may hold: an error for the tenant, and nothing judged from part of
+  // its keys (which would report every saga past them).
+  auto capped = reconcile(100, 1000);
+  ASSERT_EQ(capped.errors.size(), 1U) << capped.ToText();
+  EXPECT_NE(capped.errors[0].find("more than 1000 keys in the window"), std::string::npos)
+      << capped.errors[0];
+  EXPECT_EQ(capped.discrepancies_found, 0);
+  EXPECT_LE(capped.keys_read, 1000 + 500);  // at most one page past the cap
+
+  // A run asked to stop ends at its next page.
+  auto stopped = idemsaga::orchestrator::Reconciler(
+                     orch_->service.store(),
+                     {{"inventory", {inventory_.Url(), idemsaga::demo::kServiceToken}}},
+                     {.since = std::chrono::hours(1), .stopping = [] { return true; }})
+                     .Run();
+  EXPECT_EQ(stopped.keys_read, 0);
+  EXPECT_EQ(stopped.discrepancies_found, 0);
+  EXPECT_FALSE(stopped.errors.empty());
 }
 
 TEST_F(OrdersTest, AnOutOfStockOrderChargesNothing) {
