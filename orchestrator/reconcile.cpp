@@ -37,10 +37,6 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
   std::string after;
   for (;;) {
     if (Stopping(options)) throw std::runtime_error(name + ": stopped");
-    if (static_cast<long long>(keys.size()) > options.max_keys) {
-      throw std::runtime_error(name + ": more than " + std::to_string(options.max_keys) +
-                               " keys in the window; reconcile a shorter one");
-    }
     std::string path =
         std::string(steps::protocol::kKeysPath) + "?tenant=" + common::PercentEncode(tenant) +
         "&since_seconds=" + std::to_string(since.count()) + "&limit=" + std::to_string(kPage);
@@ -52,6 +48,12 @@ void ReadKeys(const std::string& name, const ReconcileParticipant& p, const std:
     for (const auto& k : body->at("keys")) {
       auto rec = steps::protocol::KeyRecord::FromJson(k);
       keys[rec.key] = {name, rec};
+    }
+    // Checked after each page, the last one too: whether a tenant is judged must not depend
+    // on where its pages end.
+    if (static_cast<long long>(keys.size()) > options.max_keys) {
+      throw std::runtime_error(name + ": more than " + std::to_string(options.max_keys) +
+                               " keys in the window; reconcile a shorter one");
     }
     if (body->at("next").is_null()) return;
     after = (*body)["next"].get<std::string>();

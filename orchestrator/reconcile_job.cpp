@@ -23,6 +23,7 @@ ReconcileJob::ReconcileJob(store::ParentStore& store,
       periodic_("reconcile",
                 options_.interval.count() > 0 ? options_.interval : std::chrono::hours(24), [this] {
                   auto report = Run(options_.since);
+                  if (stopping_) return;  // cut short by a shutdown: says nothing
                   if (!report.clean()) {
                     common::Log("reconcile_discrepancies",
                                 {{"discrepancies", std::to_string(report.discrepancies_found)},
@@ -35,6 +36,8 @@ ReconcileReport ReconcileJob::Run(std::chrono::seconds since) {
   auto report = Reconciler(store_, participants_,
                            {.since = since, .stopping = [this] { return stopping_.load(); }})
                     .Run();
+  // A run a shutdown cut short is no result: the gauge and the counter keep the last one.
+  if (stopping_) return report;
   discrepancies_.Set(static_cast<double>(report.discrepancies_found));
   runs_
       .With({!report.errors.empty()            ? "error"

@@ -634,6 +634,15 @@ TEST_F(OrdersTest, ReconcileCountsAStormOfDiscrepanciesAndListsOnlyTheFirst) {
       << capped.errors[0];
   EXPECT_EQ(capped.discrepancies_found, 0);
   EXPECT_LE(capped.keys_read, 1000 + 500);  // at most one page past the cap
+  // The cap passed on a participant's last page (2,501 keys: five full pages and one of a
+  // single key) is caught there, naming that participant, not the next one unread.
+  auto at_last_page = reconcile(100, kStray);
+  ASSERT_EQ(at_last_page.errors.size(), 1U) << at_last_page.ToText();
+  EXPECT_NE(at_last_page.errors[0].find("participant inventory: more than 2500 keys"),
+            std::string::npos)
+      << at_last_page.errors[0];
+  EXPECT_EQ(at_last_page.keys_read, kStray + 1);
+  EXPECT_EQ(at_last_page.discrepancies_found, 0);
 
   // A run asked to stop ends at its next page.
   auto stopped = idemsaga::orchestrator::Reconciler(
